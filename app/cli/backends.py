@@ -1,0 +1,23 @@
+"""`opscope backends`: every registered backend, whether it runs here, and why not."""
+from __future__ import annotations
+
+from opscope.runtime.backends import list_backends
+
+from .common import add_json, console, emit_json, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("backends", help="list registered backends and whether they are available")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    rows = list_backends()
+    if args.json:
+        emit_json({"backends": rows})
+        return 0
+    console.print(table("backends", ["spec", "kind", "available", "summary / why not"],
+                        [[r["spec"], r.get("kind", ""), "yes" if r["available"] else "no",
+                          r.get("summary", "") if r["available"] else r["reason"]] for r in rows]))
+    return 0

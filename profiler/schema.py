@@ -1,0 +1,57 @@
+"""The run store's tables (DuckDB). Every tool reads runs through these names.
+
+Times are integers in nanoseconds on the runner's monotonic clock (time.perf_counter_ns, or the
+simulated device clock for sim backends). Shapes and dtypes are JSON text: '[[2,128,256]]'.
+"""
+
+SCHEMA_VERSION = 1
+
+DDL = [
+    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)""",
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY,
+        model TEXT, backend TEXT, device TEXT, engine TEXT,      -- engine: graph | eager | import
+        description_hash TEXT, description TEXT,                 -- the backend description, JSON
+        status TEXT,                                             -- running | ok | failed
+        error TEXT,
+        started_at DOUBLE, ended_at DOUBLE,                      -- wall clock, epoch seconds
+        host TEXT, versions TEXT,                                -- JSON: python, torch, numpy, opscope
+        steps INTEGER, warmup INTEGER,
+        events BIGINT DEFAULT 0, dropped BIGINT DEFAULT 0,
+        config TEXT,                                             -- JSON: flags, knobs, what advise changed
+        parent_run TEXT,                                         -- the run an `advise --apply` started from
+        source TEXT                                              -- imported file, for engine = import
+    )""",
+    """CREATE TABLE IF NOT EXISTS events (
+        run_id TEXT, step INTEGER, seq INTEGER,
+        op TEXT, node TEXT, module TEXT, source TEXT,
+        backend TEXT, device TEXT, thread BIGINT, depth INTEGER,
+        start_ns BIGINT, end_ns BIGINT,
+        input_shapes TEXT, input_dtypes TEXT, output_shapes TEXT, output_dtypes TEXT,
+        bytes BIGINT, flops BIGINT, fallback BOOLEAN, live_bytes BIGINT
+    )""",
+    """CREATE TABLE IF NOT EXISTS memory (
+        run_id TEXT, step INTEGER, seq INTEGER, t_ns BIGINT, backend TEXT,
+        live_bytes BIGINT, alloc_bytes BIGINT, free_bytes BIGINT
+    )""",
+    """CREATE TABLE IF NOT EXISTS tensors (
+        run_id TEXT, step INTEGER, seq INTEGER, slot TEXT,       -- slot: in0, in1, out0 ...
+        shape TEXT, dtype TEXT, count BIGINT,
+        min DOUBLE, max DOUBLE, mean DOUBLE, std DOUBLE, nan BIGINT, inf BIGINT,
+        hist TEXT, hist_lo DOUBLE, hist_hi DOUBLE                -- hist: JSON list of bin counts
+    )""",
+    """CREATE TABLE IF NOT EXISTS hardware (
+        run_id TEXT, t_ns BIGINT, cpu_percent DOUBLE, mem_bytes BIGINT,
+        gpu_util DOUBLE, gpu_mem_bytes BIGINT, temperature_c DOUBLE, power_w DOUBLE
+    )""",
+    """CREATE TABLE IF NOT EXISTS stacks (
+        run_id TEXT, t_ns BIGINT, dur_ns BIGINT, thread BIGINT, depth INTEGER, frame TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS artifacts (
+        run_id TEXT, kind TEXT, name TEXT, data BLOB           -- kind: speedscope | note | ...
+    )""",
+]
+
+EVENT_COLUMNS = ["run_id", "step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "depth",
+                 "start_ns", "end_ns", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes",
+                 "flops", "fallback", "live_bytes"]

@@ -1,0 +1,86 @@
+"""numpy: the reference backend. Plain numpy kernels, float64 available for comparisons."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..description import Description
+from ..dtypes import to_numpy
+from ..hdi import Backend, MemoryManager, OperatorRegistry
+from ..ops import OPS
+
+_DEVICE_KW = ("device", "layout", "pin_memory", "memory_format", "non_blocking")
+
+
+class NumpyMemory(MemoryManager):
+    def to_device(self, host):
+        if isinstance(host, torch.Tensor):
+            t = host.detach().cpu()
+            if t.dtype == torch.bfloat16:
+                t = t.float()
+            return t.numpy().copy()
+        return np.array(host, copy=True)
+
+    def to_host(self, buf):
+        return np.asarray(buf)
+
+    def alloc(self, shape, dtype):
+        a = np.empty(shape, dtype=to_numpy(dtype))
+        self.track(a.nbytes)
+        return a
+
+    def copy(self, dst, src):
+        np.copyto(dst, src)
+
+
+def numpy_kernel(node, backend):
+    """The op's reference kernel, bound to the dtypes capture recorded for its outputs."""
+    opdef = OPS.get(node.op)
+    if opdef is None:
+        return None
+    fn = opdef.numpy
+    if fn is None:
+        if opdef.composite is None:
+            return None
+        from ..decompose import decomposed_kernel
+        return decomposed_kernel(node, backend)
+    want = [to_numpy(m.dtype) if m is not None else None for m in node.output_meta]
+    inplace = str(getattr(node.target, "overloadpacket", "")).endswith("_")
+    if node.multi_output:
+        def run_multi(*args, **kwargs):
+            return [np.asarray(o).astype(w, copy=False) if w is not None else o for o, w in zip(fn(*args, **kwargs), want)]
+        return run_multi
+    w = want[0]
+
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if w is not None:
+            out = np.asarray(out)
+            if out.dtype != w:
+                out = out.astype(w)
+        if inplace and isinstance(args[0], np.ndarray) and args[0].flags.writeable and args[0].shape == out.shape:
+            np.copyto(args[0], out)   # ATen in-place ops mutate their first argument
+            return args[0]
+        return out
+
+    return run
+
+
+class NumpyBackend(Backend):
+    def prepare(self, node, kernel):
+        if any(k in node.kwargs for k in _DEVICE_KW):
+            drop = {k for k in _DEVICE_KW if k in node.kwargs}
+
+            def no_device(*args, **kwargs):
+                return kernel(*args, **{k: v for k, v in kwargs.items() if k not in drop})
+            return no_device
+        return kernel
+
+
+def create(desc: Description | None = None, name: str = "numpy") -> NumpyBackend:
+    desc = desc or Description(name="numpy", implementation="numpy", kind="cpu",
+                               summary="reference kernels in numpy (float64 available)")
+    backend = NumpyBackend(name=name, description=desc, ops=None, memory=NumpyMemory(), device="cpu")
+    backend.ops = OperatorRegistry(lambda node: numpy_kernel(node, backend), supported=desc.supported,
+                                   unsupported=desc.unsupported)
+    return backend

@@ -1,0 +1,63 @@
+"""sim:<name>: a described chip that does not exist yet.
+
+Kernels compute with numpy, so results are real; the clock reports the roofline estimate
+from the description (max of FLOPs/peak and bytes/bandwidth, plus launch overhead). A vendor
+can describe a chip before it has software, and the advisor can ask what-if questions.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..description import Description
+from ..hdi import HostClock
+from ..roofline import node_seconds
+from . import numpy_backend
+
+
+class SimClock(HostClock):
+    simulated = True
+
+    def __init__(self, desc: Description):
+        self.desc = desc
+        self.now = 0
+
+    def start(self, node):
+        # The simulated device never runs ahead of the host that feeds it.
+        host = time.perf_counter_ns()
+        if host > self.now:
+            self.now = host
+        return self.now
+
+    def stop(self, node, start):
+        end = start + int(node_seconds(node, self.desc) * 1e9)
+        self.now = end
+        return start, end
+
+
+def _low_precision(kernel):
+    """Compute in float16 and cast back: what a chip with a half-precision-only unit returns."""
+
+    def run(*args, **kwargs):
+        args = [a.astype(np.float16) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args]
+        out = kernel(*args, **kwargs)
+        return out.astype(np.float32) if isinstance(out, np.ndarray) and out.dtype == np.float16 else out
+    return run
+
+
+class SimBackend(numpy_backend.NumpyBackend):
+    def prepare(self, node, kernel):
+        kernel = super().prepare(node, kernel)
+        if node.op in self.description.low_precision:
+            kernel = _low_precision(kernel)
+        return kernel
+
+
+def create(desc: Description) -> SimBackend:
+    backend = SimBackend(name=f"sim:{desc.name}", description=desc, ops=None, memory=numpy_backend.NumpyMemory(),
+                         device=f"sim:{desc.name}", clock=SimClock(desc))
+    backend.ops = numpy_backend.OperatorRegistry(lambda node: numpy_backend.numpy_kernel(node, backend),
+                                                 supported=desc.supported, unsupported=desc.unsupported,
+                                                 dtypes=set(desc.peak_flops) | {"int64", "int32", "bool"} if desc.peak_flops else None)
+    return backend

@@ -1,0 +1,130 @@
+"""torch:<device>: runs each node's own ATen kernel on any torch device (cpu, cuda:0, mps...)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..description import Description
+from ..dtypes import to_torch
+from ..hdi import Backend, HostClock, MemoryManager, MemoryStats, OperatorRegistry
+from ..ops import OPS
+
+
+class TorchMemory(MemoryManager):
+    def __init__(self, device: torch.device):
+        super().__init__()
+        self.device = device
+
+    def to_device(self, host):
+        if isinstance(host, torch.Tensor):
+            return host.detach().to(self.device, copy=True)
+        return torch.from_numpy(np.ascontiguousarray(host)).to(self.device)
+
+    def to_host(self, buf):
+        if not isinstance(buf, torch.Tensor):
+            return np.asarray(buf)
+        t = buf.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.cpu().numpy()
+
+    def alloc(self, shape, dtype):
+        t = torch.empty(tuple(shape), dtype=to_torch(dtype), device=self.device)
+        self.track(t.element_size() * t.numel())
+        return t
+
+    def copy(self, dst, src):
+        dst.copy_(src)
+
+    def stats(self) -> MemoryStats:
+        if self.device.type == "cuda":   # the caching allocator knows better than our accounting
+            return MemoryStats(torch.cuda.memory_allocated(self.device), torch.cuda.max_memory_allocated(self.device),
+                               self._stats.allocs, self._stats.frees)
+        return super().stats()
+
+
+class CudaEventClock(HostClock):
+    """Device time from CUDA events, resolved at flush (one synchronize per step, not per op)."""
+
+    def __init__(self, device):
+        self.device = device
+        self._pending = []
+
+    def start(self, node):
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def stop(self, node, start):
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        return PendingTiming(start, end)
+
+    def flush(self):
+        torch.cuda.synchronize(self.device)
+
+
+class PendingTiming:
+    """A (start, end) pair of CUDA events; `resolve(anchor_event, anchor_ns)` gives ns times."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def resolve(self, anchor_event, anchor_ns: int) -> tuple[int, int]:
+        s = anchor_ns + int(anchor_event.elapsed_time(self.start) * 1e6)
+        e = anchor_ns + int(anchor_event.elapsed_time(self.end) * 1e6)
+        return s, e
+
+
+class TorchBackend(Backend):
+    def synchronize(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(torch.device(self.device))
+
+    def prepare(self, node, kernel):
+        if "device" in node.kwargs:        # creation ops were captured with the capture device
+            dev = torch.device(self.device)
+
+            def on_device(*args, **kwargs):
+                kwargs["device"] = dev
+                return kernel(*args, **kwargs)
+            return on_device
+        return kernel
+
+
+def _aten_kernel(node):
+    if node.target is None or node.op not in OPS and not node.op.startswith("aten:"):
+        return None
+    return node.target
+
+
+def available(device: str) -> tuple[bool, str]:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        return False, f"not a torch device string ({e})"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return False, "torch.cuda.is_available() is False on this machine"
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        return False, f"only {torch.cuda.device_count()} CUDA device(s) here"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return False, "torch.backends.mps.is_available() is False on this machine"
+    if dev.type not in ("cpu", "cuda", "mps", "xpu", "meta") and not hasattr(torch, dev.type):
+        return False, f"torch has no {dev.type} device support"
+    return True, ""
+
+
+def create(device: str = "cpu", desc: Description | None = None, name: str | None = None) -> TorchBackend:
+    dev = torch.device(device)
+    name = name or f"torch:{device}"
+    kind = "gpu" if dev.type in ("cuda", "mps", "xpu") else "cpu"
+    desc = desc or Description(name=name, implementation="torch", device=device, kind=kind,
+                               summary=f"ATen kernels on torch device {device}")
+    clock = CudaEventClock(dev) if dev.type == "cuda" else HostClock()
+    backend = TorchBackend(name=name, description=desc, ops=None, memory=TorchMemory(dev), device=str(dev), clock=clock)
+    # Every captured node carries its ATen overload, so ATen ops run natively; ops captured
+    # without an opscope mapping ("aten:foo") run too -- torch knows them even if we do not.
+    backend.ops = OperatorRegistry(_aten_kernel, supported=desc.supported, unsupported=desc.unsupported)
+    return backend

@@ -1,0 +1,27 @@
+"""Errors a user can cause, and the exit code each one maps to (DESIGN.md: exit codes)."""
+
+
+class OpscopeError(Exception):
+    """Base class: the message is one line that says what, where, and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(OpscopeError):
+    """Bad input or usage: a spec that names nothing, a malformed file, a bad flag (exit 2)."""
+
+    exit_code = 2
+
+
+class ModelError(OpscopeError):
+    """The model or the work failed (exit 1)."""
+
+    exit_code = 1
+
+
+class UnsupportedOpError(UsageError):
+    """Ops that no backend in the placement can run; lists them all at once."""
+
+    def __init__(self, message: str, ops: list[str] | None = None):
+        super().__init__(message)
+        self.ops = ops or []

@@ -1,0 +1,308 @@
+"""The executor: runs a placed graph node by node, with hooks before and after every op.
+
+    plan = compile_plan(graph, backend)
+    ex = Executor(plan)
+    outputs = ex.run(*inputs)              # no hooks: a tight loop, no timing at all
+    with ex.hooked(MyHook()):
+        ex.run(*inputs)                    # hooks see every op, its inputs, outputs and timing
+
+A hook is any object with some of these methods (all optional):
+
+    on_run_start(run: RunInfo)             before the first op of a step
+    before_op(call: OpCall)                inputs ready; may block (the debugger pauses here)
+    after_op(call: OpCall)                 outputs, start_ns/end_ns (or call.timing on CUDA) set
+    on_run_end(run: RunInfo, error)        after the last op, or when an op raised
+
+This is the API the profiler and the debugger build on.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ModelError, OpscopeError
+from .graph import Graph, Node, Ref
+from .hdi import Backend
+from .placement import Placement, place
+
+
+@dataclass
+class Step:
+    """A node bound to the backend that runs it and to its kernel."""
+
+    node: Node
+    backend: Backend
+    kernel: Callable
+    args: tuple
+    kwargs: dict
+    arg_slots: list                   # [(position, slot)] for flat args; None when nested
+    out_slots: list
+    free_after: list                  # slots whose last reader is this step
+    alloc_bytes: int
+    free_bytes: int
+    fallback: bool
+
+
+@dataclass
+class OpCall:
+    """What a hook sees of one executed op."""
+
+    step: int
+    seq: int
+    node: Node
+    backend: Backend
+    inputs: list
+    fallback: bool
+    outputs: Any = None
+    start_ns: int = 0
+    end_ns: int = 0
+    timing: Any = None                # PendingTiming on CUDA, resolved by the profiler at flush
+    live_bytes: int = 0
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+
+@dataclass
+class RunInfo:
+    step: int
+    plan: "Plan"
+    start_ns: int = 0
+    end_ns: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    backend: Backend
+    steps: list[Step]
+    placement: Placement
+    constants: dict                    # slot -> value on the backend of its readers
+    output_refs: list
+
+    @property
+    def backends(self) -> list[Backend]:
+        seen = {}
+        for s in self.steps:
+            seen.setdefault(s.backend.name, s.backend)
+        return list(seen.values()) or [self.backend]
+
+
+def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Plan:
+    placement = place(graph, backend, allow_fallback=allow_fallback)
+    last_read: dict[int, int] = {}
+    for i, (node, _) in enumerate(placement.assignments):
+        for s in node.inputs:
+            last_read[s] = i
+    keep = {r.slot for r in graph.output_refs if isinstance(r, Ref)}
+    # Constants go to the backend of their first reader, once per plan (not once per run).
+    constants: dict[int, Any] = {}
+    for node, b in placement.assignments:
+        for s in node.inputs:
+            if s in graph.constant_slots and s not in constants and graph.constant_slots[s] is not None:
+                constants[s] = b.memory.to_device(graph.constant_slots[s])
+    free_at: dict[int, list[int]] = {}
+    for s, i in last_read.items():
+        if s not in keep and s not in graph.constant_slots:
+            free_at.setdefault(i, []).append(s)
+    from .ops import OPS
+    views = {s for node, _ in placement.assignments for s in node.outputs
+             if OPS.get(node.op) is not None and OPS[node.op].kind == "view"}
+    steps = []
+    for i, (node, b) in enumerate(placement.assignments):
+        if node.op == "transfer":
+            kernel = _transfer_kernel(node.src_backend, b)
+        else:
+            kernel = b.prepare(node, b.ops.kernel_for(node))
+        flat = [(j, a.slot) for j, a in enumerate(node.args) if isinstance(a, Ref)]
+        nested = any(isinstance(a, (list, tuple)) and any(isinstance(x, Ref) for x in a) for a in node.args) or \
+            any(_has_ref(v) for v in node.kwargs.values())
+        alloc = 0 if node.outputs and node.outputs[0] in views else \
+            sum(m.nbytes for m in node.output_meta if m is not None)
+        frees = free_at.get(i, [])
+        free_bytes = sum(graph.slot_meta[s].nbytes for s in frees if s in graph.slot_meta and s not in views)
+        steps.append(Step(node, b, kernel, node.args, node.kwargs, None if nested else flat, node.outputs, frees,
+                          alloc, free_bytes, bool(getattr(node, "fallback", False))))
+    return Plan(graph, backend, steps, placement, constants, graph.output_refs)
+
+
+def _has_ref(v) -> bool:
+    if isinstance(v, Ref):
+        return True
+    if isinstance(v, (list, tuple)):
+        return any(_has_ref(x) for x in v)
+    return False
+
+
+def _materialize(a, env):
+    if isinstance(a, Ref):
+        return env[a.slot]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_materialize(x, env) for x in a)
+    return a
+
+
+def _transfer_kernel(src: Backend, dst: Backend):
+    def transfer(value):
+        return dst.memory.to_device(src.memory.to_host(value))
+    return transfer
+
+
+class Executor:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.hooks: list = []
+        self.step = 0
+        self._env_size = plan.graph.num_slots
+
+    # --- hooks -------------------------------------------------------------------------
+    def add_hook(self, hook) -> None:
+        self.hooks.append(hook)
+
+    def remove_hook(self, hook) -> None:
+        self.hooks.remove(hook)
+
+    @contextlib.contextmanager
+    def hooked(self, *hooks):
+        for h in hooks:
+            self.add_hook(h)
+        try:
+            yield self
+        finally:
+            for h in hooks:
+                self.remove_hook(h)
+
+    # --- running -----------------------------------------------------------------------
+    def _env(self, inputs) -> list:
+        plan = self.plan
+        if len(inputs) != len(plan.graph.input_slots):
+            raise ModelError(f"the model takes {len(plan.graph.input_slots)} inputs, got {len(inputs)}")
+        env: list = [None] * self._env_size
+        for s, v in plan.constants.items():
+            env[s] = v
+        for s, v in zip(plan.graph.input_slots, inputs):
+            env[s] = plan.backend.memory.to_device(v)
+        return env
+
+    def run(self, *inputs) -> list:
+        """Run one step; returns the model's outputs as backend values."""
+        env = self._env(inputs)
+        if self.hooks:
+            self._run_hooked(env)
+        else:
+            self._run_fast(env)
+        self.step += 1
+        return [env[r.slot] if isinstance(r, Ref) else r for r in self.plan.output_refs]
+
+    def run_host(self, *inputs) -> list:
+        """Run one step; returns the outputs as numpy arrays."""
+        outs = self.run(*inputs)
+        return [self._holder(r).memory.to_host(o) if isinstance(r, Ref) else o
+                for r, o in zip(self.plan.output_refs, outs)]
+
+    def _holder(self, ref) -> Backend:
+        for st in reversed(self.plan.steps):
+            if ref.slot in st.out_slots:
+                return st.backend
+        return self.plan.backend
+
+    def _call(self, st: Step, env):
+        if st.arg_slots is not None:
+            args = list(st.args)
+            for j, s in st.arg_slots:
+                args[j] = env[s]
+            kwargs = st.kwargs
+        else:
+            args = _materialize(st.args, env)
+            kwargs = {k: _materialize(v, env) for k, v in st.kwargs.items()}
+        return args, kwargs
+
+    def _store(self, st: Step, env, out):
+        if st.node.multi_output:
+            for s, v in zip(st.out_slots, out):
+                env[s] = v
+        else:
+            env[st.out_slots[0]] = out
+
+    def _run_fast(self, env):
+        for st in self.plan.steps:
+            args, kwargs = self._call(st, env)
+            try:
+                out = st.kernel(*args, **kwargs)
+            except Exception as e:
+                raise _op_failed(st, e) from e
+            self._store(st, env, out)
+            for s in st.free_after:
+                env[s] = None
+
+    def _run_hooked(self, env):
+        hooks = self.hooks
+        before = [h.before_op for h in hooks if hasattr(h, "before_op")]
+        after = [h.after_op for h in hooks if hasattr(h, "after_op")]
+        info = RunInfo(self.step, self.plan, time.perf_counter_ns())
+        for h in hooks:
+            if hasattr(h, "on_run_start"):
+                h.on_run_start(info)
+        live = 0
+        error = None
+        try:
+            for seq, st in enumerate(self.plan.steps):
+                args, kwargs = self._call(st, env)
+                call = OpCall(self.step, seq, st.node, st.backend, args, st.fallback)
+                for f in before:
+                    f(call)
+                clock = st.backend.clock
+                t0 = clock.start(st.node)
+                try:
+                    out = st.kernel(*args, **kwargs)
+                except Exception as e:
+                    call.start_ns = call.end_ns = time.perf_counter_ns()
+                    raise _op_failed(st, e, call) from e
+                t = clock.stop(st.node, t0)
+                if type(t) is tuple:
+                    call.start_ns, call.end_ns = t
+                else:
+                    call.timing = t
+                live += st.alloc_bytes
+                call.live_bytes = live
+                call.outputs = out
+                self._store(st, env, out)
+                for f in after:
+                    f(call)
+                for s in st.free_after:
+                    env[s] = None
+                live -= st.free_bytes
+        except OpscopeError as e:
+            error = e
+            raise
+        except BaseException as e:  # KeyboardInterrupt, a hook that raised: still end the run
+            error = e
+            raise
+        finally:
+            for b in self.plan.backends:
+                b.clock.flush()
+            info.end_ns = time.perf_counter_ns()
+            for h in hooks:
+                if hasattr(h, "on_run_end"):
+                    h.on_run_end(info, error)
+
+
+class OpFailed(ModelError):
+    """An op raised: the message names the op, the node, the module path and the backend."""
+
+    def __init__(self, message, node=None, call=None):
+        super().__init__(message)
+        self.node = node
+        self.call = call
+
+
+def _op_failed(st: Step, e: Exception, call=None) -> OpFailed:
+    n = st.node
+    where = f" in {n.module_path}" if n.module_path else ""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return OpFailed(f"op {n.op} (node {n.name}{where}) failed on {st.backend.name}: {type(e).__name__}: {first}",
+                    n, call)

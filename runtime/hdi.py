@@ -1,0 +1,163 @@
+"""The Hardware Description Interface: the three things a vendor implements.
+
+    ops     OperatorRegistry   which ops (and dtypes) the chip runs, and the kernel for each
+    memory  MemoryManager      host<->device copies, allocation, live/peak bytes
+    comm    Communicator       collectives, over torch.distributed process groups
+
+A Backend bundles the three with its parsed description and a clock. Everything above the
+HDI -- placement, the executor, the profiler, the debugger -- talks to backends through it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .description import Description
+from .graph import Node
+from .ops import OPS
+
+
+class OperatorRegistry:
+    """Kernels keyed by op name, like `torch.library` registers one implementation per dispatch key.
+
+    `default(node)` builds the kernel for ops the backend's implementation covers generically
+    (numpy reference kernels, ATen calls); `register` adds or overrides one op.
+    """
+
+    def __init__(self, default: Callable[[Node], Callable | None], *, supported=None, unsupported=(),
+                 dtypes=None):
+        self._default = default
+        self._kernels: dict[str, tuple[Callable, frozenset | None]] = {}
+        self.supported = set(supported) if supported is not None else None
+        self.unsupported = set(unsupported)
+        self.dtypes = frozenset(dtypes) if dtypes else None
+
+    def register(self, op: str, kernel: Callable, dtypes=None) -> None:
+        self._kernels[op] = (kernel, frozenset(dtypes) if dtypes else None)
+
+    def supports(self, node: Node) -> bool | str:
+        """True, or the reason this backend does not run `node`."""
+        if node.op in self.unsupported:
+            return f"{node.op} is marked unsupported in the description"
+        if self.supported is not None and node.op not in self.supported and node.op not in self._kernels:
+            return f"{node.op} is not in the description's supported list"
+        if node.op in self._kernels:
+            allowed = self._kernels[node.op][1]
+        else:
+            opdef = OPS.get(node.op)
+            if opdef is None:
+                return f"no opscope op for {node.op}"
+            allowed = opdef.dtypes
+        allowed = allowed & self.dtypes if (allowed and self.dtypes) else allowed
+        for m in node.input_meta:
+            if allowed and m is not None and m.dtype not in allowed and m.dtype not in ("int64", "bool", "int32"):
+                return f"{node.op} has no kernel for {m.dtype}"
+        if node.op not in self._kernels and self._default(node) is None:
+            return f"no kernel for {node.op}"
+        return True
+
+    def kernel_for(self, node: Node) -> Callable:
+        if node.op in self._kernels:
+            return self._kernels[node.op][0]
+        return self._default(node)
+
+    def ops(self) -> list[str]:
+        """Every op name this registry claims (for conformance and `backends`)."""
+        names = set(self._kernels) | {n for n in OPS if self.supported is None or n in self.supported}
+        return sorted(names - self.unsupported)
+
+
+@dataclass
+class MemoryStats:
+    live_bytes: int = 0
+    peak_bytes: int = 0
+    allocs: int = 0
+    frees: int = 0
+
+
+class MemoryManager:
+    """Moves values between the host (numpy arrays) and the device, and counts bytes."""
+
+    def __init__(self):
+        self._stats = MemoryStats()
+
+    def to_device(self, host) -> Any:
+        raise NotImplementedError
+
+    def to_host(self, buf):
+        """A numpy array with the value of `buf`."""
+        raise NotImplementedError
+
+    def alloc(self, shape, dtype) -> Any:
+        raise NotImplementedError
+
+    def copy(self, dst, src) -> None:
+        raise NotImplementedError
+
+    def free(self, buf) -> None:
+        self.release(_nbytes(buf))
+
+    def track(self, nbytes: int) -> None:
+        s = self._stats
+        s.live_bytes += nbytes
+        s.allocs += 1
+        if s.live_bytes > s.peak_bytes:
+            s.peak_bytes = s.live_bytes
+
+    def release(self, nbytes: int) -> None:
+        self._stats.live_bytes -= nbytes
+        self._stats.frees += 1
+
+    def stats(self) -> MemoryStats:
+        return MemoryStats(**vars(self._stats))
+
+    def reset_peak(self) -> None:
+        self._stats.peak_bytes = self._stats.live_bytes
+
+
+def _nbytes(buf) -> int:
+    n = getattr(buf, "nbytes", None)
+    if n is None and hasattr(buf, "element_size"):
+        n = buf.element_size() * buf.numel()
+    return int(n or 0)
+
+
+class HostClock:
+    """Host monotonic time; synchronous backends need nothing more."""
+
+    simulated = False
+
+    def start(self, node: Node) -> int:
+        return time.perf_counter_ns()
+
+    def stop(self, node: Node, start: int) -> tuple[int, int]:
+        return start, time.perf_counter_ns()
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass
+class Backend:
+    """A registered backend: description + the three HDI modules + a clock."""
+
+    name: str                     # the spec users type: numpy, torch:cpu, sim:npu-a1
+    description: Description
+    ops: OperatorRegistry
+    memory: MemoryManager
+    comm: Any = None
+    clock: Any = field(default_factory=HostClock)
+    device: str = "cpu"
+    fallback: "Backend | None" = None
+
+    def synchronize(self) -> None:
+        """Wait for queued work; timing hooks call it on asynchronous devices."""
+
+    def prepare(self, node: Node, kernel: Callable) -> Callable:
+        """Bind a kernel to a node (device arguments, dtype fixes); called once per plan."""
+        return kernel
+
+    @property
+    def kind(self) -> str:
+        return self.description.kind

@@ -1,0 +1,58 @@
+"""Model specs: `demo:NAME` or `path/to/file.py:factory` -> (model, example_inputs)."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from .errors import UsageError
+
+DEMOS = ("mlp", "cnn", "gpt")
+
+
+def load(spec: str) -> tuple[torch.nn.Module, tuple]:
+    spec = (spec or "").strip()
+    if spec.startswith("demo:"):
+        name = spec[5:]
+        if name not in DEMOS:
+            raise UsageError(f"unknown model spec {spec!r}: bundled demos are {', '.join('demo:' + d for d in DEMOS)}")
+        module = importlib.import_module(f"opscope.runtime.demos.{name}")
+        return _call(module.factory, spec)
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        raise UsageError(f"bad model spec {spec!r}: use demo:NAME or path/to/file.py:factory")
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"model file {path} does not exist: check the path in {spec!r}")
+    mod_name = f"opscope_user_{abs(hash(str(file.resolve())))}"
+    try:
+        module_spec = importlib.util.spec_from_file_location(mod_name, file)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise UsageError(f"importing {path} failed: {type(e).__name__}: {_first(e)}") from e
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"{path} has no function {attr!r}: define {attr}() returning (model, example_inputs)")
+    return _call(factory, spec)
+
+
+def _call(factory, spec):
+    try:
+        result = factory()
+    except Exception as e:
+        raise UsageError(f"model factory {spec} raised {type(e).__name__}: {_first(e)}") from e
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise UsageError(f"model factory {spec} must return (nn.Module, example_inputs_tuple), got {type(result).__name__}")
+    model, inputs = result
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    return model.eval(), tuple(inputs)
+
+
+def _first(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
