@@ -1,0 +1,3 @@
+from opscope.app.cli import main
+
+main()

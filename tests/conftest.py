@@ -1,0 +1,28 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def opscope_home(tmp_path, monkeypatch):
+    """Every test gets its own run store and backend folder (DESIGN.md: OPSCOPE_HOME)."""
+    home = tmp_path / "opscope-home"
+    home.mkdir()
+    monkeypatch.setenv("OPSCOPE_HOME", str(home))
+    return home
+
+
+def run_cli(*args, timeout=300, env=None, input=None):
+    """Run the installed `opscope` command in a subprocess: what a user types."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "opscope.app", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=e, input=input)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
