@@ -1,0 +1,55 @@
+"""`opscope tune MODEL --backend B [--budget N] [--json]`: search a backend's knobs, measure each
+trial, keep the best configuration in the tuning cache."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .common import add_json, console, emit_json, fmt_ns, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="search a backend's knobs (threads, dtype, batch chunking) and cache the best")
+    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
+    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    p.add_argument("--budget", type=int, default=8, help="trials to measure, the default configuration included")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per trial (the median counts)")
+    p.add_argument("--no-cache", action="store_true", help="measure even when the cache has an answer")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from opscope.profiler.tune import tune
+
+    err = Console(stderr=True, highlight=False)
+    with Progress(TextColumn("[bold]tuning[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(f"{args.model} on {args.backend}", total=max(args.budget, 1))
+
+        def progress(done, total, trial):
+            secs = fmt_ns(trial["seconds"] * 1e9) if trial.get("seconds") is not None else trial["status"]
+            bar.update(task, completed=done, description=f"{args.model} on {args.backend}: trial {done} {secs}")
+
+        result = tune(args.model, args.backend, budget=args.budget, repeats=args.repeats,
+                      use_cache=not args.no_cache, progress=progress)
+    if args.json:
+        emit_json(result)
+        return 0
+    how = "from the tuning cache (no trials run)" if result["cache_hit"] else f"{result['trials_run']} trials"
+    console.print(f"[bold]{args.model}[/] on [bold]{result['backend']}[/]: {how}")
+    if result["trials"]:
+        console.print(table("trials", ["#", "config", "time", "status"],
+                            [[t["number"], _cfg(t["config"]), fmt_ns(t["seconds"] * 1e9) if t["seconds"] else "-",
+                              t["status"]] for t in result["trials"]], justify_right={"time"}))
+    d, b = result["default"], result["best"]
+    console.print(f"default {_cfg(d['config'])}: {fmt_ns(d['seconds'] * 1e9)}")
+    console.print(f"[green]best    {_cfg(b['config'])}: {fmt_ns(b['seconds'] * 1e9)} "
+                  f"({result['speedup']:.2f}x)[/]")
+    return 0
+
+
+def _cfg(c: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in c.items())

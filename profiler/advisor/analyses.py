@@ -1,0 +1,392 @@
+"""Analyses over one run: the numbers the rules reason about.
+
+`analyze(run, events, description)` returns a plain dict of sections (`time`, `roofline`,
+`overhead`, `fallback`, `transfers`, `dtype`, `layout`, `memory`, `gaps`, `fusion`, `dominant`,
+`whatif`, `hw`, `run`); rule expressions name its values (`fallback.seconds`, `hw.kind`).
+All times are seconds per step; shares are fractions of the step's busy time.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from opscope.runtime.description import Description
+from opscope.runtime.ops import OPS
+from opscope.runtime.roofline import bound as roofline_bound
+
+from . import whatif
+
+# the sections every analysis dict has: rule files are checked against these names at load time
+SECTIONS = ("run", "hw", "time", "roofline", "overhead", "fallback", "transfers", "dtype", "layout", "memory",
+            "gaps", "fusion", "dominant", "whatif")
+
+_FUSABLE = ("elementwise", "activation")
+_CONV = ("conv2d", "conv1d", "conv3d", "convolution", "conv_transpose2d")
+
+
+@dataclass
+class RunData:
+    """A run as the advisor sees it: its row, its op events (one dict each), its description."""
+
+    run: dict
+    events: list[dict]
+    description: Description | None
+    steps: int
+
+
+def load(run_id: str, store=None) -> RunData:
+    from opscope.profiler.store import RunStore
+    store = store or RunStore()
+    run = store.get_run(run_id)
+    cols = ["step", "seq", "op", "node", "backend", "start_ns", "end_ns", "input_dtypes", "output_dtypes",
+            "bytes", "flops", "fallback", "live_bytes"]
+    frame = store.events_frame(run["run_id"], columns=cols)
+    return from_frame(run, frame)
+
+
+def from_frame(run: dict, frame: dict) -> RunData:
+    n = len(frame["op"]) if frame else 0
+    events = []
+    for i in range(n):
+        dt = _first_float(frame["input_dtypes"][i]) or _first_float(frame["output_dtypes"][i]) or "float32"
+        events.append({
+            "step": int(frame["step"][i]), "seq": int(frame["seq"][i]), "op": str(frame["op"][i]),
+            "node": str(frame["node"][i]), "backend": str(frame["backend"][i]),
+            "start": int(frame["start_ns"][i]), "end": int(frame["end_ns"][i]),
+            "seconds": max(int(frame["end_ns"][i]) - int(frame["start_ns"][i]), 0) / 1e9,
+            "bytes": _int(frame["bytes"][i]), "flops": _int(frame["flops"][i]),
+            "fallback": bool(frame["fallback"][i]), "live_bytes": _int(frame["live_bytes"][i]), "dtype": dt})
+    steps = len({e["step"] for e in events}) or 1
+    return RunData(run, events, description_of(run), steps)
+
+
+def description_of(run: dict) -> Description | None:
+    """The description the run was recorded with (so later edits to the file do not rewrite history)."""
+    d = run.get("description")
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            d = None
+    if not isinstance(d, dict):
+        return None
+    known = {f.name for f in fields(Description)}
+    return Description(**{k: v for k, v in d.items() if k in known})
+
+
+def _int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _first_float(text) -> str | None:
+    if not text:
+        return None
+    try:
+        dts = json.loads(text) if isinstance(text, str) else list(text)
+    except ValueError:
+        return None
+    for d in dts:
+        if isinstance(d, str) and d.startswith(("float", "bfloat")):
+            return d
+    return None
+
+
+# --- the analyses ----------------------------------------------------------------------------
+def analyze(data: RunData) -> dict:
+    run, evs, d, steps = data.run, data.events, data.description, data.steps
+    d = d or Description(name=run.get("backend") or "?", implementation="unknown")
+    busy = sum(e["seconds"] for e in evs) / steps
+    a = {
+        "run": {"id": run.get("run_id"), "model": run.get("model"), "backend": run.get("backend"),
+                "steps": steps, "ops": len(evs) // steps, "simulated": d.implementation == "sim"},
+        "hw": _hw(d),
+        "time": {"seconds": busy, "wall_seconds": _wall(evs) / steps},
+    }
+    a["overhead"] = _overhead(evs, d, busy, steps)
+    a["roofline"] = _roofline(evs, d, busy, steps, a["overhead"]["per_op_seconds"])
+    a["fallback"], a["transfers"] = _fallback(evs, d, busy, steps)
+    a["dtype"] = _dtype(evs, d, busy, steps)
+    a["layout"] = _layout(evs, d, busy, steps)
+    a["memory"] = _memory(evs, d)
+    a["gaps"] = _gaps(evs, busy, steps)
+    a["fusion"] = _fusion(evs, d, busy, steps, a["overhead"]["per_op_seconds"])
+    a["dominant"] = _dominant(evs, busy, steps)
+    a["whatif"] = _whatif(evs, d, busy, steps)
+    return a
+
+
+def _hw(d: Description) -> dict:
+    f32 = d.peak("float32")
+    fast, ratio = None, 1.0
+    for dt in ("bfloat16", "float16"):          # float16 wins a tie: numpy runs it natively on sim chips
+        p = float(d.peak_flops.get(dt) or 0.0)
+        if f32 and p / f32 >= ratio and p > f32:
+            fast, ratio = dt, p / f32
+    return {"name": d.name, "kind": d.kind, "implementation": d.implementation, "roofline": whatif.has_roofline(d),
+            "peak_float32": f32, "peak_float16": d.peak("float16"), "peak_bfloat16": d.peak("bfloat16"),
+            "fast_dtype": fast or "", "fast_ratio": ratio, "memory_bandwidth": d.memory_bandwidth,
+            "memory_capacity": d.memory_capacity, "launch_overhead": d.launch_overhead,
+            "host_bandwidth": d.host_bandwidth, "preferred_layout": d.preferred_layout}
+
+
+def _wall(evs) -> float:
+    total = 0
+    for step in {e["step"] for e in evs}:
+        s = [e for e in evs if e["step"] == step]
+        total += max(e["end"] for e in s) - min(e["start"] for e in s)
+    return total / 1e9
+
+
+def _overhead(evs, d, busy, steps) -> dict:
+    """Time a kernel costs just for being launched. The description says it for described chips;
+    elsewhere the median view op (which computes nothing) is the best measure of dispatch cost."""
+    per_op = d.launch_overhead
+    source = "description"
+    if not per_op:
+        views = [e["seconds"] for e in evs if OPS.get(e["op"]) is not None and OPS[e["op"]].kind == "view"]
+        per_op = float(np.median(views)) if views else 0.0
+        source = "view ops"
+    n = len(evs) / steps
+    return {"per_op_seconds": per_op, "source": source, "ops": n, "seconds": per_op * n,
+            "share": _share(per_op * n, busy)}
+
+
+def _share(x, total) -> float:
+    return float(x / total) if total > 0 else 0.0
+
+
+def _roofline(evs, d, busy, steps, per_op) -> dict:
+    per: dict[str, dict] = {}
+    shares = {"compute": 0.0, "memory": 0.0, "overhead": 0.0, "unknown": 0.0}
+    for e in evs:
+        if e["op"] == "transfer" or e["fallback"]:
+            b = "unknown"
+        elif whatif.has_roofline(d):
+            b = roofline_bound(e["flops"], e["bytes"], e["dtype"], d)
+        elif per_op and e["seconds"] <= 2 * per_op:
+            b = "overhead"          # no roofs to compare with, but it took no longer than a launch
+        else:
+            b = "unknown"
+        shares[b] += e["seconds"]
+        r = per.setdefault(e["op"], {"op": e["op"], "calls": 0, "seconds": 0.0, "flops": 0, "bytes": 0,
+                                     "bounds": {}})
+        r["calls"] += 1
+        r["seconds"] += e["seconds"]
+        r["flops"] += e["flops"]
+        r["bytes"] += e["bytes"]
+        r["bounds"][b] = r["bounds"].get(b, 0.0) + e["seconds"]
+    rows = []
+    for r in per.values():
+        r["bound"] = max(r["bounds"], key=r["bounds"].get)
+        r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else 0.0
+        r["achieved_flops"] = r["flops"] / r["seconds"] if r["seconds"] else 0.0
+        r["seconds"] /= steps
+        r["calls"] //= steps
+        r["share"] = _share(r["seconds"], busy)
+        del r["bounds"]
+        rows.append(r)
+    rows.sort(key=lambda r: -r["seconds"])
+    total = sum(shares.values()) or 1.0
+    out = {f"{k}_share": v / total for k, v in shares.items()}
+    out["ridge_intensity"] = d.peak("float32") / d.memory_bandwidth if whatif.has_roofline(d) else 0.0
+    out["ops"] = rows
+    return out
+
+
+def _fallback(evs, d, busy, steps) -> tuple[dict, dict]:
+    """Fallback ops, ranked by what implementing them natively would save: their own time plus the
+    transfers they cause, minus what the chip would take to run them ("which op to implement next")."""
+    by_node = {(e["step"], e["node"]): e for e in evs}
+    per: dict[str, dict] = {}
+    last_fb: dict[int, dict] = {}
+    tr_count = tr_bytes = 0
+    tr_seconds = 0.0
+    for e in sorted(evs, key=lambda e: (e["step"], e["seq"])):
+        if e["op"] == "transfer":
+            # an event's bytes count what an op reads plus what it writes; the link carries one copy
+            payload = e["bytes"] // 2
+            tr_count += 1
+            tr_bytes += payload
+            tr_seconds += e["seconds"]
+            # transfer_<consumer>_<slot>: into a fallback op, or back out of the last one that ran
+            consumer = by_node.get((e["step"], _consumer(e["node"])))
+            owner = consumer if consumer is not None and consumer["fallback"] else last_fb.get(e["step"])
+            if owner is not None:
+                r = _fb_row(per, owner)
+                r["transfer_bytes"] += payload
+                r["transfer_seconds"] += e["seconds"]
+            continue
+        if e["fallback"]:
+            last_fb[e["step"]] = e
+            r = _fb_row(per, e)
+            r["calls"] += 1
+            r["seconds"] += e["seconds"]
+            r["native_seconds"] += whatif.native_seconds([e], d)
+            if e["node"] not in r["nodes"]:
+                r["nodes"].append(e["node"])
+    rows = []
+    for r in per.values():
+        for k in ("seconds", "transfer_seconds", "native_seconds"):
+            r[k] /= steps
+        r["calls"] //= steps
+        r["transfer_bytes"] //= steps
+        r["cost_seconds"] = r["seconds"] + r["transfer_seconds"]
+        r["gain_seconds"] = max(r["cost_seconds"] - r["native_seconds"], 0.0)
+        r["share"] = _share(r["cost_seconds"], busy)
+        rows.append(r)
+    rows.sort(key=lambda r: -r["gain_seconds"])
+    fb_seconds = sum(r["seconds"] for r in rows)
+    fallback = {"count": len(rows), "calls": sum(r["calls"] for r in rows), "seconds": fb_seconds,
+                "share": _share(fb_seconds, busy), "transfer_bytes": sum(r["transfer_bytes"] for r in rows),
+                "transfer_seconds": sum(r["transfer_seconds"] for r in rows), "ops": rows,
+                "gain_seconds": sum(r["gain_seconds"] for r in rows)}
+    transfers = {"count": tr_count // steps, "bytes": tr_bytes // steps, "seconds": tr_seconds / steps,
+                 "share": _share(tr_seconds / steps, busy)}
+    return fallback, transfers
+
+
+def _consumer(name: str) -> str:
+    # transfer_<consumer node>_<slot>; node names may themselves contain underscores
+    body = name[len("transfer_"):] if name.startswith("transfer_") else name
+    return body.rsplit("_", 1)[0]
+
+
+def _fb_row(per, e) -> dict:
+    return per.setdefault(e["op"], {"op": e["op"], "backend": e["backend"], "calls": 0, "seconds": 0.0,
+                                    "transfer_bytes": 0, "transfer_seconds": 0.0, "native_seconds": 0.0,
+                                    "nodes": []})
+
+
+def _dtype(evs, d, busy, steps) -> dict:
+    """How much of the time runs in float32 on a chip whose peak is higher in a narrower dtype."""
+    hw = _hw(d)
+    fast = hw["fast_dtype"]
+    f32 = [e for e in evs if e["dtype"] == "float32" and not e["fallback"] and e["op"] != "transfer"]
+    f32_seconds = sum(e["seconds"] for e in f32) / steps
+    out = {"current": _mode([e["dtype"] for e in evs if e["op"] != "transfer"]) or "float32",
+           "fast": fast, "ratio": hw["fast_ratio"], "float32_seconds": f32_seconds,
+           "float32_share": _share(f32_seconds, busy), "before_seconds": 0.0, "after_seconds": 0.0,
+           "gain_seconds": 0.0, "gain_fraction": 0.0, "ops": []}
+    if not fast or not whatif.has_roofline(d):
+        return out
+    est = whatif.dtype_estimate(evs, d, fast)
+    out.update({k: v / steps for k, v in est.items()})
+    out["gain_fraction"] = _share(out["gain_seconds"], busy)
+    per: dict[str, float] = {}
+    for e in f32:
+        per[e["op"]] = per.get(e["op"], 0.0) + whatif.event_seconds(e, d) - whatif.event_seconds(e, d, dtype=fast)
+    out["ops"] = [op for op, g in sorted(per.items(), key=lambda kv: -kv[1]) if g > 0][:5]
+    return out
+
+
+def _mode(values):
+    counts: dict = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return max(counts, key=counts.get) if counts else None
+
+
+def _layout(evs, d, busy, steps) -> dict:
+    """Convolutions arrive NCHW (PyTorch's default); a chip that prefers NHWC pays a layout change on
+    the way in and out of each one, which is what switching the model's layout would save."""
+    convs = [e for e in evs if e["op"] in _CONV]
+    conv_seconds = sum(e["seconds"] for e in convs) / steps
+    transform = 0.0
+    if d.preferred_layout == "nhwc" and d.memory_bandwidth:
+        transform = sum(2 * e["bytes"] / d.memory_bandwidth for e in convs) / steps
+    return {"current": "nchw", "preferred": d.preferred_layout, "mismatch": bool(convs) and d.preferred_layout != "nchw",
+            "conv_calls": len(convs) // steps, "conv_seconds": conv_seconds, "conv_share": _share(conv_seconds, busy),
+            "transform_seconds": transform, "nodes": sorted({e["node"] for e in convs})[:10]}
+
+
+def _memory(evs, d) -> dict:
+    peak = max((e["live_bytes"] for e in evs), default=0)
+    cap = d.memory_capacity
+    return {"peak_bytes": peak, "capacity_bytes": cap, "ratio": _share(peak, cap) if cap else 0.0}
+
+
+def _gaps(evs, busy, steps) -> dict:
+    gaps = []
+    for step in sorted({e["step"] for e in evs}):
+        s = sorted((e for e in evs if e["step"] == step), key=lambda e: e["start"])
+        end = None
+        for e in s:
+            if end is not None and e["start"] > end:
+                gaps.append(e["start"] - end)
+            end = e["end"] if end is None else max(end, e["end"])
+    total = sum(gaps) / 1e9 / steps
+    return {"seconds": total, "count": len(gaps) // steps, "largest_seconds": max(gaps, default=0) / 1e9,
+            "share": _share(total, busy + total)}
+
+
+def _fusion(evs, d, busy, steps, per_op) -> dict:
+    """Runs of consecutive small elementwise ops: fused, they launch once and keep intermediates
+    out of memory (the bytes each one writes and the next one reads back)."""
+    chains, cur = [], []
+    first_step = min((e["step"] for e in evs), default=0)
+    for e in sorted((e for e in evs if e["step"] == first_step), key=lambda e: e["seq"]):
+        kind = OPS[e["op"]].kind if e["op"] in OPS else ""
+        if kind in _FUSABLE and not e["fallback"]:
+            cur.append(e)
+            continue
+        if len(cur) >= 2:
+            chains.append(cur)
+        cur = []
+    if len(cur) >= 2:
+        chains.append(cur)
+    gain = 0.0
+    for c in chains:
+        saved_bytes = sum(e["bytes"] for e in c[1:]) // 2      # roughly: each link's round trip to memory
+        gain += (len(c) - 1) * per_op + (saved_bytes / d.memory_bandwidth if d.memory_bandwidth else 0.0)
+    seconds = sum(e["seconds"] for c in chains for e in c)
+    return {"chains": len(chains), "ops": sum(len(c) for c in chains), "seconds": seconds,
+            "share": _share(seconds, busy), "gain_seconds": min(gain, seconds),
+            "examples": [" -> ".join(e["op"] for e in c) + f" ({c[0]['node']})" for c in chains[:3]],
+            "nodes": [e["node"] for c in chains[:3] for e in c]}
+
+
+def _dominant(evs, busy, steps) -> dict:
+    per: dict[str, list] = {}
+    for e in evs:
+        r = per.setdefault(e["op"], [0, 0.0])
+        r[0] += 1
+        r[1] += e["seconds"]
+    rows = [{"op": op, "calls": c // steps, "seconds": s / steps, "share": _share(s / steps, busy)}
+            for op, (c, s) in per.items()]
+    rows.sort(key=lambda r: -r["seconds"])
+    top = rows[0] if rows else {"op": "", "share": 0.0, "seconds": 0.0, "calls": 0}
+    return {"ops": rows[:5], "top_op": top["op"], "top_share": top["share"], "top_seconds": top["seconds"],
+            "top3_share": sum(r["share"] for r in rows[:3])}
+
+
+def _whatif(evs, d, busy, steps) -> dict:
+    """The run on every other described chip, by the roofline. Only comparable when this run's
+    own times come from a roofline too (sim); a real chip's times and a model's are not."""
+    out = {"backends": [], "best_backend": "", "best_seconds": 0.0, "best_speedup": 1.0, "best_unsupported": []}
+    if not whatif.has_roofline(d) or d.implementation != "sim":
+        return out
+    from opscope.runtime import description as _description
+    from opscope.runtime.backends import description_paths
+    for name, path in description_paths().items():
+        try:
+            other = _description.load(path)
+        except Exception:       # a broken user description is `opscope backends`' business, not ours
+            continue
+        if other.name == d.name or other.implementation != "sim" or not whatif.has_roofline(other):
+            continue
+        est = whatif.backend_estimate(evs, other)
+        secs = est["seconds"] / steps
+        out["backends"].append({"backend": f"sim:{name}", "seconds": secs, "speedup": busy / secs if secs else 1.0,
+                                "unsupported": est["unsupported"]})
+    out["backends"].sort(key=lambda r: r["seconds"])
+    if out["backends"]:
+        b = out["backends"][0]
+        out.update(best_backend=b["backend"], best_seconds=b["seconds"], best_speedup=b["speedup"],
+                   best_unsupported=b["unsupported"], best_gain_seconds=max(busy - b["seconds"], 0.0))
+    out.setdefault("best_gain_seconds", 0.0)
+    return out
