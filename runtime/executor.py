@@ -85,6 +85,21 @@ class Plan:
     output_refs: list
 
     @property
+    def peak_bytes(self) -> int:
+        """Peak bytes of live intermediate values over one run (what hooks see as call.live_bytes)."""
+        live = peak = 0
+        for st in self.steps:
+            live += st.alloc_bytes
+            peak = max(peak, live)
+            live -= st.free_bytes
+        return peak
+
+    @property
+    def constant_bytes(self) -> int:
+        """Parameters, buffers and constants held on the backends for the plan's lifetime."""
+        return sum(self.graph.slot_meta[s].nbytes for s in self.constants if s in self.graph.slot_meta)
+
+    @property
     def backends(self) -> list[Backend]:
         seen = {}
         for s in self.steps:
@@ -229,14 +244,28 @@ class Executor:
             env[st.out_slots[0]] = out
 
     def _run_fast(self, env):
-        for st in self.plan.steps:
-            args, kwargs = self._call(st, env)
+        # NOTE: this loop is the whole cost of opscope with no hooks; keep it free of method
+        # calls and attribute lookups. The per-step tuples are rebuilt each run (tens of us) so
+        # a caller that swaps a Step's kernel between runs is always honoured.
+        for i, (kernel, args, flat, kwargs, multi, out, frees) in enumerate(_fast_steps(self.plan.steps)):
+            if flat is not None:
+                if flat:
+                    args = list(args)
+                    for j, s in flat:
+                        args[j] = env[s]
+            else:
+                args = _materialize(args, env)
+                kwargs = {k: _materialize(v, env) for k, v in kwargs.items()}
             try:
-                out = st.kernel(*args, **kwargs)
+                value = kernel(*args, **kwargs)
             except Exception as e:
-                raise _op_failed(st, e) from e
-            self._store(st, env, out)
-            for s in st.free_after:
+                raise _op_failed(self.plan.steps[i], e) from e
+            if multi:
+                for s, v in zip(out, value):
+                    env[s] = v
+            else:
+                env[out] = value
+            for s in frees:
                 env[s] = None
 
     def _run_hooked(self, env):
@@ -289,6 +318,18 @@ class Executor:
             for h in hooks:
                 if hasattr(h, "on_run_end"):
                     h.on_run_end(info, error)
+
+
+def _fast_steps(steps: list[Step]) -> list[tuple]:
+    """(kernel, args, flat arg slots | None when nested, kwargs, multi, out slot(s), frees) per step."""
+    out = []
+    for st in steps:
+        flat = st.arg_slots
+        out.append((st.kernel, tuple(st.args) if flat is not None else st.args, flat, st.kwargs,
+                    st.node.multi_output or not st.out_slots,
+                    list(st.out_slots) if (st.node.multi_output or not st.out_slots) else st.out_slots[0],
+                    tuple(st.free_after)))
+    return out
 
 
 class OpFailed(ModelError):

@@ -138,6 +138,22 @@ class HostClock:
         pass
 
 
+class _LazyComm:
+    """`backend.comm`: a Communicator made on first use (a vendor may set its own instead)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return None                      # the dataclass default
+        comm = obj.__dict__.get("_comm")
+        if comm is None:
+            from .comm import Communicator
+            comm = obj.__dict__["_comm"] = Communicator(obj)
+        return comm
+
+    def __set__(self, obj, value):
+        obj.__dict__["_comm"] = value
+
+
 @dataclass
 class Backend:
     """A registered backend: description + the three HDI modules + a clock."""
@@ -146,7 +162,7 @@ class Backend:
     description: Description
     ops: OperatorRegistry
     memory: MemoryManager
-    comm: Any = None
+    comm: Any = _LazyComm()       # Communicator over torch.distributed, created on first use
     clock: Any = field(default_factory=HostClock)
     device: str = "cpu"
     fallback: "Backend | None" = None

@@ -31,12 +31,13 @@ def main(args) -> int:
     rep = s.plan.placement.report()
     doc = {"model": args.model, "backend": s.backend.name, "nodes": len(s.graph.nodes), "seconds": best,
            "capture_seconds": s.capture_seconds, "max_abs_err": err["max_abs"], "max_rel_err": err["max_rel"],
-           "cosine": err["cosine"], "placement": rep}
+           "cosine": err["cosine"], "placement": rep,
+           "memory": {"peak_bytes": s.plan.peak_bytes, "constant_bytes": s.plan.constant_bytes}}
     if args.json:
         emit_json(doc)
         return 0
     console.print(f"[bold]{args.model}[/] on [bold]{s.backend.name}[/]: {len(s.graph.nodes)} ops, "
-                  f"{best * 1e3:.2f} ms, max abs err {err['max_abs']:.2e}, max rel err {err['max_rel']:.2e} vs eager PyTorch")
+                  f"{best * 1e3:.2f} ms, peak {fmt_bytes(s.plan.peak_bytes)} live (+{fmt_bytes(s.plan.constant_bytes)} weights), max abs err {err['max_abs']:.2e}, max rel err {err['max_rel']:.2e} vs eager PyTorch")
     console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
                         justify_right={"nodes"}))
     if rep["fallback_ops"]:

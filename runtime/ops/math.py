@@ -105,6 +105,8 @@ _unary("isnan", lambda self: np.isnan(self))
 
 @define("clamp", "elementwise", aten=("aten.clamp", "aten.clamp_", "aten.clip"))
 def clamp(self, min=None, max=None):
+    if self.dtype.kind in "iub" and any(isinstance(v, float) for v in (min, max)):
+        self = self.astype(np.float32)    # torch promotes an int tensor clamped by a float
     out = self
     if min is not None:
         out = np.maximum(out, np.asarray(min, dtype=self.dtype) if np.isscalar(min) else min)
@@ -182,7 +184,7 @@ def elu(self, alpha=1.0, scale=1.0, input_scale=1.0):
 @define("softplus", "activation", aten=("aten.softplus",))
 def softplus(self, beta=1.0, threshold=20.0):
     bx = self * beta
-    return np.where(bx > threshold, self, np.log1p(np.exp(bx)) / beta).astype(self.dtype)
+    return np.where(bx > threshold, self, np.logaddexp(0, bx) / beta).astype(self.dtype)
 
 
 # --- comparison and selection ------------------------------------------------------------

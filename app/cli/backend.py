@@ -1,0 +1,80 @@
+"""`opscope backend check BACKEND`: conformance of every op the backend claims, against
+PyTorch's CPU kernels in float64 (runtime/conformance.py)."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from opscope.runtime.backends import resolve
+from opscope.runtime.conformance import DEFAULT_DTYPES, check, plan_cells
+from opscope.runtime.dtypes import ITEMSIZE
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, console, emit_json, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("backend", help="work with one backend (conformance check)")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    c = verbs.add_parser("check", help="run every op the backend claims against PyTorch's float64 CPU reference")
+    c.add_argument("backend", help="numpy, torch:DEVICE, sim:NAME or a .toml description")
+    c.add_argument("--ops", default="", help="comma-separated op names (default: every op the backend claims)")
+    c.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
+                   help=f"comma-separated dtypes to check (default: {','.join(DEFAULT_DTYPES)})")
+    add_json(c)
+    c.set_defaults(func=main)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def main(args) -> int:
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    bad = [d for d in dtypes if d not in ITEMSIZE]
+    if bad:
+        raise UsageError(f"unknown dtype(s) {', '.join(bad)} in --dtypes: use names like float32, float16, int64")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] or None
+    backend = resolve(args.backend, with_fallback=False)
+    total = len(plan_cells(backend, ops, dtypes))
+    err = Console(stderr=True)
+    with Progress(TextColumn("checking {task.fields[cell]:<36}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("check", total=total, cell="")
+
+        def step(op, dt):
+            bar.update(task, advance=1, cell=f"{op} {dt}")
+        report = check(backend, ops, dtypes, progress=step)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        _print(report, dtypes)
+    return 1 if report.failed else 0
+
+
+def _print(report, dtypes) -> None:
+    cols = [d for d in dtypes if any(c.dtype == d for c in report.cells)]
+    if any(c.dtype == "-" for c in report.cells):
+        cols.append("-")
+    by_op: dict[str, dict] = {}
+    for c in report.cells:
+        by_op.setdefault(c.op, {})[c.dtype] = c
+    rows = []
+    for op, cells in by_op.items():
+        row = [op]
+        for d in cols:
+            c = cells.get(d)
+            row.append("" if c is None else _cell(c))
+        rows.append(row)
+    console.print(table(f"conformance of {report.backend} (reference: torch CPU, float64)", ["op", *cols], rows))
+    counts = report.counts()
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing to check")
+    for c in report.failed:
+        console.print(f"[red]FAIL[/] {c.op} {c.dtype}: {c.message}", markup=True)
+
+
+def _cell(c) -> str:
+    if c.status == "pass":
+        return "[green]pass[/]"
+    if c.status == "fail":
+        return f"[red]FAIL[/] ({c.max_abs:.1e}, {c.max_rel:.1e})"
+    return c.status
