@@ -208,8 +208,7 @@ def _fallback(evs, d, busy, steps) -> tuple[dict, dict]:
     tr_seconds = 0.0
     for e in sorted(evs, key=lambda e: (e["step"], e["seq"])):
         if e["op"] == "transfer":
-            # an event's bytes count what an op reads plus what it writes; the link carries one copy
-            payload = e["bytes"] // 2
+            payload = e["bytes"]          # a transfer's bytes are the one copy that crosses the link
             tr_count += 1
             tr_bytes += payload
             tr_seconds += e["seconds"]

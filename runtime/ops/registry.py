@@ -85,6 +85,8 @@ def bytes_of(node) -> int:
     op = OPS.get(node.op)
     if op is not None and op.kind in ("view",):
         return 0
+    if node.op == "transfer":     # one copy crosses the link
+        return sum(m.nbytes for m in node.input_meta)
     return sum(m.nbytes for m in node.input_meta) + sum(m.nbytes for m in node.output_meta if m is not None)
 
 

@@ -1,0 +1,202 @@
+"""`opscope migrate`: find CUDA-specific code, rewrite it to opscope's device helpers, predict how a model runs.
+
+    opscope migrate scan PATH [--json | --csv | --html -o FILE]
+    opscope migrate apply PATH [--diff | --write]
+    opscope migrate check file.py:factory --backend B [--backend B2 ...] [--json]
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, console, emit_json, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("migrate", help="find CUDA-specific code, rewrite it, predict how a model runs elsewhere")
+    msub = p.add_subparsers(dest="migrate_command", metavar="SUBCOMMAND", parser_class=type(p))
+    p.set_defaults(func=lambda args: _usage(p))
+
+    s = msub.add_parser("scan", help="report every CUDA-specific API in a code base, with a readiness score")
+    s.add_argument("path", help="a folder or a source file")
+    fmt = s.add_mutually_exclusive_group()
+    add_json(fmt)
+    fmt.add_argument("--csv", action="store_true", help="one row per finding")
+    fmt.add_argument("--html", action="store_true", help="a self-contained HTML report (needs -o)")
+    s.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    s.add_argument("--max-size", default="2MiB", help="skip files larger than this (default 2MiB)")
+    s.add_argument("--fail-under", type=float, metavar="SCORE", help="exit 1 when the readiness score is below SCORE")
+    bar = s.add_mutually_exclusive_group()
+    bar.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    bar.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    s.set_defaults(func=scan_main)
+
+    a = msub.add_parser("apply", help="rewrite the Python findings that have a safe replacement")
+    a.add_argument("path", help="a folder or a Python file")
+    how = a.add_mutually_exclusive_group()
+    how.add_argument("--diff", action="store_true", help="print a unified diff (the default)")
+    how.add_argument("--write", action="store_true", help="rewrite the files, keeping FILE.orig backups")
+    a.add_argument("--max-size", default="2MiB", help="skip files larger than this (default 2MiB)")
+    add_json(a)
+    a.set_defaults(func=apply_main)
+
+    c = msub.add_parser("check", help="predict native / fallback / unsupported per op and line, then confirm by running")
+    c.add_argument("model", help="path/to/file.py:factory or demo:NAME")
+    c.add_argument("--backend", "-b", action="append", required=True, help="a backend spec; repeat for several")
+    add_json(c)
+    c.set_defaults(func=check_main)
+
+
+def _usage(p) -> int:
+    p.print_help(sys.stderr)
+    return 2
+
+
+def _size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)(i?[bB])?\s*", text or "")
+    if not m:
+        raise UsageError(f"--max-size {text!r}: give a size such as 500KiB, 2MiB or 1048576")
+    scale = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def _output_path(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {path}: folder {out.parent} does not exist; create it or write elsewhere")
+    if out.is_dir():
+        raise UsageError(f"-o {path} is a folder: give a file name")
+    return out
+
+
+def scan_main(args) -> int:
+    from opscope.app.migrate.report import summarize, to_csv, to_html, to_json
+    from opscope.app.migrate.scan import scan_path
+
+    if args.html and not args.output:
+        raise UsageError("--html needs -o FILE: the report is a file to open in a browser")
+    out = _output_path(args.output)
+    if not Path(args.path).exists():
+        raise UsageError(f"{args.path} does not exist: give a folder or a source file to scan")
+    show = args.progress or (sys.stderr.isatty() and not args.json and not args.no_progress)
+    result = scan_path(args.path, max_bytes=_size(args.max_size), progress=show)
+    summary = summarize(result)
+    if args.json or args.csv or args.html:
+        import json
+        text = (to_html(result) if args.html else to_csv(result) if args.csv else
+                json.dumps(to_json(result), indent=1) + "\n")
+        if out:
+            out.write_text(text, encoding="utf-8")
+            print(f"wrote {out} ({summary['findings_total']} findings, readiness {summary['readiness']:.1f})",
+                  file=sys.stderr)
+        elif args.json:
+            emit_json(to_json(result))
+        else:
+            sys.stdout.write(text)
+    else:
+        _print_scan(result, summary)
+        if out:
+            out.write_text(to_csv(result) if out.suffix == ".csv" else to_html(result) if out.suffix in (".html", ".htm")
+                           else __import__("json").dumps(to_json(result), indent=1) + "\n", encoding="utf-8")
+            console.print(f"wrote {out}")
+    if args.fail_under is not None and summary["readiness"] < args.fail_under:
+        print(f"opscope: readiness {summary['readiness']:.1f} is below --fail-under {args.fail_under:g}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_scan(result, s) -> None:
+    console.print(f"[bold]{s['findings_total']}[/] CUDA-specific findings in {s['files_with_findings']} of "
+                  f"{s['files_scanned']} files ({s['lines']} lines); [bold]{s['unresolved']}[/] left after "
+                  f"`opscope migrate apply`; readiness [bold]{s['readiness']:.1f}[/]/100 "
+                  f"({s['readiness_after_apply']:.1f} after apply)")
+    if s["by_category"]:
+        console.print(table("by category", ["category", "findings", "left after apply"],
+                            [[c["category"], c["findings"], c["unresolved"]] for c in s["by_category"]],
+                            justify_right={"findings", "left after apply"}))
+    rows = [[f"{f.file}:{f.line}:{f.column}", f.api, f.category, f.severity,
+             "apply" if f.rewritable else "ok" if f.resolved else "manual", f.replacement]
+            for f in result.findings[:200]]
+    if rows:
+        console.print(table("findings" + (f" (first 200 of {len(result.findings)}; --json for all)"
+                                          if len(result.findings) > 200 else ""),
+                            ["where", "API", "category", "severity", "fix", "use instead"], rows))
+    for sk in s["skipped"]:
+        console.print(f"[dim]skipped {sk['file']}: {sk['reason']}[/]")
+
+
+def apply_main(args) -> int:
+    from opscope.app.migrate.rewrite import rewrite
+    from opscope.app.migrate.scan import scan_path
+
+    if not Path(args.path).exists():
+        raise UsageError(f"{args.path} does not exist: give a folder or a Python file to rewrite")
+    result = scan_path(args.path, max_bytes=_size(args.max_size), keep_trees=True)
+    base = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
+    changes = []
+    for rel, tree in sorted(result.python_trees.items()):
+        fr = rewrite(rel, tree)
+        if not fr.changed:
+            continue
+        changes.append(fr)
+        if args.write:
+            target = base / rel if Path(args.path).is_dir() else Path(args.path)
+            backup = target.with_name(target.name + ".orig")
+            if not backup.exists():          # a second apply must not overwrite the real original
+                backup.write_bytes(target.read_bytes())
+            target.write_bytes(fr.after.encode(tree.module.encoding))
+    left = [f for f in result.findings if not f.resolved]
+    if args.json:
+        emit_json({"path": args.path, "written": bool(args.write),
+                   "files": [{"file": c.path, "rewritten": c.rewritten, "marked": c.marked,
+                              **({} if args.write else {"diff": c.diff()})} for c in changes],
+                   "rewritten": sum(c.rewritten for c in changes), "marked": sum(c.marked for c in changes),
+                   "manual": [f.as_dict() for f in left]})
+        return 0
+    if not args.write:
+        for c in changes:
+            sys.stdout.write(c.diff())
+        msg = sys.stderr
+    else:
+        msg = sys.stdout
+    verb = "rewrote" if args.write else "would rewrite"
+    print(f"{verb} {sum(c.rewritten for c in changes)} findings in {len(changes)} files"
+          + (" (backups: FILE.orig)" if args.write and changes else "")
+          + f"; {len(left)} need a manual change (marked `# opscope-migrate:` in Python files)", file=msg)
+    return 0
+
+
+def check_main(args) -> int:
+    from opscope.app.migrate.predict import check
+
+    doc = check(args.model, args.backend)
+    if args.json:
+        emit_json(doc)
+        return 0 if doc["confirmed"] else 1
+    for b in doc["backends"]:
+        c, run = b["counts"], b["run"]
+        console.print(f"[bold]{doc['model']}[/] on [bold]{b['backend']}[/]"
+                      + (f" (fallback {b['fallback']})" if b["fallback"] else "")
+                      + f": {c['native']} native, {c['fallback']} fallback, {c['unsupported']} unsupported")
+        not_native = [o for o in b["ops"] if o["status"] != "native"]
+        if not_native:
+            console.print(table("ops that are not native", ["op", "nodes", "prediction", "runs on", "why"],
+                                [[o["op"], o["nodes"], o["status"], o["runs_on"] or "-", o["reason"]] for o in not_native]))
+            lines = [d for d in b["lines"] if d["status"] != "native"]
+            console.print(table("source lines", ["line", "prediction", "ops", "code"],
+                                [[d["source"], d["status"], ", ".join(d["ops"]), d["code"]] for d in lines[:40]]))
+        if run["ran"] and run.get("error") is None:
+            console.print(f"confirmed by a real run: placement {'matched' if run['matched'] else 'DID NOT match'} the "
+                          f"prediction; max abs err {run['max_abs_err']:.2e} vs eager PyTorch (cosine {run['cosine']:.6f})")
+        elif run["ran"]:
+            console.print(f"[red]the run failed[/]: {run['error']}")
+        else:
+            console.print(("confirmed: the backend refuses " if run["matched"] else "[red]NOT confirmed[/]: refused ")
+                          + ", ".join(run.get("refused_ops", [])))
+    return 0 if doc["confirmed"] else 1

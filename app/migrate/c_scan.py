@@ -1,0 +1,67 @@
+"""C, C++ and CUDA sources: blank out comments and literals, then find CUDA calls by name.
+
+Blanking keeps every character's line and column, so a match in the blanked text is a position
+in the real file, and nothing inside a comment or a string can match.
+"""
+from __future__ import annotations
+
+import re
+
+from .rules import Finding, Table
+
+SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh")
+
+_NOISE = re.compile(
+    r'//[^\n]*'                          # line comment
+    r'|/\*.*?(?:\*/|\Z)'                 # block comment (an unclosed one runs to the end)
+    r'|R"([^(\s]*)\(.*?\)\1"'            # C++ raw string
+    r'|"(?:\\.|[^"\\\n])*"?'             # string literal
+    r"|'(?:\\.|[^'\\\n])*'?",            # char literal
+    re.S)
+# a call to something in a CUDA family: cudaMalloc(, cuLaunchKernel(, cublasSgemm(, ncclAllReduce( ...
+_CALL = re.compile(r"\b((?:cuda|cu|cublas|cublasLt|cudnn|nccl|cufft|curand|cusparse|cusolver|nvrtc)[A-Z]\w*)\s*\(")
+# kernel<<<grid, block>>>(...) or kernel<T><<<...>>>(...)
+_LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;()]*>)?\s*<<<")
+_NOT_NEWLINE = re.compile(r"[^\n]")
+_GLOBAL = re.compile(r"\b__global__\b(?:[^;{(]*?)\b(\w+)\s*\(", re.S)
+
+
+def blank(text: str) -> str:
+    """The text with comments and string/char literals replaced by spaces (newlines kept)."""
+    return _NOISE.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group(0)), text)
+
+
+def scan_c(path: str, text: str, table: Table) -> list[Finding]:
+    code = blank(text)
+    lines = text.splitlines()
+    starts = _line_starts(code)
+    found: list[Finding] = []
+
+    def add(pos: int, api: str, pattern: str) -> None:
+        rule = table.c_rule(pattern)
+        if rule is None:
+            return
+        line = _line_of(starts, pos)
+        col = pos - starts[line - 1] + 1
+        found.append(Finding(path, line, col, api, rule.category, rule.severity, rule.replacement, "c",
+                             code=lines[line - 1].strip() if line <= len(lines) else ""))
+
+    for m in _CALL.finditer(code):
+        add(m.start(1), m.group(1), m.group(1))
+    for m in _LAUNCH.finditer(code):
+        add(m.start(1), f"{m.group(1)}<<<>>>", "<<<>>>")
+    for m in _GLOBAL.finditer(code):
+        add(m.start(1), f"__global__ {m.group(1)}", "__global__")
+    found.sort(key=lambda f: (f.line, f.column))
+    return found
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    starts.extend(m.end() for m in re.finditer("\n", text))
+    return starts
+
+
+def _line_of(starts: list[int], pos: int) -> int:
+    import bisect
+    return bisect.bisect_right(starts, pos)

@@ -1,0 +1,111 @@
+"""`opscope migrate check`: predict, per op and per source line, how a model runs on each backend,
+then confirm the prediction with a short real run.
+
+A prediction asks each backend's operator registry (the same `supports(node)` placement asks):
+    native       the backend runs the op
+    fallback     the backend refuses it and its fallback runs it (with transfers around it)
+    unsupported  neither can: the model does not run there
+The confirming run executes the plan with a hook that records which backend each op really
+ran on, and compares the outputs with eager PyTorch. When ops are unsupported, the run is
+expected to be refused with exactly those ops.
+"""
+from __future__ import annotations
+
+from opscope.runtime import models, open_session
+from opscope.runtime.backends import resolve
+from opscope.runtime.capture import capture
+from opscope.runtime.errors import OpscopeError, UnsupportedOpError
+from opscope.runtime.session import compare
+
+RANK = {"native": 0, "fallback": 1, "unsupported": 2}
+COSINE_OK = 0.9999
+
+
+def predict_node(node, backend) -> tuple[str, str, str]:
+    """(status, backend that runs it, why it is not native)."""
+    ok = backend.ops.supports(node)
+    if ok is True:
+        return "native", backend.name, ""
+    fb = backend.fallback
+    if fb is not None and fb.ops.supports(node) is True:
+        return "fallback", fb.name, str(ok)
+    return "unsupported", "", str(ok) + ("" if fb is None else f"; fallback {fb.name} cannot run it either")
+
+
+def _predict(graph, backend) -> dict[str, tuple]:
+    return {n.name: (n, *predict_node(n, backend)) for n in graph.nodes if n.op != "transfer"}
+
+
+def _by_op(pred: dict) -> list[dict]:
+    ops: dict[str, dict] = {}
+    for node, status, where, why in pred.values():
+        o = ops.setdefault(node.op, {"op": node.op, "nodes": 0, "status": status, "runs_on": where, "reason": why})
+        o["nodes"] += 1
+        if RANK[status] > RANK[o["status"]]:
+            o.update(status=status, runs_on=where, reason=why)
+    return sorted(ops.values(), key=lambda o: (-RANK[o["status"]], o["op"]))
+
+
+def _by_line(pred: dict) -> list[dict]:
+    lines: dict[str, dict] = {}
+    for node, status, _, _ in pred.values():
+        key = node.source or "(no source line)"
+        d = lines.setdefault(key, {"source": key, "code": node.source_line or "", "status": status, "ops": []})
+        if node.op not in d["ops"]:
+            d["ops"].append(node.op)
+        if RANK[status] > RANK[d["status"]]:
+            d["status"] = status
+    return sorted(lines.values(), key=lambda d: (-RANK[d["status"]], d["source"]))
+
+
+class _Where:
+    """Executor hook: which backend each op really ran on."""
+
+    def __init__(self):
+        self.ran: dict[str, str] = {}
+
+    def after_op(self, call) -> None:
+        if call.node.op != "transfer":
+            self.ran[call.node.name] = call.backend.name
+
+
+def check_backend(model_spec: str, backend_spec: str, model, inputs) -> dict:
+    backend = resolve(backend_spec)            # a bad spec is a usage error before any work
+    doc = {"backend": backend.name, "fallback": backend.fallback.name if backend.fallback else None}
+    run: dict = {"ran": False, "matched": False, "error": None}
+    try:
+        session = open_session(model_spec, backend_spec, model=model, inputs=inputs)
+    except UnsupportedOpError as e:
+        pred = _predict(capture(model, inputs, name=model_spec), backend)
+        expected = sorted({n.op for n, s, _, _ in pred.values() if s == "unsupported"})
+        run.update(error=str(e), refused_ops=sorted(e.ops), matched=sorted(e.ops) == expected)
+        if not run["matched"]:
+            run["mismatches"] = [{"expected_unsupported": expected, "refused": sorted(e.ops)}]
+    else:
+        pred = _predict(session.graph, session.backend)
+        hook = _Where()
+        try:
+            with session.executor.hooked(hook):
+                out = session.run_host()
+            err = compare(out, session.eager())
+        except OpscopeError as e:
+            run.update(ran=True, error=str(e))
+        else:
+            mism = [{"node": name, "op": node.op, "predicted": where, "ran_on": hook.ran.get(name)}
+                    for name, (node, status, where, _) in pred.items() if hook.ran.get(name) != where]
+            run.update(ran=True, matched=not mism, mismatches=mism[:20], max_abs_err=err["max_abs"],
+                       max_rel_err=err["max_rel"], cosine=err["cosine"], numerics_ok=err["cosine"] >= COSINE_OK)
+    counts = {s: 0 for s in RANK}
+    for _, status, _, _ in pred.values():
+        counts[status] += 1
+    doc.update(counts=counts, ops=_by_op(pred), lines=_by_line(pred), run=run)
+    return doc
+
+
+def check(model_spec: str, backend_specs: list[str]) -> dict:
+    for spec in backend_specs:
+        resolve(spec)                          # every spec checked before the model loads
+    model, inputs = models.load(model_spec)
+    results = [check_backend(model_spec, spec, model, inputs) for spec in backend_specs]
+    return {"model": model_spec, "backends": results,
+            "confirmed": all(r["run"]["matched"] and r["run"].get("numerics_ok", True) for r in results)}

@@ -1,0 +1,362 @@
+"""Python sources: find CUDA-specific code with libcst, and say how each finding is rewritten.
+
+Names are resolved through the file's imports (`import torch.distributed as dist` makes
+`dist.init_process_group` the table's `torch.distributed.init_process_group`), and variables that
+hold a CUDA device (`dev = "cuda"`, `device = f"cuda:{rank}"`) are followed to where the device
+is used (`.to(dev)`, `device=dev`). Only code is looked at: comments, docstrings and strings that
+are not in a device position (`print("use cuda")`) never match.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .rules import Finding, Rule, Table
+
+_DEVICE = re.compile(r"cuda(?::(\d+))?")
+_DEVICE_KWARGS = ("device", "map_location")
+_DEVICE_ARG_KWARGS = ("device_type", "device", "type")   # where a `device` row's call takes its device
+DIST_CALLS = ("torch.distributed.init_process_group", "torch.distributed.new_group")
+
+
+@dataclass
+class Hit:
+    """A finding plus what `migrate apply` needs: the node to change, how, and its statement."""
+
+    finding: Finding
+    rule: Rule
+    node: cst.CSTNode
+    stmt: cst.CSTNode | None
+    action: tuple = ()              # ("compat", name) | ("to-device",) | ("device", index) | ("call", name, drop)
+                                    # | ("backend",) | () nothing to change
+
+
+@dataclass
+class PyScan:
+    module: cst.Module
+    hits: list[Hit] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [h.finding for h in self.hits]
+
+
+def dotted(node) -> str | None:
+    """`a.b.c` for a chain of names, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def module_name(node) -> str:
+    return dotted(node) or ""
+
+
+def cuda_device(expr) -> tuple[bool, cst.BaseExpression | None]:
+    """(True, index expression or None) when `expr` is a CUDA device string in any spelling."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        if isinstance(value, bytes):
+            return False, None
+        m = _DEVICE.fullmatch(value) if isinstance(value, str) else None
+        if m:
+            return True, (cst.Integer(m.group(1)) if m.group(1) else None)
+        return False, None
+    if isinstance(expr, cst.FormattedString):
+        parts = expr.parts
+        texts = [p for p in parts if isinstance(p, cst.FormattedStringText)]
+        exprs = [p for p in parts if isinstance(p, cst.FormattedStringExpression)]
+        if len(parts) == 1 and texts:
+            m = _DEVICE.fullmatch(texts[0].value)
+            return (True, cst.Integer(m.group(1)) if m.group(1) else None) if m else (False, None)
+        if len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:" and exprs \
+                and exprs[0].format_spec is None and exprs[0].conversion is None:
+            return True, exprs[0].expression
+        return False, None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) \
+            and isinstance(expr.left, cst.SimpleString) and expr.left.evaluated_value == "cuda:":
+        return True, expr.right
+    return False, None
+
+
+class _Scanner(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, path: str, table: Table, lines: list[str]):
+        super().__init__()
+        self.path, self.table, self.lines = path, table, lines
+        self.aliases: dict[str, str] = {}
+        self.hits: list[Hit] = []
+        self.stmts: list[cst.CSTNode] = []
+        self.seen: set[int] = set()
+        self.skip_names: set[int] = set()
+        self.device_vars: dict[str, int] = {}          # dotted name -> line of the assignment
+        self.var_edges: list[tuple[str, str, int]] = []  # (target, source name, line)
+        self.uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
+        self.device_calls: list[tuple[cst.Call, Rule, str, int | str | None, cst.CSTNode | None]] = []
+
+    # ---------------------------------------------------------------- plumbing
+    def on_visit(self, node) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self.stmts.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, node) -> None:
+        super().on_leave(node)
+        if self.stmts and self.stmts[-1] is node:
+            self.stmts.pop()
+
+    def qualify(self, name: str) -> str:
+        head, _, rest = name.partition(".")
+        full = self.aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+    def hit(self, node, rule: Rule, api: str, action: tuple = (), *, at=None, note: str = "", stmt=None) -> None:
+        if id(node) in self.seen:
+            return
+        self.seen.add(id(node))
+        pos = self.get_metadata(PositionProvider, at if at is not None else node).start
+        code = self.lines[pos.line - 1].strip() if pos.line <= len(self.lines) else ""
+        f = Finding(self.path, pos.line, pos.column + 1, api, rule.category, rule.severity, rule.replacement,
+                    "python", rewritable=rule.rewritable, resolved=rule.resolved_by_apply, code=code, note=note)
+        self.hits.append(Hit(f, rule, node, stmt if stmt is not None else (self.stmts[-1] if self.stmts else None),
+                             action if rule.rewritable else ()))
+
+    def line_of(self, node) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    # ---------------------------------------------------------------- imports
+    def visit_Import(self, node: cst.Import) -> bool:
+        for a in node.names:
+            full = module_name(a.name)
+            local = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else full.split(".")[0]
+            self.aliases[local] = full if a.asname else local
+            self._import_rule(full, a.name)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None:
+            return False
+        mod = module_name(node.module)
+        if self._import_rule(mod, node.module):
+            return False
+        if isinstance(node.names, cst.ImportStar):
+            return False
+        for a in node.names:
+            name = module_name(a.name)
+            local = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else name
+            self.aliases[local] = f"{mod}.{name}"
+            if self._import_rule(f"{mod}.{name}", a.name):
+                break
+        return False
+
+    def _import_rule(self, module: str, node) -> bool:
+        rule = self.table.import_rule(module)
+        if rule is not None:
+            self.hit(node, rule, f"import {module}")
+        return rule is not None
+
+    # ---------------------------------------------------------------- names: torch.cuda.*, cudnn flags, ...
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        name = dotted(node)
+        if name is None:
+            return True
+        self._name_rule(node, self.qualify(name))
+        return False                  # the chain's inner parts (torch.cuda) are not findings of their own
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) in self.skip_names or node.value not in self.aliases:
+            return
+        self._name_rule(node, self.aliases[node.value])
+
+    def _name_rule(self, node, full: str) -> None:
+        rule = self.table.python_rule(full)
+        if rule is None or rule.kind != "name":
+            return
+        action = ()
+        if rule.rewrite and rule.rewrite.startswith("compat:"):
+            action = ("compat", rule.rewrite.split(":", 1)[1])
+        self.hit(node, rule, full, action)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip_names.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.skip_names.add(id(node.name))
+        if node.default is not None and self._device_context(node.default):
+            self.device_vars.setdefault(node.name.value, self.line_of(node))
+
+    def visit_FunctionDef(self, node) -> None:
+        self.skip_names.add(id(node.name))
+
+    def visit_ClassDef(self, node) -> None:
+        self.skip_names.add(id(node.name))
+
+    # ---------------------------------------------------------------- calls
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = dotted(func)
+        full = self.qualify(name) if name else None
+        # x.cuda(...) on anything that is not a module (`torch.cuda` is a module, not a call)
+        if isinstance(func, cst.Attribute) and func.attr.value in self.table.methods:
+            base = dotted(func.value)
+            if not (base and self.qualify(base).split(".")[0] in ("torch", "numba", "cupy")):
+                rule = self.table.methods[func.attr.value]
+                self.hit(node, rule, f".{func.attr.value}()", ("to-device",), at=func.attr)
+        rule = self.table.python_rule(full) if full else None
+        device_where = None
+        if rule is not None and rule.kind == "device":
+            where, arg = _device_arg(node)
+            device_where = where
+            if arg is not None:
+                ok, _ = cuda_device(arg)
+                stmt = self.stmts[-1] if self.stmts else None
+                if ok:
+                    self.device_calls.append((node, rule, full, where, stmt))
+                elif dotted(arg):
+                    self.device_calls.append((node, rule, full, where, stmt))   # decided once variables are known
+                    self.uses.append((arg, None))                              # (not a finding of its own)
+                else:
+                    self._device_context(arg)
+        # process-group backend strings
+        for i, a in enumerate(node.args):
+            kw = a.keyword.value if a.keyword else None
+            if (kw == "backend" or (kw is None and i == 0 and full in DIST_CALLS)) \
+                    and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in self.table.backends:
+                r = self.table.backends[a.value.evaluated_value]
+                self.hit(a.value, r, f'{full or "call"}(backend="{a.value.evaluated_value}")', ("backend",))
+            if kw in _DEVICE_KWARGS and kw != device_where:
+                self._device_context(a.value)
+            elif kw is None and isinstance(func, cst.Attribute) and func.attr.value == "to":
+                self._device_context(a.value)
+
+    # ---------------------------------------------------------------- device variables
+    def visit_Assign(self, node: cst.Assign) -> None:
+        targets = [dotted(t.target) for t in node.targets]
+        self._assigned(targets, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned([dotted(node.target)], node.value)
+
+    def _assigned(self, targets, value) -> None:
+        holds = self._device_context(value, assignment=True)
+        src = dotted(value)
+        for t in targets:
+            if not t:
+                continue
+            if holds:
+                self.device_vars.setdefault(t, self.line_of(value))
+            elif src:
+                self.var_edges.append((t, src, self.line_of(value)))
+
+    def _device_context(self, expr, assignment=False) -> bool:
+        """Report CUDA device strings in a device position; True when `expr` holds a CUDA device."""
+        ok, index = cuda_device(expr)
+        if ok:
+            rule = self.table.strings.get("cuda")
+            if rule is not None:
+                self.hit(expr, rule, f"device {_source(expr)}", ("device", index))
+            return True
+        if isinstance(expr, cst.IfExp):
+            a = self._device_context(expr.body, assignment)
+            b = self._device_context(expr.orelse, assignment)
+            return a or b
+        if isinstance(expr, cst.BooleanOperation):
+            a = self._device_context(expr.left, assignment)
+            b = self._device_context(expr.right, assignment)
+            return a or b
+        if isinstance(expr, cst.Call):
+            name = dotted(expr.func)
+            if name and self.qualify(name) == "torch.device":
+                _, arg = _device_arg(expr)
+                return arg is not None and cuda_device(arg)[0]
+            return False
+        if not assignment and dotted(expr):
+            self.uses.append((expr, self.stmts[-1] if self.stmts else None))
+        return False
+
+    def leave_Module(self, node) -> None:
+        self.finish()              # positions are only available while the wrapper visits
+
+    def finish(self) -> None:
+        """Follow `a = b` copies of device variables, then report the uses and device-arg calls."""
+        changed = True
+        while changed:
+            changed = False
+            for t, src, line in self.var_edges:
+                if src in self.device_vars and t not in self.device_vars:
+                    self.device_vars[t] = line
+                    changed = True
+        rule = self.table.strings.get("cuda")
+        for expr, stmt in self.uses:
+            name = dotted(expr)
+            if stmt is not None and rule is not None and name in self.device_vars:
+                self.hit(expr, rule, f"device variable {name}", (),
+                         note=f"holds a CUDA device (line {self.device_vars[name]}); follows that line's rewrite",
+                         stmt=stmt)
+        for node, r, full, where, stmt in self.device_calls:
+            _, arg = _device_arg(node)
+            name = dotted(arg)
+            if cuda_device(arg)[0] or (name and name in self.device_vars):
+                if r.rewrite == "device":
+                    action = ("device", _device_index(node))
+                else:
+                    action = ("call", r.rewrite.split(":", 1)[1] if r.rewrite else "", where)
+                self.hit(node, r, f"{full}({_source(arg)})", action, at=node.func, stmt=stmt)
+        self.hits.sort(key=lambda h: (h.finding.line, h.finding.column))
+
+
+def _device_arg(call: cst.Call):
+    """(position or keyword, expression) of the device argument of torch.device/autocast/GradScaler."""
+    for i, a in enumerate(call.args):
+        if a.keyword is None and i == 0 and a.star == "":
+            return 0, a.value
+        if a.keyword is not None and a.keyword.value in _DEVICE_ARG_KWARGS:
+            return a.keyword.value, a.value
+    return None, None
+
+
+def _device_index(call: cst.Call):
+    """The index expression of `torch.device("cuda", i)` / `torch.device("cuda:1")`, or None."""
+    where, arg = _device_arg(call)
+    _, index = cuda_device(arg)
+    for i, a in enumerate(call.args):
+        if (a.keyword is None and i == 1) or (a.keyword is not None and a.keyword.value == "index"):
+            index = a.value
+    return index
+
+
+def _source(node) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def scan_python(path: str, source: bytes | str, table: Table) -> PyScan | Finding:
+    """The findings of one file, or a parse-error Finding."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        line, col, msg = e.raw_line, e.raw_column + 1, (str(e).strip().splitlines() or ["syntax error"])[0]
+        try:       # Python's own parser names the place users know from tracebacks
+            compile(source, path, "exec", flags=0x400, dont_inherit=True)
+            msg = f"libcst cannot parse this file: {msg}"
+        except SyntaxError as py:
+            line, col, msg = py.lineno or line, py.offset or col, py.msg
+        except ValueError:
+            pass
+        return Finding(path, line, col, "parse-error", "parse-error", "error",
+                       "fix the syntax error; the file was not scanned", "python", note=msg)
+    except (UnicodeDecodeError, SyntaxError, ValueError) as e:   # bad encoding cookie, undecodable bytes
+        return Finding(path, 1, 1, "parse-error", "parse-error", "error",
+                       "fix the file's encoding; the file was not scanned", "python", note=str(e).splitlines()[0])
+    text = module.code
+    scanner = _Scanner(path, table, text.splitlines())
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(scanner)
+    return PyScan(module, scanner.hits)

@@ -1,0 +1,143 @@
+"""`opscope migrate apply`: rewrite the Python findings that have a safe replacement.
+
+The scanner already knows, per finding, which node to change and how (Hit.action); this module
+turns those actions into libcst edits, so formatting and comments outside the edits survive.
+Findings without a safe rewrite get a `# opscope-migrate: ...` line above their statement.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import libcst as cst
+
+from .python_scan import Hit, PyScan
+
+MARK = "# opscope-migrate:"
+IMPORT = "from opscope.app.migrate import compat"
+
+
+@dataclass
+class FileRewrite:
+    path: str
+    before: str
+    after: str
+    rewritten: int           # findings changed in the code
+    marked: int              # findings left with a comment
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff(self.before.splitlines(keepends=True), self.after.splitlines(keepends=True),
+                                            fromfile=f"a/{self.path}", tofile=f"b/{self.path}"))
+
+
+def _compat(name: str, *args: cst.Arg) -> cst.Call:
+    return cst.Call(func=cst.Attribute(cst.Name("compat"), cst.Name(name)), args=list(args))
+
+
+def _device_call(index) -> cst.Call:
+    return _compat("device", cst.Arg(index)) if index is not None else _compat("device")
+
+
+def _strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    """The last argument must not keep a trailing comma it had as a middle one (libcst keeps them per arg)."""
+    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return args
+
+
+def _edit(action: tuple, node: cst.CSTNode) -> cst.CSTNode:
+    kind = action[0]
+    if kind == "compat":          # torch.cuda.synchronize -> compat.synchronize (the call's arguments stay)
+        return cst.Attribute(cst.Name("compat"), cst.Name(action[1]))
+    if kind == "device":          # "cuda:1" / torch.device("cuda", 1) -> compat.device(1)
+        return _device_call(action[1])
+    if kind == "backend":         # "nccl" -> compat.distributed_backend()
+        return _compat("distributed_backend")
+    if kind == "to-device":       # x.cuda(i, non_blocking=True) -> x.to(compat.device(i), non_blocking=True)
+        index, rest = None, []
+        for a in node.args:
+            if (a.keyword is None and index is None and a.star == "") or (a.keyword and a.keyword.value == "device"):
+                index = a.value
+            else:
+                rest.append(a)
+        first = cst.Arg(_device_call(index), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if rest else
+                        cst.MaybeSentinel.DEFAULT)
+        return node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=_strip_commas([first, *rest]))
+    if kind == "call":            # torch.autocast("cuda", dtype=...) -> compat.autocast(dtype=...)
+        name, where = action[1], action[2]
+        args = [a for i, a in enumerate(node.args)
+                if not ((where == 0 and i == 0 and a.keyword is None) or (a.keyword and a.keyword.value == where))]
+        return node.with_changes(func=cst.Attribute(cst.Name("compat"), cst.Name(name)), args=_strip_commas(args))
+    raise ValueError(f"unknown rewrite {kind}")
+
+
+class _Rewriter(cst.CSTTransformer):
+    def __init__(self, hits: list[Hit], module: cst.Module):
+        super().__init__()
+        # NOTE: comments above a file's first statement belong to the module header, not to the statement
+        self.first = module.body[0] if module.body else None
+        self.header = {line.comment.value for line in module.header if line.comment}
+        self.edits = {h.node: h.action for h in hits if h.action}
+        self.marks: dict[cst.CSTNode, list[str]] = {}
+        for h in hits:
+            if not h.action and h.stmt is not None and h.finding.note.find("follows that line") < 0:
+                f = h.finding
+                why = (f"{f.api} is a no-op off CUDA" if h.rule.rewrite == "keep"
+                       else f"{f.api}: no automatic rewrite; instead: {f.replacement}")
+                self.marks.setdefault(h.stmt, [])
+                if why not in self.marks[h.stmt]:
+                    self.marks[h.stmt].append(why)
+        self.rewritten = 0
+        self.marked = 0
+
+    def on_leave(self, original, updated):
+        updated = super().on_leave(original, updated)
+        action = self.edits.get(original)
+        if action and isinstance(updated, cst.CSTNode):
+            updated = _edit(action, updated)
+            self.rewritten += 1
+        if original in self.marks and hasattr(updated, "leading_lines"):
+            have = {line.comment.value for line in updated.leading_lines if line.comment}
+            if original is self.first:
+                have |= self.header
+            new = [cst.EmptyLine(comment=cst.Comment(f"{MARK} {why}")) for why in self.marks[original]
+                   if f"{MARK} {why}" not in have]
+            self.marked += len(self.marks[original])
+            if new:
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *new])
+        return updated
+
+
+def _has_import(module: cst.Module) -> bool:
+    return IMPORT in module.code or "import opscope.app.migrate.compat as compat" in module.code
+
+
+def _add_import(module: cst.Module) -> cst.Module:
+    """Put the compat import after the file's leading docstring, __future__ imports and imports."""
+    body = list(module.body)
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) or (i == 0 and isinstance(s, cst.Expr)
+                                                                and isinstance(s.value, (cst.SimpleString,
+                                                                                         cst.ConcatenatedString)))
+                for s in stmt.body):
+            at = i + 1
+        else:
+            break
+    line = cst.parse_statement(IMPORT + "\n")
+    body.insert(at, line)
+    return module.with_changes(body=body)
+
+
+def rewrite(path: str, scan: PyScan) -> FileRewrite:
+    before = scan.module.code
+    rw = _Rewriter(scan.hits, scan.module)
+    module = scan.module.visit(rw)
+    if rw.rewritten and not _has_import(module):
+        module = _add_import(module)
+    return FileRewrite(path, before, module.code, rw.rewritten, rw.marked)

@@ -1,0 +1,132 @@
+"""The CUDA API table (cuda_apis.toml) and the Finding every scanner produces."""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+TABLE = Path(__file__).with_name("cuda_apis.toml")
+SEVERITIES = ("info", "warning", "error")
+PY_KINDS = ("name", "device", "import", "method", "backend", "string")
+
+
+@dataclass(frozen=True)
+class Rule:
+    api: str
+    category: str
+    severity: str
+    replacement: str
+    kind: str = "name"
+    rewrite: str | None = None      # None: reported and marked, not rewritten
+
+    @property
+    def resolved_by_apply(self) -> bool:
+        """`migrate apply` takes care of it (rewrites it, or it is harmless and only marked)."""
+        return self.rewrite is not None
+
+    @property
+    def rewritable(self) -> bool:
+        return self.rewrite is not None and self.rewrite != "keep"
+
+
+@dataclass
+class Finding:
+    file: str
+    line: int                       # 1-based
+    column: int                     # 1-based
+    api: str
+    category: str
+    severity: str
+    replacement: str
+    language: str                   # python | c | none (skipped files have no findings)
+    rewritable: bool = False       # `migrate apply` rewrites it
+    resolved: bool = False         # nothing left to do after `migrate apply` (rewritten, or harmless)
+    code: str = ""                  # the source line, stripped
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Table:
+    python: dict[str, Rule] = field(default_factory=dict)        # exact api -> rule (kinds name/device)
+    python_families: list[Rule] = field(default_factory=list)    # "x.y.*" rows, longest first
+    imports: list[Rule] = field(default_factory=list)
+    methods: dict[str, Rule] = field(default_factory=dict)
+    strings: dict[str, Rule] = field(default_factory=dict)
+    backends: dict[str, Rule] = field(default_factory=dict)
+    c: list[Rule] = field(default_factory=list)                  # longest pattern first
+
+    def python_rule(self, dotted: str) -> Rule | None:
+        rule = self.python.get(dotted)
+        if rule is not None:
+            return rule
+        for fam in self.python_families:
+            if dotted.startswith(fam.api[:-1]):
+                return fam
+        return None
+
+    def import_rule(self, module: str) -> Rule | None:
+        for r in self.imports:
+            if module == r.api or module.startswith(r.api + "."):
+                return r
+        return None
+
+    @functools.lru_cache(maxsize=4096)
+    def c_rule(self, name: str) -> Rule | None:
+        for r in self.c:
+            if fnmatch.fnmatchcase(name, r.api):
+                return r
+        return None
+
+    __hash__ = object.__hash__      # lru_cache on a method needs a hashable self
+
+
+def load_table(path: str | Path | None = None) -> Table:
+    path = Path(path or TABLE)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"CUDA API table {path}: {e}")
+    table = Table()
+    for section in ("python", "c"):
+        for i, row in enumerate(data.get(section, [])):
+            where = f"{path}: [[{section}]] row {i + 1}"
+            missing = [k for k in ("api", "category", "severity", "replacement") if k not in row]
+            if missing:
+                raise UsageError(f"{where}: missing key {missing[0]!r}")
+            if row["severity"] not in SEVERITIES:
+                raise UsageError(f"{where}: severity must be one of {', '.join(SEVERITIES)}, got {row['severity']!r}")
+            kind = row.get("kind", "name" if section == "python" else "c")
+            if section == "python" and kind not in PY_KINDS:
+                raise UsageError(f"{where}: kind must be one of {', '.join(PY_KINDS)}, got {kind!r}")
+            rule = Rule(row["api"], row["category"], row["severity"], row["replacement"], kind, row.get("rewrite"))
+            if section == "c":
+                table.c.append(rule)
+            elif kind == "import":
+                table.imports.append(rule)
+            elif kind == "method":
+                table.methods[rule.api] = rule
+            elif kind == "string":
+                table.strings[rule.api] = rule
+            elif kind == "backend":
+                table.backends[rule.api] = rule
+            elif rule.api.endswith(".*"):
+                table.python_families.append(rule)
+            else:
+                table.python[rule.api] = rule
+    # the most specific row wins: longer patterns are tried first
+    table.python_families.sort(key=lambda r: -len(r.api))
+    table.imports.sort(key=lambda r: -len(r.api))
+    table.c.sort(key=lambda r: (-len(r.api.rstrip("*")), r.api.endswith("*")))
+    return table
+
+
+@functools.lru_cache(maxsize=1)
+def default_table() -> Table:
+    return load_table()

@@ -1,0 +1,140 @@
+"""Walk a code base and scan every Python and C/C++/CUDA source in it.
+
+A file that does not parse becomes a `parse-error` finding and the walk goes on; binary files
+and files over the size limit are skipped with a note. Python files that mention none of the
+CUDA words are only syntax-checked with the (much faster) builtin parser: libcst, which keeps
+every byte for rewriting, is paid for where there can be something to find.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+from .c_scan import SUFFIXES as C_SUFFIXES, scan_c
+from .python_scan import PyScan, scan_python
+from .rules import Finding, Table, default_table
+
+MAX_BYTES = 2 * 1024 * 1024
+BINARY_SNIFF = 8192
+SKIP_DIRS = {"__pycache__", "node_modules", ".git", ".hg", ".svn", ".tox", ".venv", "venv", "site-packages"}
+# a Python file with none of these bytes cannot hold a finding
+_WORDS = (b"cuda", b"cudnn", b"nccl", b"cupy", b"apex", b"flash_attn", b"bitsandbytes", b"triton")
+
+
+@dataclass
+class Skipped:
+    file: str
+    reason: str
+
+
+@dataclass
+class ScanResult:
+    root: str
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    files: dict[str, int] = field(default_factory=dict)   # scanned file -> lines
+    python_trees: dict[str, PyScan] = field(default_factory=dict)   # kept for `apply`
+
+    @property
+    def lines(self) -> int:
+        return sum(self.files.values())
+
+
+def source_files(root: Path) -> list[Path]:
+    """Python and C/C++/CUDA files under `root` (or `root` itself), sorted, hidden folders left out."""
+    if root.is_file():
+        return [root]
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        for n in sorted(names):
+            if n.endswith(".py") or n.endswith(C_SUFFIXES):
+                out.append(Path(folder) / n)
+    return out
+
+
+def scan_path(path: str | Path, *, table: Table | None = None, max_bytes: int = MAX_BYTES, progress: bool = False,
+              keep_trees: bool = False) -> ScanResult:
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"{path} does not exist: give a folder or a source file to scan")
+    table = table or default_table()
+    files = source_files(root)
+    base = root if root.is_dir() else root.parent
+    result = ScanResult(str(root))
+    with _progress(len(files), progress) as advance:
+        for p in files:
+            rel = p.relative_to(base).as_posix() if root.is_dir() else p.name
+            _scan_file(p, rel, table, max_bytes, result, keep_trees)
+            advance()
+    result.findings.sort(key=lambda f: (f.file, f.line, f.column))
+    return result
+
+
+def _scan_file(p: Path, rel: str, table: Table, max_bytes: int, result: ScanResult, keep_tree: bool) -> None:
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            result.skipped.append(Skipped(rel, f"over the size limit ({size} > {max_bytes} bytes)"))
+            return
+        data = p.read_bytes()
+    except OSError as e:
+        result.skipped.append(Skipped(rel, f"unreadable: {e.strerror or e}"))
+        return
+    if b"\0" in data[:BINARY_SNIFF]:
+        result.skipped.append(Skipped(rel, "binary (NUL bytes)"))
+        return
+    result.files[rel] = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    if p.suffix == ".py":
+        if not any(w in data for w in _WORDS):
+            err = _syntax_error(rel, data)
+            if err is not None:
+                result.findings.append(err)
+            return
+        scanned = scan_python(rel, data, table)
+        if isinstance(scanned, Finding):
+            result.findings.append(scanned)
+            return
+        result.findings.extend(scanned.findings)
+        if keep_tree:
+            result.python_trees[rel] = scanned
+    else:
+        result.findings.extend(scan_c(rel, data.decode("utf-8", errors="replace"), table))
+
+
+def _syntax_error(rel: str, data: bytes) -> Finding | None:
+    try:
+        compile(data, rel, "exec", flags=0x400, dont_inherit=True)   # ast.PyCF_ONLY_AST: parse, don't compile
+    except SyntaxError as e:
+        return Finding(rel, e.lineno or 1, e.offset or 1, "parse-error", "parse-error", "error",
+                       "fix the syntax error; the file was not scanned", "python", note=e.msg)
+    except (ValueError, UnicodeDecodeError) as e:
+        return Finding(rel, 1, 1, "parse-error", "parse-error", "error",
+                       "fix the file's encoding; the file was not scanned", "python", note=str(e).splitlines()[0])
+    return None
+
+
+class _progress:
+    """A rich progress bar on stderr while scanning, or nothing."""
+
+    def __init__(self, total: int, show: bool):
+        self.total, self.show, self.bar = total, show, None
+
+    def __enter__(self):
+        if not self.show:
+            return lambda: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.bar = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=Console(file=sys.stderr), transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task("scan", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

@@ -1,0 +1,400 @@
+"""opscope migrate: scan a planted corpus, rewrite it, run the rewritten scripts on the CPU.
+
+Every planted API carries a `PLANT category` marker comment on its line; the expected findings
+are read from those markers, so a missed API and a false alarm both fail the same assertion.
+Decoys (comments, docstrings, unrelated strings) sit between them.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from opscope.app.migrate.c_scan import blank
+from opscope.app.migrate.scan import scan_path
+
+TRAIN = '''"""Train a tiny model. Mentions torch.cuda.synchronize() and model.cuda() in the docstring only."""
+import torch
+import torch.nn as nn
+
+DEVICE = "cuda"  # PLANT device
+# model.cuda() and torch.cuda.memory_allocated() in a comment are not code
+
+
+def main():
+    torch.manual_seed(0)
+    torch.cuda.manual_seed(0)  # PLANT random
+    torch.backends.cudnn.benchmark = True  # PLANT cudnn
+    torch.backends.cudnn.deterministic = False  # PLANT cudnn
+    print("training with cuda if you have one", "cuda kernels")
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).cuda()  # PLANT device
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.cuda.amp.GradScaler()  # PLANT amp
+    x = torch.randn(32, 8, device="cuda")  # PLANT device
+    y = torch.randn(32, 1).to(DEVICE)  # PLANT device
+    for step in range(3):
+        opt.zero_grad()
+        with torch.cuda.amp.autocast():  # PLANT amp
+            loss = nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    torch.cuda.synchronize()  # PLANT sync
+    print("allocated", torch.cuda.memory_allocated(), "peak", torch.cuda.max_memory_allocated())  # PLANT memory
+    print("OK", float(loss))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+AMP = '''import os
+
+import torch
+from torch import nn
+
+rank = int(os.environ.get("RANK", "0"))
+device = f"cuda:{rank}"  # PLANT device
+dev2 = torch.device("cuda", rank)  # PLANT device
+print(f"cuda is fast, device {rank}")
+label = "cuda" in os.environ.get("NOTE", "")
+
+
+def run():
+    if not torch.cuda.is_available():  # PLANT device
+        print("no GPU visible; count", torch.cuda.device_count())  # PLANT device
+    model = nn.Linear(4, 2).to(device)  # PLANT device
+    x = torch.randn(3, 4).cuda(rank, non_blocking=True)  # PLANT device
+    scaler = torch.amp.GradScaler("cuda")  # PLANT amp
+    with torch.autocast("cuda", dtype=torch.float16):  # PLANT amp
+        out = model(x.to(dev2))  # PLANT device
+    with torch.autocast("cpu", enabled=False):
+        pass
+    scaler.scale(out.float().sum()).backward()
+    print("OK", tuple(out.shape))
+
+
+run()
+'''
+
+DDP = '''import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    store = os.path.join(tempfile.mkdtemp(), "store")
+    dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)  # PLANT distributed
+    torch.cuda.set_device(0)  # PLANT device
+    model = DDP(torch.nn.Linear(4, 4).cuda())  # PLANT device
+    loss = model(torch.randn(2, 4, device="cuda:0")).sum()  # PLANT device
+    loss.backward()
+    t = torch.ones(1).cuda()  # PLANT device
+    dist.all_reduce(t)
+    print("OK", t.item())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+LIBS = '''import cupy as cp  # PLANT library
+from numba import cuda  # PLANT library
+import triton  # PLANT library
+import torch
+
+
+@triton.jit  # PLANT library
+def kernel(x):
+    pass
+
+
+@cuda.jit  # PLANT library
+def k2(a):
+    pass
+
+
+def timed():
+    s = torch.cuda.Stream()  # PLANT streams
+    start = torch.cuda.Event(enable_timing=True)  # PLANT streams
+    g = torch.cuda.CUDAGraph()  # PLANT streams
+    torch.cuda.nvtx.range_push("x")  # PLANT other
+'''
+
+KERNEL = '''// cudaMalloc and cudaFree in a line comment are not calls
+#include <cuda_runtime.h>
+#include "cublas_v2.h"
+/* cudaMemcpy(dst, src, n, kind) in a block comment,
+   over two lines: cudaStreamCreate(&s) */
+
+__global__ void scale(float *a, float k, int n) {  // PLANT kernel
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] *= k;
+}
+
+int main() {
+    const char *msg = "cudaMalloc(&p, 4) inside a string";
+    float *d = 0, h[256];
+    cudaMalloc(&d, sizeof(h));  // PLANT memory
+    cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);  // PLANT memory
+    cudaStream_t st;
+    cudaStreamCreate(&st);  // PLANT streams
+    cudaEvent_t ev;
+    cudaEventCreate(&ev);  // PLANT streams
+    scale<<<1, 256, 0, st>>>(d, 2.0f, 256);  // PLANT kernel-launch
+    cudaEventRecord(ev, st);  // PLANT streams
+    cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost,  // PLANT memory
+                    st);
+    cudaDeviceSynchronize();  // PLANT sync
+    cublasSgemm(handle, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1);  // PLANT library
+    cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);  // PLANT kernel-launch
+    ncclAllReduce(d, d, 256, ncclFloat, ncclSum, comm, st);  // PLANT distributed
+    cudaFree(d);  // PLANT memory
+    return 0;
+}
+'''
+
+CORPUS = {"train.py": TRAIN, "pkg/amp_train.py": AMP, "pkg/ddp.py": DDP, "libs.py": LIBS, "csrc/kernel.cu": KERNEL}
+RUNNABLE = ["train.py", "pkg/amp_train.py", "pkg/ddp.py"]
+
+
+def planted(files: dict) -> set[tuple[str, int, str]]:
+    out = set()
+    for name, text in files.items():
+        for i, line in enumerate(text.splitlines(), 1):
+            m = re.search(r"PLANT ([\w,-]+)", line)
+            if m:
+                out |= {(name, i, c) for c in m.group(1).split(",")}
+    return out
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / "project"
+    for name, text in CORPUS.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_scan_finds_every_planted_api_on_its_line_and_nothing_else(corpus):
+    result = scan_path(corpus)
+    found = {(f.file, f.line, f.category) for f in result.findings}
+    expected = planted(CORPUS)
+    assert found - expected == set(), "false alarms"
+    assert expected - found == set(), "missed"
+    assert not result.skipped
+
+
+def test_findings_carry_column_api_severity_and_replacement(corpus):
+    by_api = {(f.file, f.api): f for f in scan_path(corpus).findings}
+    cuda_call = next(f for (file, api), f in by_api.items() if file == "train.py" and api == ".cuda()")
+    line = TRAIN.splitlines()[cuda_call.line - 1]
+    assert line[cuda_call.column - 1:].startswith("cuda()")
+    sync = by_api[("train.py", "torch.cuda.synchronize")]
+    assert (sync.severity, sync.replacement, sync.rewritable) == ("info", "compat.synchronize()", True)
+    malloc = by_api[("csrc/kernel.cu", "cudaMalloc")]
+    assert (malloc.line, malloc.column, malloc.severity, malloc.language) == (15, 5, "error", "c")
+    assert by_api[("libs.py", "import cupy")].severity == "error"
+    var = [f for f in by_api.values() if f.api == "device variable DEVICE"]
+    assert var and "line 5" in var[0].note
+
+
+def test_c_blanking_keeps_positions():
+    text = 'a = "x/*y*/"; // c\n/* multi\nline */ b(\'"\');\n'
+    out = blank(text)
+    assert len(out) == len(text) and out.count("\n") == text.count("\n")
+    assert "x" not in out and "c" not in out.replace("\n", "") and "b(" in out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
+    r = cli("migrate", "apply", corpus, "--write")
+    assert r.returncode == 0, r.stderr
+    for name in RUNNABLE:
+        assert (corpus / (name + ".orig")).read_text() == CORPUS[name]
+        new = (corpus / name).read_text()
+        assert new.count("from opscope.app.migrate import compat") == 1
+        code = "\n".join(ln for ln in new.splitlines() if not ln.lstrip().startswith(("#", '"""')))
+        assert "torch.cuda" not in code and ".cuda(" not in code and '"nccl"' not in code
+    train = (corpus / "train.py").read_text()
+    assert "# model.cuda() and torch.cuda.memory_allocated() in a comment are not code" in train   # comments kept
+    assert "# opscope-migrate: torch.backends.cudnn.benchmark is a no-op off CUDA\n    torch.backends.cudnn.benchmark" \
+        in train
+    libs = (corpus / "libs.py").read_text()
+    assert "# opscope-migrate: torch.cuda.Stream: no automatic rewrite" in libs
+    assert "# opscope-migrate: import cupy: no automatic rewrite" in libs
+    assert (corpus / "csrc/kernel.cu").read_text() == KERNEL        # C is reported, never rewritten
+    env = {"CUDA_VISIBLE_DEVICES": "", "OPSCOPE_DEVICE": "cpu"}
+    import os
+    for name in RUNNABLE:
+        run = subprocess.run([sys.executable, str(corpus / name)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env}, cwd=corpus)
+        assert run.returncode == 0, f"{name}: {run.stderr[-2000:]}"
+        assert "OK" in run.stdout
+    # a second apply has nothing left to change
+    again = cli("migrate", "apply", corpus, "--diff")
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_the_original_scripts_do_not_run_on_cpu(corpus):
+    """The rewrite test means something only if the originals fail here."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    run = subprocess.run([sys.executable, str(corpus / "train.py")], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+
+
+def test_apply_diff_prints_a_unified_diff_and_changes_nothing(corpus, cli):
+    r = cli("migrate", "apply", corpus / "pkg" / "amp_train.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("--- a/amp_train.py\n+++ b/amp_train.py\n")
+    assert '-device = f"cuda:{rank}"' in r.stdout and "+device = compat.device(rank)" in r.stdout
+    assert "+dev2 = compat.device(rank)" in r.stdout
+    assert "+    x = torch.randn(3, 4).to(compat.device(rank), non_blocking=True)" in r.stdout
+    assert "+    with compat.autocast(dtype=torch.float16):" in r.stdout
+    assert '    with torch.autocast("cpu", enabled=False):' not in [ln for ln in r.stdout.splitlines()
+                                                                   if ln.startswith(("+", "-"))]
+    assert (corpus / "pkg" / "amp_train.py").read_text() == AMP
+    assert not (corpus / "pkg" / "amp_train.py.orig").exists()
+
+
+def test_parse_errors_binary_and_huge_files_do_not_stop_the_scan(corpus, cli):
+    (corpus / "broken.py").write_text("import torch\ndef f(:\n    torch.cuda.synchronize()\n")
+    (corpus / "broken2.py").write_text("x = 1\nclass (:\n")          # no CUDA words: checked by the fast parser
+    (corpus / "blob.py").write_bytes(b"torch.cuda\0\x01\x02" * 10)
+    (corpus / "huge.py").write_text("x = 'cuda'\n" * 400)
+    r = cli("migrate", "scan", corpus, "--json", "--max-size", "2KiB")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    errors = {(f["file"], f["line"]) for f in doc["findings"] if f["category"] == "parse-error"}
+    assert errors == {("broken.py", 2), ("broken2.py", 2)}
+    skipped = {s["file"]: s["reason"] for s in doc["skipped"]}
+    assert set(skipped) == {"blob.py", "huge.py"}
+    assert "binary" in skipped["blob.py"] and "size limit" in skipped["huge.py"]
+    assert {f["file"] for f in doc["findings"]} >= {"train.py", "csrc/kernel.cu"}     # the rest was scanned
+
+
+def test_json_csv_and_html_reports_are_valid(corpus, cli, tmp_path):
+    r = cli("migrate", "scan", corpus, "--json")
+    doc = json.loads(r.stdout)
+    n = len(planted(CORPUS))
+    assert doc["findings_total"] >= n and len(doc["findings"]) == doc["findings_total"]
+    assert 0 <= doc["readiness"] < 100 and doc["files_scanned"] == len(CORPUS)
+    cats = {c["category"]: c for c in doc["by_category"]}
+    assert cats["streams"]["unresolved"] == cats["streams"]["findings"] and cats["amp"]["unresolved"] == 0
+    assert sum(f["findings"] for f in doc["by_file"]) == doc["findings_total"]
+
+    r = cli("migrate", "scan", corpus, "--csv")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == doc["findings_total"] and rows[0].keys() >= {"file", "line", "column", "api", "severity"}
+
+    out = tmp_path / "report.html"
+    r = cli("migrate", "scan", corpus, "--html", "-o", out)
+    assert r.returncode == 0, r.stderr
+    page = out.read_text()
+
+    class Check(HTMLParser):
+        tags, external = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.external += [v for k, v in attrs if k in ("src", "href") and v]
+
+    p = Check()
+    p.feed(page)
+    assert p.external == [] and "script" not in p.tags and "link" not in p.tags
+    assert "http://" not in page and "https://" not in page
+    assert "cudaMemcpyAsync" in page and f"{doc['readiness']:.1f}" in page
+
+
+def test_readiness_score_rises_after_apply(corpus, cli):
+    before = json.loads(cli("migrate", "scan", corpus, "--json").stdout)
+    cli("migrate", "apply", corpus, "--write")
+    after = json.loads(cli("migrate", "scan", corpus, "--json").stdout)
+    assert after["unresolved"] == before["unresolved"] > 0       # what apply cannot do is still reported
+    assert after["readiness"] > before["readiness"]
+    assert all(f["category"] not in ("amp", "random", "sync") for f in after["findings"] if f["file"] == "train.py")
+    pkg = json.loads(cli("migrate", "scan", corpus / "pkg", "--json").stdout)
+    assert pkg["findings_total"] == 0 and pkg["readiness"] == 100.0    # pkg/ needed nothing manual
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["scan", "/no/such/path"], "does not exist"),
+    (["scan", ".", "--html"], "--html needs -o"),
+    (["scan", ".", "--json", "-o", "/no/such/folder/r.json"], "does not exist"),
+    (["apply", "/no/such/path"], "does not exist"),
+    (["scan", ".", "--max-size", "lots"], "--max-size"),
+])
+def test_bad_input_is_one_line_exit_2(cli, argv, message):
+    r = cli("migrate", *argv)
+    assert r.returncode == 2
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+MODEL = '''import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.fc1(x))
+        return self.fc2(h).softmax(-1)
+
+
+def factory():
+    torch.manual_seed(0)
+    return Net(), (torch.randn(2, 8),)
+'''
+
+STRICT = '''[backend]
+name = "strict-npu"
+implementation = "numpy"
+
+[hardware]
+peak_flops = { float32 = 1.0e12 }
+memory_bandwidth = 1.0e11
+memory_capacity = 1.0e9
+launch_overhead = 1.0e-6
+
+[operators]
+unsupported = ["gelu"]
+'''
+
+
+@pytest.mark.slow
+def test_check_predicts_native_fallback_unsupported_and_a_run_confirms_it(tmp_path, cli):
+    (tmp_path / "m.py").write_text(MODEL)
+    (tmp_path / "strict.toml").write_text(STRICT)
+    r = cli("migrate", "check", f"{tmp_path / 'm.py'}:factory", "-b", "numpy", "-b", "sim:npu-a1",
+            "-b", tmp_path / "strict.toml", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["confirmed"] is True
+    numpy_, npu, strict = doc["backends"]
+    assert numpy_["counts"] == {"native": 4, "fallback": 0, "unsupported": 0} and numpy_["run"]["matched"]
+    gelu = {o["op"]: o for o in npu["ops"]}["gelu"]
+    assert (gelu["status"], gelu["runs_on"]) == ("fallback", "numpy")
+    assert npu["run"]["ran"] and npu["run"]["matched"] and npu["run"]["numerics_ok"]
+    line = next(d for d in npu["lines"] if d["status"] != "native")
+    assert line["source"].endswith("m.py:12") and "gelu" in line["ops"]
+    assert {o["op"]: o["status"] for o in strict["ops"]}["gelu"] == "unsupported"
+    assert not strict["run"]["ran"] and strict["run"]["refused_ops"] == ["gelu"] and strict["run"]["matched"]
