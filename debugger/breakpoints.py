@@ -1,0 +1,161 @@
+"""Breakpoints: where (op type, node name or module path glob) and when (a condition on the output).
+
+    linear                  every linear op (any name the op registry knows)
+    op:matmul               the same, explicit
+    layers.0.*              node name or module path, as a glob
+    node:linear_1           one node
+    nan | inf               the output holds a NaN / an Inf
+    tolerance               this op introduces more error than the tolerance (needs --reference)
+    max_abs > 1e4           a statistic of the output (max_abs, min, max, mean, std)
+    err > 1e-3              error against the reference (needs --reference): total error,
+    local > 1e-3            or the error this op introduces on its own (same inputs)
+    layers.* if nan         a place and a condition together
+"""
+from __future__ import annotations
+
+import fnmatch
+import operator as _operator
+import re
+from dataclasses import dataclass
+
+from opscope.runtime.errors import UsageError
+from opscope.runtime.ops import OPS
+
+_CMP = {">": _operator.gt, ">=": _operator.ge, "<": _operator.lt, "<=": _operator.le}
+_COND = re.compile(r"^(max_abs|min|max|mean|std|err|local)\s*(>=|<=|>|<)\s*([-+0-9.eE]+|inf)$")
+_WORDS = ("nan", "inf", "tolerance")
+STATS = ("max_abs", "min", "max", "mean", "std")
+LOCKSTEP = ("err", "local")
+
+
+@dataclass
+class Breakpoint:
+    spec: str
+    op: str | None = None           # op type
+    glob: str | None = None         # node name or module path
+    cond: str | None = None         # "nan", "inf" or "<key> <cmp> <number>"
+    enabled: bool = True
+    hits: int = 0
+    builtin: bool = False           # added by a flag (tolerance): shown, toggled, not typed by the user
+
+    # --- what it needs evaluated -------------------------------------------------------
+    @property
+    def key(self) -> str | None:
+        if self.cond in _WORDS:
+            return self.cond
+        return self.cond.split()[0] if self.cond else None
+
+    def matches_place(self, node) -> bool:
+        if self.op is not None and node.op != self.op:
+            return False
+        if self.glob is not None and not (fnmatch.fnmatchcase(node.name, self.glob)
+                                          or fnmatch.fnmatchcase(node.module_path or "", self.glob)):
+            return False
+        return True
+
+    def matches(self, node, facts: dict) -> bool:
+        """`facts` holds nan, inf, the STATS and, with a reference, err and local."""
+        if not self.enabled or not self.matches_place(node):
+            return False
+        if self.cond is None:
+            return True
+        if self.cond in _WORDS:
+            return bool(facts.get(self.cond))
+        key, cmp, num = self.cond.split()
+        value = facts.get(key)
+        return value is not None and _CMP[cmp](value, float(num))
+
+    def describe(self) -> str:
+        if self.builtin:
+            return self.spec
+        parts = []
+        if self.op:
+            parts.append(f"op {self.op}")
+        if self.glob:
+            parts.append(f"at {self.glob}")
+        if self.cond:
+            parts.append(f"if {self.cond}")
+        return " ".join(parts) or self.spec
+
+
+def parse(spec: str) -> Breakpoint:
+    text = " ".join(spec.split())
+    if not text:
+        raise UsageError("empty breakpoint: give an op type (linear), a path glob (layers.0.*) or a condition (nan)")
+    where, _, cond = text.partition(" if ")
+    if not cond and _is_cond(where):
+        where, cond = "", where
+    bp = Breakpoint(spec=text)
+    if cond:
+        bp.cond = _parse_cond(cond, spec)
+    if where:
+        if any(c in where for c in " <>=!()"):
+            raise UsageError(f"breakpoint {spec!r}: {where!r} is neither a place nor a condition; use an op type "
+                             "(linear), a path glob (layers.0.*), a condition (nan, max_abs > 1e4) or 'GLOB if COND'")
+        if where.startswith("op:"):
+            bp.op = where[3:]
+            if bp.op not in OPS and bp.op != "transfer":
+                raise UsageError(f"breakpoint {spec!r}: unknown op {bp.op!r}; op names are short and lower-case "
+                                 "(linear, matmul, layer_norm)")
+        elif where.startswith(("node:", "path:")):
+            bp.glob = where.split(":", 1)[1]
+        elif where in OPS or where == "transfer":
+            bp.op = where
+        else:
+            bp.glob = where
+    return bp
+
+
+def _is_cond(text: str) -> bool:
+    return text in _WORDS or bool(_COND.match(text))
+
+
+def _parse_cond(cond: str, spec: str) -> str:
+    cond = cond.strip()
+    if cond in _WORDS:
+        return cond
+    m = _COND.match(cond)
+    if not m:
+        raise UsageError(f"breakpoint {spec!r}: condition {cond!r} not understood; use nan, inf, tolerance, or "
+                         "KEY > NUMBER with KEY one of max_abs, min, max, mean, std, err, local")
+    return f"{m.group(1)} {m.group(2)} {float(m.group(3))!r}"
+
+
+class Breakpoints:
+    """The list the UI shows; the controller asks it after every op."""
+
+    def __init__(self, items=()):
+        self.items: list[Breakpoint] = list(items)
+
+    def add(self, spec: str | Breakpoint) -> Breakpoint:
+        bp = parse(spec) if isinstance(spec, str) else spec
+        self.items.append(bp)
+        return bp
+
+    def toggle_node(self, node) -> Breakpoint | None:
+        """`b` on an op: add a breakpoint on that node, or remove the one that is there."""
+        for bp in self.items:
+            if bp.glob == node.name and bp.op is None and bp.cond is None:
+                self.items.remove(bp)
+                return None
+        return self.add(Breakpoint(spec=f"node:{node.name}", glob=node.name))
+
+    def remove(self, index: int) -> None:
+        del self.items[index]
+
+    def needs(self) -> set[str]:
+        """Which facts some enabled breakpoint looks at (the controller computes only those)."""
+        return {bp.key for bp in self.items if bp.enabled and bp.key}
+
+    def hit(self, node, facts: dict) -> Breakpoint | None:
+        for bp in self.items:
+            if bp.matches(node, facts):
+                bp.hits += 1
+                return bp
+        return None
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)

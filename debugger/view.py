@@ -1,0 +1,130 @@
+"""Text for the debugger's panels: pure functions from controller events to Rich text.
+
+Kept apart from app.py so the widgets stay thin and these can be read (and tested) alone.
+"""
+from __future__ import annotations
+
+import linecache
+import math
+import os
+
+from rich.markup import escape
+from rich.text import Text
+
+from .stats import fmt
+
+
+def short_path(path: str) -> str:
+    """site-packages/torch/nn/modules/linear.py -> torch/nn/modules/linear.py; cwd-relative otherwise."""
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1]
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    if s >= 1e-6:
+        return f"{s * 1e6:.1f} us"
+    return f"{s * 1e9:.0f} ns"
+
+
+def source_snippet(source: str, around: int = 1) -> list[tuple[int, str, bool]]:
+    """[(line number, text, is the line)] around `file.py:123`."""
+    if not source or ":" not in source:
+        return []
+    path, _, line = source.rpartition(":")
+    try:
+        n = int(line)
+    except ValueError:
+        return []
+    rows = []
+    for i in range(max(1, n - around), n + around + 1):
+        text = linecache.getline(path, i)
+        if text:
+            rows.append((i, text.rstrip("\n"), i == n))
+    return rows
+
+
+def op_panel(stop, total_ops: int) -> str:
+    n = stop.node
+    lines = [f"[b]{escape(n.name)}[/]  [dim]op[/] [b cyan]{escape(n.op)}[/]  [dim]#{stop.seq + 1}/{total_ops}"
+             f"  step {stop.step}[/]",
+             f"[dim]module[/] {escape(n.module_path or '(model)')} [dim]{escape(n.module_type)}[/]",
+             f"[dim]backend[/] {escape(stop.backend)}{' [yellow](fallback)[/]' if stop.fallback else ''}"
+             f"  [dim]time[/] {fmt_seconds(stop.seconds)}{' [dim](simulated)[/]' if stop.simulated else ''}"
+             f"  [dim]stopped:[/] {escape(stop.reason)}"]
+    if n.source:
+        path, _, line = n.source.rpartition(":")
+        lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}")
+        for i, text, here in source_snippet(n.source):
+            mark = "[b yellow]>[/]" if here else " "
+            body = f"[b]{escape(text)}[/]" if here else f"[dim]{escape(text)}[/]"
+            lines.append(f" {mark}{i:5d} {body}")
+    d = stop.diff
+    if d is not None:
+        colour = "red" if d.introduced else ("yellow" if d.exceeds else "green")
+        if math.isnan(d.err):
+            lines.append(f"[dim]vs reference:[/] [yellow]{escape(d.note)}[/]")
+        else:
+            lines.append(f"[dim]vs reference[/] max abs {fmt(d.max_abs)}  max rel {fmt(d.max_rel)}  "
+                         f"cos {d.cosine:.6f}  err {fmt(d.err)} [dim](this op {fmt(d.local)}, "
+                         f"tol {fmt(d.tolerance)})[/]")
+            lines.append(f"[{colour}]{escape(d.verdict())}[/]")
+    if stop.nan_origin:
+        lines.append(f"[b red]NaN/Inf:[/] {escape(stop.nan_origin)}")
+    return "\n".join(lines)
+
+
+def failed_panel(ev, total_ops: int) -> str:
+    lines = ["[b red]the model raised[/]"]
+    if ev.node is not None:
+        n = ev.node
+        lines.append(f"[dim]at[/] [b]{escape(n.name)}[/] [dim]op[/] [b cyan]{escape(n.op)}[/] "
+                     f"[dim]#{(ev.seq or 0) + 1}/{total_ops} module[/] {escape(n.module_path or '(model)')}")
+        if n.source:
+            path, _, line = n.source.rpartition(":")
+            lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}  {escape(n.source_line.strip())}")
+    lines.append(f"[red]{escape(ev.message)}[/]")
+    lines.append("[dim]r restarts the run; the inputs of the failing op are below[/]")
+    return "\n".join(lines)
+
+
+def finished_panel(ev) -> str:
+    return (f"[b green]run finished[/]: {ev.ops} ops, step {ev.step}.  "
+            "[dim]r runs it again; the model's outputs are below[/]")
+
+
+def stats_row(s) -> list:
+    if s.note and not s.numel:
+        return [s.name, "-", s.dtype, s.device, "", "", "", "", "", "", Text(s.note, style="dim")]
+    bad = "bold red"
+    return [s.name, "x".join(map(str, s.shape)) or "scalar", s.dtype, s.device, fmt(s.min), fmt(s.max),
+            fmt(s.mean), fmt(s.std), Text(str(s.nan), style=bad if s.nan else "dim"),
+            Text(str(s.inf), style=bad if s.inf else "dim"), Text(s.sparkline, style="cyan")]
+
+
+def watches_text(watches) -> str:
+    if not len(watches):
+        return "[dim]no watches: w adds one (out.mean(), inputs[0].std())[/]"
+    from .stats import sparkline
+    lines = []
+    for w in watches:
+        nums = w.numbers()[-16:]
+        trend = ""
+        if len(nums) > 1:
+            lo, hi = min(nums), max(nums)
+            trend = sparkline([1 + (7 * (v - lo) / (hi - lo) if hi > lo else 0) for v in nums])
+        prev = " ".join(t for _, t, _ in w.history[-4:-1])
+        lines.append(f"[b]{escape(w.expr)}[/] = [cyan]{escape(w.last)}[/] {trend}")
+        if prev:
+            lines.append(f"   [dim]before: {escape(prev)}[/]")
+    return "\n".join(lines)

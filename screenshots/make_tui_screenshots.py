@@ -1,0 +1,85 @@
+"""Save the debugger's screens as SVG (Textual) and PNG (cairosvg): screenshots/tui-*.png.
+
+    python screenshots/make_tui_screenshots.py
+
+The sim backend keeps op times (roofline estimates) the same on every run.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+import cairosvg
+
+from opscope.debugger.app import DebuggerApp
+from opscope.debugger.controller import Controller, Failed, Stop
+from opscope.runtime import open_session
+
+HERE = Path(__file__).resolve().parent
+SIZE = (160, 48)
+sys.path.insert(0, str(HERE.parent / "tests"))
+from debugger_models import PLANTED_NAN, RAISES, write  # noqa: E402
+
+
+async def until(pilot, app, pred):
+    for _ in range(2000):
+        await pilot.pause(0.02)
+        if app.last_event is not None and pred(app.last_event):
+            await pilot.pause()
+            return
+    raise RuntimeError(f"never reached the state; last event {app.last_event!r}")
+
+
+def save(app, name: str) -> None:
+    svg = app.export_screenshot(title=f"opscope debug: {name}")
+    (HERE / f"tui-{name}.svg").write_text(svg)
+    cairosvg.svg2png(bytestring=svg.encode(), write_to=str(HERE / f"tui-{name}.png"))
+    print(f"wrote screenshots/tui-{name}.png")
+
+
+async def shoot(session, name, script, **kw):
+    app = DebuggerApp(Controller(session, **kw), model=session.spec)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq == 0)
+        await script(pilot, app)
+        save(app, name)
+
+
+async def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="opscope-shots-"))
+    gpt = open_session("demo:gpt", "sim:npu-a1")
+
+    async def attention(pilot, app):
+        app.ctl.breakpoints.add("scaled_dot_product_attention")
+        app.ctl.add_watch("out.std()")
+        app.ctl.add_watch("np.abs(out).max()")
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "scaled_dot_product_attention")
+        await pilot.press("n")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq > 13)
+    await shoot(gpt, "step", attention, reference="numpy")
+
+    async def help_screen(pilot, app):
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+    await shoot(gpt, "help", help_screen)
+
+    nan = open_session(write(tmp, "planted.py", PLANTED_NAN) + ":factory", "sim:npu-a1")
+
+    async def to_nan(pilot, app):
+        await pilot.press("e")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.reason.startswith("first"))
+    await shoot(nan, "nan", to_nan)
+
+    bad = open_session(write(tmp, "raises.py", RAISES) + ":factory", "sim:npu-a1")
+
+    async def fail(pilot, app):
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Failed))
+    await shoot(bad, "error", fail)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,244 @@
+"""The stepping controller, breakpoints, watches, lockstep and run-to-NaN, without the UI."""
+import math
+
+import numpy as np
+import pytest
+
+from opscope.debugger import breakpoints as bps
+from opscope.debugger.controller import Controller, Failed, Finished, Stop
+from opscope.debugger.stats import page, sparkline, summarize
+from opscope.debugger.watches import Watches
+from opscope.runtime import open_session
+from opscope.runtime.errors import UsageError
+
+from debugger_models import LOW_PRECISION_TOML, NUMERICS, PLANTED_NAN, RAISES, write
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return open_session("demo:mlp", "numpy")
+
+
+@pytest.fixture
+def ctl_of():
+    made = []
+
+    def make(session, **kw):
+        c = Controller(session, **kw)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.quit()
+
+
+def test_step_stops_after_every_op_in_order(mlp, ctl_of):
+    c = ctl_of(mlp)
+    seen = []
+    for _ in range(len(mlp.plan.steps)):
+        assert c.step()
+        ev = c.wait()
+        assert isinstance(ev, Stop) and ev.reason == "step"
+        seen.append(ev.node.name)
+        assert ev.output_stats[0].shape == tuple(ev.node.output_meta[0].shape)
+    assert seen == [st.node.name for st in mlp.plan.steps]
+    c.step()
+    assert isinstance(c.wait(), Finished)
+    assert not c.step()                      # finished: only restart runs again
+    c.restart()
+    ev = c.wait()
+    assert isinstance(ev, Stop) and ev.seq == 0
+
+
+def test_stop_shows_inputs_and_outputs_of_the_op(mlp, ctl_of):
+    c = ctl_of(mlp)
+    c.step()
+    ev = c.wait()                             # linear(x, weight, bias)
+    assert [s.name for s in ev.input_stats] == ["in0", "in1", "in2"]
+    x = mlp.inputs[0].numpy()
+    assert ev.input_stats[0].mean == pytest.approx(float(x.mean()), rel=1e-6)
+    w, b = mlp.model[0].weight.detach().numpy(), mlp.model[0].bias.detach().numpy()
+    np.testing.assert_allclose(ev.outputs[0][1], x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+def test_breakpoint_on_op_type_and_path(mlp, ctl_of):
+    c = ctl_of(mlp, breakpoints=["relu"])
+    c.cont()
+    ev = c.wait()
+    assert ev.node.name == "relu" and "relu" in ev.reason
+    c.cont()
+    assert c.wait().node.name == "relu_1"
+    c.cont()
+    assert isinstance(c.wait(), Finished)
+    c2 = ctl_of(mlp, breakpoints=["node:linear_2"])
+    c2.cont()
+    assert c2.wait().node.name == "linear_2"
+    c2.quit()                                 # one controller per session at a time
+    c3 = ctl_of(mlp, breakpoints=["2"])       # module path glob: the second Linear is module "2"
+    c3.cont()
+    assert c3.wait().node.name == "linear_1"
+
+
+def test_conditional_breakpoint_on_output_stat(mlp, ctl_of):
+    # relu outputs are >= 0, linears are not: `min < 0` skips nothing but relus
+    c = ctl_of(mlp, breakpoints=["relu* if max_abs > 0"])
+    c.cont()
+    assert c.wait().node.name == "relu"
+    c.quit()
+    never = ctl_of(mlp, breakpoints=["max_abs > 1e30"])
+    never.cont()
+    assert isinstance(never.wait(), Finished)
+
+
+def test_breakpoint_specs_parse_and_reject():
+    assert bps.parse("linear").op == "linear"
+    assert bps.parse("layers.0.*").glob == "layers.0.*"
+    assert bps.parse("nan").cond == "nan"
+    assert bps.parse("err > 1e-3").cond == "err > 0.001"
+    b = bps.parse("attn.* if inf")
+    assert (b.glob, b.cond) == ("attn.*", "inf")
+    with pytest.raises(UsageError, match="condition"):
+        bps.parse("x if max_abs >> 3")
+    with pytest.raises(UsageError, match="neither a place nor a condition"):
+        bps.parse("max_abs >> 3")
+    with pytest.raises(UsageError, match="unknown op"):
+        bps.parse("op:nosuchop")
+
+
+def test_finish_and_step_into_follow_the_module_tree():
+    s = open_session("demo:gpt", "numpy")
+    c = Controller(s, breakpoints=["node:split"])        # the first op of h.0.attn itself
+    try:
+        c.cont()
+        assert c.wait().node.module_path == "h.0.attn"
+        c.finish()
+        ev = c.wait()                                   # the last op inside h.0.attn (its proj linear)
+        assert (ev.node.name, ev.node.module_path, ev.reason) == ("linear_1", "h.0.attn.proj", "end of module")
+        c.finish()                                      # proj is done: finishing goes up to h.0
+        assert c.wait().node.name == "add_2"
+        c.step_into()                                   # the next module's first op
+        ev = c.wait()
+        assert (ev.node.name, ev.node.module_path) == ("layer_norm_2", "h.1.ln_1")
+    finally:
+        c.quit()
+
+
+def test_watches_evaluate_at_every_stop_with_history(mlp, ctl_of):
+    c = ctl_of(mlp)
+    c.add_watch("out.mean()")
+    c.add_watch("inputs[0].std()")
+    c.add_watch("inputs[5].std()")            # fails on every op: shown, not fatal
+    for _ in range(3):
+        c.step()
+        ev = c.wait()
+    mean, std, bad = c.watches.items
+    assert len(mean.history) == 3
+    assert mean.history[-1][2] == pytest.approx(float(ev.outputs[0][1].mean()), rel=1e-5)
+    assert std.history[-1][2] == pytest.approx(float(ev.inputs[0][1].std()), rel=1e-5)
+    assert "IndexError" in bad.last
+
+
+def test_watch_sandbox_refuses_escapes():
+    w = Watches()
+    for expr in ("().__class__", "__import__('os')", "lambda: 1", "out +"):
+        with pytest.raises(UsageError):
+            w.add(expr)
+    w.add("open")                              # not a builtin here: evaluates to an error
+    w.update("0", np.ones(2), [np.ones(2)], [])
+    assert "NameError" in w.items[0].last
+
+
+def test_run_to_nan_stops_at_the_planted_log(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "planted.py", PLANTED_NAN) + ":factory", "numpy")
+    c = ctl_of(s)
+    c.step()
+    c.wait()
+    c.run_to_nan()
+    ev = c.wait()
+    assert isinstance(ev, Stop)
+    assert ev.node.op == "log"
+    assert ev.output_stats[0].nan > 0
+    assert all(st.nan == 0 for st in ev.input_stats)
+    assert ev.nan_origin.startswith("introduced here") and "in0[" in ev.nan_origin
+
+
+def test_break_on_nan_flag_stops_at_the_same_op(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "planted.py", PLANTED_NAN) + ":factory", "numpy")
+    c = ctl_of(s, break_on_nan=True)
+    c.cont()
+    ev = c.wait()
+    assert ev.node.op == "log"
+    c.cont()
+    later = c.wait()                           # tanh(NaN) is NaN: inherited, and said so
+    assert later.node.op == "tanh" and "inherited" in later.nan_origin
+
+
+def test_lockstep_on_numpy_is_exact(mlp, ctl_of):
+    c = ctl_of(mlp, reference="numpy")
+    c.cont()
+    assert isinstance(c.wait(), Finished)      # no op exceeds the tolerance
+    c.restart()
+    ev = c.wait()
+    assert ev.diff.err == 0 and ev.diff.local == 0 and ev.diff.cosine == pytest.approx(1.0)
+
+
+def test_lockstep_stops_at_the_low_precision_op_and_not_before(tmp_path, ctl_of):
+    chip = write(tmp_path, "lowp.toml", LOW_PRECISION_TOML)
+    s = open_session(write(tmp_path, "numerics.py", NUMERICS) + ":factory", chip)
+    c = ctl_of(s, reference="numpy", tolerance=1e-5)
+    c.cont()
+    ev = c.wait()
+    assert isinstance(ev, Stop)
+    assert ev.node.op == "linear" and ev.node.module_path == "fc1"
+    assert ev.diff.introduced and ev.diff.local > 1e-5
+    assert "introduced" in ev.diff.verdict()
+    c.cont()
+    ev2 = c.wait()                             # relu inherits the error but adds none: no stop there
+    assert ev2.node.op == "linear" and ev2.node.module_path == "fc2"
+    # stepping shows the relu in between: its error is inherited
+    c.restart()
+    c.wait()
+    ops = []
+    while True:
+        c.step()
+        e = c.wait()
+        if not isinstance(e, Stop):
+            break
+        ops.append(e)
+    relu = next(e for e in ops if e.node.op == "relu")
+    assert relu.diff.exceeds and not relu.diff.introduced
+    before = [e for e in ops if e.seq < ev.seq]
+    assert before and all(e.diff is None or e.diff.err == 0 for e in before)
+
+
+def test_a_model_that_raises_reports_the_op_and_restart_works(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "raises.py", RAISES) + ":factory", "numpy")
+    c = ctl_of(s)
+    c.cont()
+    ev = c.wait()
+    assert isinstance(ev, Failed)
+    assert ev.node.op == "dbg_test_explode"
+    assert "refused its input" in ev.message and ev.input_stats
+    c.restart()
+    again = c.wait()
+    assert isinstance(again, Stop) and again.seq == 0
+
+
+def test_stats_of_a_big_tensor_sample_the_histogram():
+    a = np.random.default_rng(0).standard_normal(4_000_000).astype(np.float32)
+    a[7] = np.nan
+    a[9] = np.inf
+    s = summarize("x", a)
+    assert (s.nan, s.inf) == (1, 1)
+    assert s.note == "histogram sampled" and len(s.hist) == 16
+    assert abs(s.mean) < 0.01 and s.std == pytest.approx(1.0, abs=0.01)
+    assert len(sparkline(s.hist)) == 16
+
+
+def test_page_renders_only_the_window():
+    a = np.arange(10_000 * 64, dtype=np.float32).reshape(100, 100, 64)
+    text, total = page(a, start=9_998, rows=5, cols=4)
+    assert total == 10_000
+    assert text.count("\n") == 1               # only the last two rows exist from there
+    assert text.startswith("[99,98]")
+    assert math.isclose(float(text.split()[1]), 9_998 * 64, rel_tol=1e-3)
