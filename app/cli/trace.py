@@ -1,0 +1,70 @@
+"""`opscope trace export RUN -o FILE` and `opscope trace import FILE`: speak the field's trace formats."""
+from __future__ import annotations
+
+import sys
+
+from .common import add_json, console, emit_json, fmt_bytes
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trace", help="export a run as a Chrome/Perfetto trace or CSV; import torch.profiler "
+                                     "and ONNX Runtime traces")
+    tsub = p.add_subparsers(dest="trace_command", metavar="{export,import}")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    e = tsub.add_parser("export", help="write a run as Chrome trace JSON, Perfetto protobuf or per-op CSV")
+    e.add_argument("run", help="run id (or a unique prefix; `opscope runs` lists them)")
+    e.add_argument("--format", "-f", choices=["chrome", "perfetto", "csv"],
+                   help="default: from the file name (.json, .pftrace, .csv), else chrome")
+    e.add_argument("-o", "--output", help="file to write (default: opscope-RUN.json / .pftrace / .csv)")
+    e.add_argument("--gzip", action="store_true", help="gzip the file (implied by a .gz file name)")
+    e.add_argument("--by", choices=["op", "module", "node"], default="op", help="csv: group ops by this")
+    add_json(e)
+    e.set_defaults(func=export_main)
+
+    i = tsub.add_parser("import", help="a torch.profiler (Kineto) / Chrome trace or ONNX Runtime profile -> a run")
+    i.add_argument("file", help="trace JSON (.json or .json.gz)")
+    i.add_argument("--max-bytes", type=int, default=None,
+                   help="refuse files larger than this (default 2 GiB, or $OPSCOPE_IMPORT_MAX_BYTES)")
+    add_json(i)
+    i.set_defaults(func=import_main)
+
+
+def export_main(args) -> int:
+    from opscope.profiler.export import export, guess_format
+    from opscope.profiler.store import RunStore
+
+    store = RunStore()
+    run = store.get_run(args.run)
+    fmt = args.format or (guess_format(args.output) if args.output else None) or "chrome"
+    out = args.output or f"opscope-{run['run_id']}" + {"chrome": ".json", "perfetto": ".pftrace", "csv": ".csv"}[fmt]
+    gz = args.gzip or str(out).endswith(".gz")
+    if args.gzip and not str(out).endswith(".gz") and args.output is None:
+        out += ".gz"
+    report = export(store, run["run_id"], fmt, out, gzip=gz, by=args.by)
+    if args.json:
+        emit_json(report)
+        return 0
+    what = f"{report['rows']} rows" if fmt == "csv" else f"{report['ops']} ops, {report['steps']} step spans"
+    console.print(f"wrote {report['path']} ({fmt}{', gzip' if gz else ''}, {what}, {fmt_bytes(report['bytes'])})")
+    return 0
+
+
+def import_main(args) -> int:
+    from opscope.profiler.importers import import_trace
+    from opscope.profiler.store import RunStore
+
+    store = RunStore()
+    run_id = import_trace(args.file, store=store, max_bytes=args.max_bytes)
+    run = store.get_run(run_id)
+    cfg = run.get("config") or {}
+    if args.json:
+        emit_json({"run_id": run_id, "format": cfg.get("format"), "events": run.get("events"),
+                   "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
+                   "skipped": cfg.get("skipped", {})})
+        return 0
+    # the id alone on stdout, so RUN=$(opscope trace import f.json) works; the story on stderr
+    print(run_id)
+    print(f"imported {run.get('events')} op events ({cfg.get('format')}, {run.get('steps')} step(s)) from "
+          f"{args.file} as run {run_id}", file=sys.stderr)
+    return 0

@@ -1,0 +1,125 @@
+"""Export and import of a 1M-event trace, side by side with a plain json.dump / json.load baseline.
+
+    python benchmarks/bench_trace.py            # 1M events, 3 rounds
+    python benchmarks/bench_trace.py --quick    # 100k events, 1 round
+
+Baseline: the same events as a list of dicts (the fields our Chrome events carry) written with
+`json.dump` and read with `json.load` -- what a straightforward exporter/importer would do.
+Aim (issue 3): <= 5 s each for 1M events on this machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+OPS = ["linear", "gelu", "layer_norm", "add", "matmul", "softmax", "mul", "view"]
+
+
+def make_run(store, n: int) -> str:
+    rng = np.random.default_rng(0)
+    rid = store.create_run(model="bench:synthetic", backend="torch:cpu", device="cpu", steps=10)
+    dur = rng.integers(1_000, 50_000, n)
+    start = 10 ** 12 + np.concatenate(([0], np.cumsum(dur + 200)[:-1]))
+    step = np.arange(n) * 10 // n
+    op = np.asarray(OPS, dtype=object)[rng.integers(0, len(OPS), n)]
+    cols = {"step": step, "seq": np.arange(n) % (n // 10 or 1), "op": op,
+            "node": np.asarray([f"{o}_{i % 97}" for i, o in enumerate(op.tolist())], dtype=object),
+            "module": np.full(n, "transformer.h.0.mlp", dtype=object), "source": np.full(n, "gpt.py:42", dtype=object),
+            "backend": np.full(n, "torch:cpu", dtype=object), "device": np.full(n, "cpu", dtype=object),
+            "thread": np.full(n, 1, dtype=np.int64), "depth": np.zeros(n, dtype=np.int64),
+            "start_ns": start, "end_ns": start + dur,
+            "input_shapes": np.full(n, "[[2,128,256],[256,256]]", dtype=object),
+            "input_dtypes": np.full(n, '["float32","float32"]', dtype=object),
+            "output_shapes": np.full(n, "[[2,128,256]]", dtype=object),
+            "output_dtypes": np.full(n, '["float32"]', dtype=object),
+            "bytes": rng.integers(1, 1 << 20, n), "flops": rng.integers(1, 1 << 30, n),
+            "fallback": np.zeros(n, dtype=bool), "live_bytes": rng.integers(1, 1 << 30, n)}
+    for lo in range(0, n, 200_000):
+        store.add_event_columns(rid, {k: v[lo:lo + 200_000] for k, v in cols.items()})
+    store.finish_run(rid)
+    return rid
+
+
+def baseline_events(store, rid):
+    """The same events as plain dicts, as a straightforward exporter would build them."""
+    f = store.events_frame(rid)
+    t0 = int(f["start_ns"].min())
+    keys = ["step", "seq", "node", "module", "source", "input_shapes", "input_dtypes", "output_shapes",
+            "output_dtypes", "flops", "bytes", "fallback"]
+    cols = {k: f[k].tolist() for k in keys}
+    ts = ((f["start_ns"] - t0) / 1000).tolist()
+    dur = ((f["end_ns"] - f["start_ns"]) / 1000).tolist()
+    op = f["op"].tolist()
+    return [{"name": op[i], "cat": "op", "ph": "X", "ts": ts[i], "dur": dur[i], "pid": 1, "tid": 1,
+             "args": {k: cols[k][i] for k in keys}} for i in range(len(op))]
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="100k events, one round: a smoke run")
+    args = ap.parse_args()
+    if args.quick:
+        args.events, args.rounds = 100_000, 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["OPSCOPE_HOME"] = tmp
+        from opscope.profiler.export import export
+        from opscope.profiler.importers import import_trace
+        from opscope.profiler.store import RunStore
+
+        store = RunStore(Path(tmp) / "runs.duckdb")
+        t, rid = timed(lambda: make_run(store, args.events))
+        print(f"{args.events:,} synthetic events inserted in {t:.2f} s")
+        out, pf, base = Path(tmp) / "t.json", Path(tmp) / "t.pftrace", Path(tmp) / "baseline.json"
+        res = {k: [] for k in ("export chrome", "export perfetto", "import chrome", "baseline json.dump",
+                               "baseline json.load")}
+        for r in range(args.rounds):          # interleaved, so machine load hits both sides alike
+            res["export chrome"].append(timed(lambda: export(store, rid, "chrome", out))[0])
+
+            def dump():
+                ev = baseline_events(store, rid)
+                with open(base, "w") as f:
+                    json.dump({"traceEvents": ev}, f)
+            res["baseline json.dump"].append(timed(dump)[0])
+            res["export perfetto"].append(timed(lambda: export(store, rid, "perfetto", pf))[0])
+            t, back = timed(lambda: import_trace(out, store=store))
+            res["import chrome"].append(t)
+            store.delete_run(back)
+
+            def load():
+                with open(base) as f:
+                    return len(json.load(f)["traceEvents"])
+            res["baseline json.load"].append(timed(load)[0])
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in res.items()),
+                  flush=True)
+        med = {k: statistics.median(v) for k, v in res.items()}
+        print(f"\nmedians over {args.rounds} round(s), {args.events:,} events "
+              f"(chrome {out.stat().st_size / 2**20:.0f} MiB, perfetto {pf.stat().st_size / 2**20:.0f} MiB, "
+              f"baseline {base.stat().st_size / 2**20:.0f} MiB):")
+        for k, v in med.items():
+            print(f"  {k:20s} {v:7.2f} s  ({args.events / v / 1e6:.2f} M events/s)")
+        print(f"  export chrome / baseline json.dump   = {med['export chrome'] / med['baseline json.dump']:.2f}x time")
+        print(f"  export perfetto / baseline json.dump = {med['export perfetto'] / med['baseline json.dump']:.2f}x time")
+        print(f"  import chrome / baseline json.load   = {med['import chrome'] / med['baseline json.load']:.2f}x time"
+              " (import also nests, maps names and writes the store)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

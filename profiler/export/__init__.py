@@ -1,0 +1,43 @@
+"""Trace export: a run as Chrome trace JSON, Perfetto protobuf, or a CSV of per-op aggregates.
+
+    from opscope.profiler.export import export
+    export(store, run_id, "chrome", "run.json.gz", gzip=True)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+FORMATS = ("chrome", "perfetto", "csv")
+# what a file name says about its format, when --format is not given
+_SUFFIXES = {".json": "chrome", ".pftrace": "perfetto", ".perfetto-trace": "perfetto", ".pb": "perfetto",
+             ".csv": "csv"}
+
+
+def guess_format(path) -> str | None:
+    p = Path(str(path))
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    return _SUFFIXES.get(suffixes[-1]) if suffixes else None
+
+
+def export(store, run_id: str, fmt: str, path, gzip: bool = False, by: str = "op") -> dict:
+    """Write run `run_id` to `path` in `fmt`; returns a small report (counts, path, bytes)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
+    if fmt == "chrome":
+        from .chrome import write_chrome
+        report = write_chrome(store, run_id, path, gzip=gzip)
+    elif fmt == "perfetto":
+        from .perfetto import write_perfetto
+        report = write_perfetto(store, run_id, path, gzip=gzip)
+    else:
+        from .csv import write_csv
+        report = write_csv(store, run_id, path, gzip=gzip, by=by)
+    report.update(format=fmt, path=str(path), gzip=gzip, bytes=path.stat().st_size)
+    return report

@@ -1,0 +1,43 @@
+"""Trace import: a torch.profiler (Kineto) / Chrome trace or an ONNX Runtime profile -> a run.
+
+    from opscope.profiler.importers import import_trace
+    run_id = import_trace("trace.json")            # engine "import", source = the file
+
+The run holds one event per operator in the file, nested by time per thread (so self time works),
+and every view and analysis reads it like a profiled run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+from . import kineto, onnxruntime
+from .common import read_json, save
+
+
+def parse_trace(path, max_bytes: int | None = None):
+    """-> (EventTable, run fields). Raises UsageError (one line) for anything it cannot read."""
+    path = Path(path)
+    doc = read_json(path, max_bytes)
+    src = str(path)
+    if onnxruntime.is_onnxruntime(doc):
+        return onnxruntime.parse(doc, src)
+    if kineto.is_chrome(doc):
+        return kineto.parse(doc, src)
+    got = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:5]}"
+    raise UsageError(f"cannot import {path}: it is JSON but not a trace (got {got}; expected a Chrome/Kineto trace "
+                     f"with 'traceEvents' or an ONNX Runtime profile list)")
+
+
+def import_trace(path, store=None, max_bytes: int | None = None) -> str:
+    """Parse the whole file first, then create the run: a bad file never leaves a partial run."""
+    table, run = parse_trace(path, max_bytes)
+    if store is None:
+        from opscope.profiler.store import RunStore
+        store = RunStore()
+    source = str(Path(path).resolve())
+    run["config"]["events"] = len(table)
+    model = run["model"] if run["model"] != "import" else f"import:{Path(path).name}"
+    return save(store, table, model=model, backend=run["backend"], device=run["device"], source=source,
+                config=run["config"], steps=max(1, run["steps"]))
