@@ -1,0 +1,84 @@
+"""Advisor: what to change, from the advisor when it is installed; otherwise the analyzer's own
+findings (top ops, ops that fell back, transfers between backends)."""
+from __future__ import annotations
+
+from dash import Input, Output, html
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids
+
+PATH = "/advisor"
+NAME = "Advisor"
+
+
+def layout(**_query):
+    return html.Div(id=ids.ADV_LIST, children=ui.note("loading…"))
+
+
+def register(app, data):
+    @app.callback(Output(ids.ADV_LIST, "children"), Input(ids.RUN_STATUS, "data"))
+    def render(status):
+        if not status:
+            return ui.note("No runs yet.")
+        run = data.run(status["run"])
+        try:
+            from opscope.profiler.advisor import advise
+        except ImportError:
+            return html.Div([ui.note("The advisor is not installed here; these are the analyzer's own findings."),
+                             *findings(data, run)])
+        items = advise(run["run_id"], store=data.store)
+        if not items:
+            return ui.card("Advice", ui.note("No advice for this run: nothing the rules recognize.", "ok"))
+        return html.Div([_advice(a) for a in items])
+
+
+def _advice(a):
+    gain = getattr(a, "estimated_gain", None)
+    ev = getattr(a, "evidence", None) or {}
+    return ui.card(a.title, html.Div(className="advice", children=[
+        html.Div([ui.status_pill(getattr(a, "severity", "info")),
+                  html.Span(_gain(gain), className="muted")], className="advice-head"),
+        html.P(a.message),
+        html.Dl(className="fields", children=[x for k, v in list(ev.items())[:8]
+                                               for x in (html.Dt(str(k)), html.Dd(_value(v)))]) if ev else None,
+        html.Code(getattr(a, "id", ""), className="muted")]), className="card advice-card")
+
+
+def _gain(g) -> str:
+    if isinstance(g, dict) and ("fraction" in g or "seconds" in g):
+        parts = [f"{g['fraction']:.0%} of the step" if g.get("fraction") is not None else "",
+                 ui.fmt_ns(g["seconds"] * 1e9) if g.get("seconds") is not None else ""]
+        return "estimated gain " + " · ".join(p for p in parts if p)
+    if isinstance(g, float):
+        return f"estimated gain {g:.0%}" if g < 1.5 else f"estimated gain {g:.3g}"
+    return f"estimated gain {g}" if g else ""
+
+
+def _value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)) and len(v) > 6:
+        return ", ".join(map(str, v[:6])) + f", … ({len(v)} in all)"
+    text = str(v)
+    return text if len(text) < 200 else text[:200] + "…"
+
+
+def findings(data, run):
+    stats = data.op_table(run)
+    total = sum(s["total_ns"] for s in stats) or 1
+    top = stats[:5]
+    out = [ui.card("Where the time goes", html.Ol([html.Li([html.B(s["key"]),
+                                                           f"  {100 * s['total_ns'] / total:.1f}% of op time, "
+                                                           f"{s['count']} calls, {ui.fmt_ns(s['total_ns'])}"])
+                                                   for s in top]) if top else ui.note("No events."))]
+    fb = [s for s in stats if s["fallback"] and s["key"] != "transfer"]
+    out.append(ui.card("Ops that fell back", html.Ul([html.Li([html.B(s["key"]), f"  ran on the fallback backend "
+                                                               f"{s['count']}×, {ui.fmt_ns(s['total_ns'])}"])
+                                                      for s in fb]) if fb else
+                       ui.note("Every op ran on the chosen backend.", "ok")))
+    tr = next((s for s in stats if s["key"] == "transfer"), None)
+    out.append(ui.card("Transfers between backends", ui.note(
+        f"{tr['count']} transfers moved {ui.fmt_bytes(tr['bytes'])} and took {ui.fmt_ns(tr['total_ns'])} "
+        f"({100 * tr['total_ns'] / total:.1f}% of op time): a native kernel for the ops that fell back removes them.",
+        "warn") if tr else ui.note("No transfers between backends.", "ok")))
+    return out

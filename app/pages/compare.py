@@ -1,0 +1,152 @@
+"""Compare: two runs side by side (the same model on two backends, before/after advice), op by op in
+time and, where both recorded tensor values (--values), in value."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from dash import Input, Output, dcc, html
+from dash.dash_table.Format import Format, Scheme
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids, theme
+
+PATH = "/compare"
+NAME = "Compare"
+_F3 = {"type": "numeric", "format": Format(precision=3, scheme=Scheme.fixed)}
+_E = {"type": "numeric", "format": Format(precision=2, scheme=Scheme.exponent)}
+TOLERANCE = 1e-3     # relative difference of a summary statistic that counts as a numerical divergence
+
+
+def layout(run=None, b=None, **_query):
+    return html.Div([
+        ui.card(None, html.Div(className="toolbar", children=[
+            # NOTE: the dropdown drops a value missing from its options, so the ids from the URL come
+            # with a placeholder option until the callback lists every run.
+            html.Label("run A", className="label"),
+            dcc.Dropdown(id=ids.CMP_A, value=run, options=[run] if run else [], clearable=False, className="dropdown"),
+            html.Label("run B", className="label"),
+            dcc.Dropdown(id=ids.CMP_B, value=b, options=[b] if b else [], clearable=False, className="dropdown")]),
+                html.Div(id=ids.CMP_SUMMARY, className="summary")),
+        html.Div(className="grid-2", children=[
+            ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
+                                                   config={"displaylogo": False})),
+            ui.card("Per op", ui.table(ids.CMP_TABLE, [
+                ("op", "op"), ("a_ms", "A ms", _F3), ("b_ms", "B ms", _F3), ("ratio", "B / A", {"type": "numeric", "format": Format(precision=3, scheme=Scheme.decimal_or_exponent)}),
+                ("a_count", "A calls", {"type": "numeric"}), ("b_count", "B calls", {"type": "numeric"})], [],
+                page_size=15)),
+        ]),
+        ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR)),
+    ])
+
+
+def register(app, data):
+    @app.callback(Output(ids.CMP_A, "options"), Output(ids.CMP_B, "options"), Output(ids.CMP_A, "value"),
+                  Output(ids.CMP_B, "value"), Input(ids.RUN_STATUS, "data"), Input(ids.CMP_A, "value"),
+                  Input(ids.CMP_B, "value"))
+    def choices(_status, a, b):
+        runs = data.runs()
+        opts = [{"label": f"{r['run_id'][:8]} · {r['model']} on {r['backend']} · {r['status']}",
+                 "value": r["run_id"]} for r in runs]
+        known = {r["run_id"] for r in runs}
+        a = _resolve(data, a) if a else None
+        b = _resolve(data, b) if b else None
+        # Defaults: the two newest runs with events, of the same model when there are two.
+        useful = [r for r in runs if r.get("events")] or runs
+        if a not in known:
+            a = useful[1]["run_id"] if len(useful) > 1 else (useful[0]["run_id"] if useful else None)
+        if b not in known:
+            model = next((r["model"] for r in runs if r["run_id"] == a), None)
+            same = [r for r in useful if r["run_id"] != a and r["model"] == model]
+            b = (same or [r for r in useful if r["run_id"] != a] or [{"run_id": a}])[0]["run_id"]
+        return opts, opts, a, b
+
+    @app.callback(Output(ids.CMP_SUMMARY, "children"), Output(ids.CMP_GRAPH, "figure"),
+                  Output(ids.CMP_TABLE, "data"), Output(ids.CMP_TABLE, "style_data_conditional"),
+                  Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"), Input(ids.CMP_B, "value"))
+    def render(a, b):
+        ra, rb = data.run(a) if a else None, data.run(b) if b else None
+        if not ra or not rb:
+            return ui.note("Compare needs two runs: profile the model on two backends."), \
+                theme.empty_figure("pick two runs"), [], [], ""
+        sa = {s["key"]: s for s in data.store.op_stats(ra["run_id"])}
+        sb = {s["key"]: s for s in data.store.op_stats(rb["run_id"])}
+        rows = []
+        for op in sorted(set(sa) | set(sb), key=lambda k: -(sa.get(k, {}).get("total_ns", 0) +
+                                                             sb.get(k, {}).get("total_ns", 0))):
+            ta, tb = sa.get(op, {}).get("total_ns", 0), sb.get(op, {}).get("total_ns", 0)
+            rows.append({"id": op, "op": op, "a_ms": ta / 1e6, "b_ms": tb / 1e6, "ratio": (tb / ta) if ta and tb else None,
+                         "a_count": sa.get(op, {}).get("count", 0), "b_count": sb.get(op, {}).get("count", 0)})
+        total_a = sum(s["total_ns"] for s in sa.values())
+        total_b = sum(s["total_ns"] for s in sb.values())
+        summary = html.Div(className="compare-heads", children=[
+            _head("A", ra, total_a), _head("B", rb, total_b),
+            html.Div(className="ratio", children=[html.Span("B / A", className="muted"),
+                                                  html.B(f"{total_b / total_a:.2f}×" if total_a and total_b else "n/a")])])
+        return summary, _ratio_figure(rows), rows, ui.op_swatch_rows([r["op"] for r in rows]), \
+            _errors(data, ra, rb)
+
+
+def _resolve(data, rid):
+    run = data.run(rid)
+    return run["run_id"] if run else None
+
+
+def _head(label, run, total):
+    return html.Div(className="compare-head", children=[
+        html.Span(label, className="tag"), html.Code(run["run_id"][:12]), html.Span(ui.run_title(run)),
+        ui.status_pill(run.get("status")), html.B(ui.fmt_ns(total))])
+
+
+def _ratio_figure(rows):
+    rows = [r for r in rows if r["ratio"]][:25]
+    if not rows:
+        return theme.empty_figure("No op ran in both runs.")
+    rows = rows[::-1]
+    return {"data": [dict(type="bar", orientation="h", y=[r["op"] for r in rows], x=[r["ratio"] for r in rows],
+                          marker=dict(color=[theme.op_color(r["op"]) for r in rows]),
+                          hovertemplate="%{y}: B takes %{x:.3f}× A's time<extra></extra>")],
+            "layout": theme.layout(height=max(260, 26 * len(rows) + 80), margin=dict(l=190, r=20, t=20, b=40),
+                                   xaxis=dict(type="log", title=dict(text="B time / A time (log)")),
+                                   shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1,
+                                                line=dict(color=theme.MUTED, dash="dot"))])}
+
+
+def _errors(data, ra, rb):
+    ta, tb = data.tensor_rows(ra["run_id"]), data.tensor_rows(rb["run_id"])
+    if not ta or not tb:
+        missing = " and ".join(x for x, t in (("A", ta), ("B", tb)) if not t)
+        return ui.note(f"No tensor values in run {missing}: profile both with --values to diff them op by op.")
+    # Nodes keep their names across backends; seq does not (fallback transfers shift it).
+    key = (lambda t: (t["step"], t["node"], t["slot"]))
+    ib = {key(t): t for t in tb if t["node"]}
+    rows, first = [], None
+    for t in ta:
+        o = ib.get(key(t))
+        if o is None or not t["slot"].startswith("out"):
+            continue
+        scale = max(abs(t["max"] or 0), abs(t["min"] or 0), 1e-12)
+        err = max(_d(t["mean"], o["mean"]), _d(t["std"], o["std"]), _d(t["min"], o["min"]), _d(t["max"], o["max"]))
+        rel = err / scale
+        rows.append({"id": f"{t['step']}/{t['node']}/{t['slot']}", "node": t["node"], "op": t["op"],
+                     "slot": t["slot"], "step": t["step"], "abs": err, "rel": rel,
+                     "nan": f"{t['nan'] or 0} / {o['nan'] or 0}"})
+        if first is None and (rel > TOLERANCE or (t["nan"] or 0) != (o["nan"] or 0)):
+            first = rows[-1]
+    if not rows:
+        return ui.note("The two runs share no recorded op outputs (different models?).")
+    head = (ui.note(f"First op past {TOLERANCE:g} relative difference: {first['node']} ({first['op']}), "
+                    f"step {first['step']}, rel {first['rel']:.2e}", "warn") if first else
+            ui.note(f"Every shared op output agrees within {TOLERANCE:g} (relative, on min/max/mean/std).", "ok"))
+    return html.Div([head, ui.table("compare-error-table", [
+        ("node", "node"), ("op", "op"), ("slot", "slot"), ("step", "step", {"type": "numeric"}),
+        ("abs", "max |Δ stat|", _E), ("rel", "relative", _E), ("nan", "NaN A / B")], rows, page_size=12,
+        style_rows=[{"if": {"filter_query": f"{{rel}} > {TOLERANCE}"}, "backgroundColor": "#fef2f2"}])])
+
+
+def _d(x, y):
+    if x is None or y is None:
+        return 0.0
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return 0.0 if (x == y or (np.isnan(x) and np.isnan(y))) else float("inf")
+    return abs(x - y)

@@ -1,0 +1,44 @@
+"""Hardware: CPU/GPU utilization, memory, temperature and power sampled while the run ran."""
+from __future__ import annotations
+
+import numpy as np
+from dash import Input, Output, dcc, html
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids, theme
+
+PATH = "/hardware"
+NAME = "Hardware"
+
+METRICS = [("cpu_percent", "CPU utilization", "%", 1.0), ("mem_bytes", "host memory", "MiB", 2**20),
+           ("gpu_util", "GPU utilization", "%", 1.0), ("gpu_mem_bytes", "GPU memory", "MiB", 2**20),
+           ("temperature_c", "temperature", "°C", 1.0), ("power_w", "power", "W", 1.0)]
+
+
+def layout(**_query):
+    return html.Div(id=ids.HW_GRAPH, children=ui.note("loading…"))
+
+
+def register(app, data):
+    @app.callback(Output(ids.HW_GRAPH, "children"), Input(ids.RUN_STATUS, "data"))
+    def render(status):
+        if not status:
+            return ui.note("No runs yet.")
+        hw = data.hardware(status["run"])
+        if not len(hw.get("t_ns", [])):
+            return ui.card("Hardware", ui.note("Hardware samples not available for this run (none were recorded)."))
+        t = (np.asarray(hw["t_ns"], np.float64) - float(hw["t_ns"][0])) / 1e9
+        cards = []
+        for key, title, unit, scale in METRICS:
+            v = np.asarray([np.nan if x is None else x for x in hw.get(key, [])], np.float64)
+            if not len(v) or np.all(np.isnan(v)):
+                cards.append(ui.card(title, ui.note(f"{title}: not available on this machine", "muted")))
+                continue
+            fig = {"data": [dict(type="scatter", mode="lines+markers", x=t.tolist(), y=(v / scale).tolist(),
+                                 line=dict(color=theme.ACCENT, width=2), marker=dict(size=4), name=title,
+                                 hovertemplate=f"%{{y:.1f}} {unit} at %{{x:.2f}} s<extra></extra>")],
+                   "layout": theme.layout(height=220, margin=dict(l=50, r=10, t=10, b=35),
+                                          xaxis=dict(title=dict(text="seconds")),
+                                          yaxis=dict(title=dict(text=unit), rangemode="tozero"))}
+            cards.append(ui.card(title, dcc.Graph(figure=fig, config={"displaylogo": False})))
+        return html.Div(cards, className="grid-2")

@@ -1,0 +1,128 @@
+"""Operators: where the time goes, per op type or per module, and how close each op gets to the roofs."""
+from __future__ import annotations
+
+import numpy as np
+from dash import Input, Output, State, dcc, html
+from dash.dash_table.Format import Format, Scheme
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids, theme
+
+PATH = "/operators"
+NAME = "Operators"
+
+_F3 = {"type": "numeric", "format": Format(precision=3, scheme=Scheme.fixed)}
+_F1 = {"type": "numeric", "format": Format(precision=1, scheme=Scheme.fixed)}
+_COLUMNS = [("key", "op"), ("count", "count", {"type": "numeric"}), ("total_ms", "total ms", _F3),
+            ("self_ms", "self ms", _F3), ("mean_us", "mean us", _F1), ("p95_us", "p95 us", _F1),
+            ("share", "share %", _F1), ("gflops", "achieved GFLOP/s", _F1), ("pct_peak", "% of peak", _F1),
+            ("fallback", "fell back")]
+
+
+def layout(**_query):
+    return html.Div([
+        ui.card(None, html.Div(className="toolbar", children=[
+            html.Label("group by", className="label"),
+            dcc.RadioItems(id=ids.OPS_GROUP, options=[{"label": "op type", "value": "op"},
+                                                       {"label": "module", "value": "module"},
+                                                       {"label": "node", "value": "node"}],
+                           value="op", inline=True, className="radio")]),
+                ui.table(ids.OPS_TABLE, _COLUMNS, [], page_size=20, sort_by=[{"column_id": "total_ms",
+                                                                             "direction": "desc"}])),
+        html.Div(className="grid-2", children=[
+            ui.card("Roofline", dcc.Graph(id=ids.OPS_ROOFLINE, figure=theme.empty_figure("loading…"),
+                                          config={"displaylogo": False})),
+            ui.card("Selected", html.Div(ui.note("Click a row for the op's numbers."), id=ids.OPS_DETAIL)),
+        ]),
+    ])
+
+
+def register(app, data):
+    @app.callback(Output(ids.OPS_TABLE, "data"), Output(ids.OPS_TABLE, "columns"),
+                  Output(ids.OPS_TABLE, "style_data_conditional"), Output(ids.OPS_ROOFLINE, "figure"),
+                  Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "active_cell"),
+                  State(ids.OPS_TABLE, "style_data_conditional"))
+    def render(status, by, cell, style):
+        if not status:
+            return [], no_columns(by), style, theme.empty_figure("No runs yet.")
+        run = data.run(status["run"])
+        stats = data.op_table(run, by or "op")
+        rows = [_row(i, s) for i, s in enumerate(stats)]
+        selected = (cell or {}).get("row_id")
+        keep = [s for s in (style or []) if "state" in s.get("if", {})]
+        return rows, no_columns(by), ui.op_swatch_rows([s["op"] for s in stats], "key" if by == "op" else "op") + keep, \
+            roofline(run, data, stats, selected)
+
+    @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "active_cell"),
+                  State(ids.OPS_TABLE, "data"), prevent_initial_call=True)
+    def detail(cell, rows):
+        if not cell or not rows:
+            return ui.note("Click a row for the op's numbers.")
+        r = next((x for x in rows if x["id"] == cell.get("row_id")), None)
+        if r is None:
+            return ui.note("Click a row for the op's numbers.")
+        return html.Dl(className="fields", children=[x for k, v in [
+            ("key", r["key"]), ("op", r["op"]), ("calls", f"{r['count']:,}"), ("total", f"{r['total_ms']:.3f} ms"),
+            ("self", f"{r['self_ms']:.3f} ms"), ("mean · p95", f"{r['mean_us']:.1f} us · {r['p95_us']:.1f} us"),
+            ("share of run", f"{r['share']:.1f} %"), ("FLOPs", f"{r['flops']:,}"), ("bytes", ui.fmt_bytes(r["bytes"])),
+            ("arithmetic intensity", f"{r['intensity']:.2f} FLOP/B" if r["intensity"] else "n/a"),
+            ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
+            ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
+            ("fell back", r["fallback"])] for x in (html.Dt(k), html.Dd(str(v)))])
+
+
+def no_columns(by):
+    cols = []
+    for c in _COLUMNS:
+        d = {"id": c[0], "name": {"op": "op", "module": "module", "node": "node"}.get(by, "op") if c[0] == "key"
+             else c[1]}
+        if len(c) > 2:
+            d.update(c[2])
+        cols.append(d)
+    if by != "op":
+        cols.insert(1, {"id": "op", "name": "op type"})
+    return cols
+
+
+def _row(i, s):
+    return {"id": s["key"] or f"#{i}", "key": s["key"] or "(none)", "op": s["op"], "count": s["count"],
+            "total_ms": s["total_ns"] / 1e6, "self_ms": s["self_ns"] / 1e6, "mean_us": (s["mean_ns"] or 0) / 1e3,
+            "p95_us": (s["p95_ns"] or 0) / 1e3, "share": 100 * s["share"], "gflops": (s["achieved_flops"] or 0) / 1e9,
+            "pct_peak": s["pct_peak"], "fallback": "yes" if s["fallback"] else "", "flops": s["flops"],
+            "bytes": s["bytes"], "intensity": s["intensity"]}
+
+
+def roofline(run, data, stats, selected=None) -> dict:
+    """Arithmetic intensity (FLOP/byte) against achieved FLOP/s, under the description's roofs."""
+    pts = [s for s in stats if s["flops"] and s["bytes"] and s["total_ns"]]
+    if not pts:
+        return theme.empty_figure("No op with both FLOPs and bytes: nothing to place on a roofline.")
+    peak, bw = data.roofs(run)
+    x = np.array([s["flops"] / s["bytes"] for s in pts])
+    y = np.array([s["achieved_flops"] for s in pts])
+    size = np.array([s["total_ns"] for s in pts], dtype=float)
+    size = 8 + 22 * np.sqrt(size / size.max())
+    traces = [dict(type="scatter", mode="markers", x=x.tolist(), y=y.tolist(), name="ops", showlegend=False,
+                   text=[s["key"] for s in pts], customdata=[s["total_ns"] / 1e6 for s in pts],
+                   marker=dict(size=size.tolist(), color=[theme.op_color(s["op"]) for s in pts], opacity=0.85,
+                               line=dict(width=[3 if s["key"] == selected else 0.5 for s in pts], color=theme.INK)),
+                   hovertemplate="<b>%{text}</b><br>%{x:.2f} FLOP/B · %{y:.3s}FLOP/s<br>%{customdata:.3f} ms"
+                                 "<extra></extra>")]
+    ann = []
+    lo, hi = max(x.min() / 4, 1e-3), x.max() * 4
+    if peak and bw:
+        xs = np.geomspace(min(lo, peak / bw / 8), max(hi, peak / bw * 8), 64)
+        traces.append(dict(type="scatter", mode="lines", x=xs.tolist(), y=np.minimum(peak, bw * xs).tolist(),
+                           name="roof", line=dict(color=theme.INK, width=2), hoverinfo="skip"))
+        ann.append(dict(x=np.log10(xs[-1]), y=np.log10(peak), text=f"compute roof {ui.fmt_flops(peak)}",
+                        showarrow=False, yshift=10, xanchor="right", font=dict(size=11, color=theme.MUTED)))
+        ann.append(dict(x=np.log10(xs[0]), y=np.log10(bw * xs[0]), text=f"memory roof {ui.fmt_bytes(bw)}/s",
+                        showarrow=False, yshift=12, xanchor="left", font=dict(size=11, color=theme.MUTED)))
+    else:
+        what = "no peak in description" if not peak else "no memory bandwidth in description"
+        ann.append(dict(text=f"{what}: roofs not drawn", xref="paper", yref="paper", x=0.02, y=0.98,
+                        xanchor="left", showarrow=False, font=dict(size=12, color="#b45309")))
+    return {"data": traces, "layout": theme.layout(
+        height=380, showlegend=False, annotations=ann,
+        xaxis=dict(type="log", title=dict(text="arithmetic intensity (FLOP / byte)")),
+        yaxis=dict(type="log", title=dict(text="achieved FLOP/s")))}

@@ -1,0 +1,63 @@
+"""Runs: every run in the store; pick one to open, or two to compare."""
+from __future__ import annotations
+
+import time
+
+from dash import Input, Output, State, dcc, html
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids
+
+PATH = "/"
+NAME = "Runs"
+
+_PAGES = [("Timeline", "/timeline"), ("Operators", "/operators"), ("Memory", "/memory"), ("Tensors", "/tensors"),
+          ("Hardware", "/hardware"), ("Advisor", "/advisor")]
+
+
+def layout(**_query):
+    return html.Div([
+        ui.card("Runs", html.P("Click a run to open it; tick two to compare them.", className="muted"),
+                ui.table(ids.RUNS_TABLE, [
+                    ("run_id", "run"), ("model", "model"), ("backend", "backend"), ("engine", "engine"),
+                    ("status", "status"), ("started", "started"), ("duration", "duration"),
+                    ("events", "events", {"type": "numeric"}), ("dropped", "dropped", {"type": "numeric"})],
+                    [], selectable="multi", page_size=30,
+                    style_rows=[{"if": {"filter_query": '{status} = "failed"', "column_id": "status"},
+                                 "color": "#b91c1c", "fontWeight": "600"},
+                                {"if": {"filter_query": '{status} = "running"', "column_id": "status"},
+                                 "color": "#2563eb", "fontWeight": "600"}])),
+        html.Div(id=ids.RUNS_ACTIONS, className="actions"),
+    ])
+
+
+def register(app, data):
+    @app.callback(Output(ids.RUNS_TABLE, "data"), Input(ids.RUN_STATUS, "data"))
+    def rows(_status):
+        out = []
+        for r in data.runs():
+            out.append({"id": r["run_id"], "run_id": r["run_id"], "model": r.get("model"), "backend": r.get("backend"),
+                        "engine": r.get("engine"), "status": r.get("status"),
+                        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
+                        if r.get("started_at") else "",
+                        "duration": ui.duration(r), "events": int(r.get("events") or 0),
+                        "dropped": int(r.get("dropped") or 0)})
+        return out
+
+    @app.callback(Output(ids.RUNS_ACTIONS, "children"), Input(ids.RUNS_TABLE, "active_cell"),
+                  Input(ids.RUNS_TABLE, "selected_row_ids"), State(ids.RUNS_TABLE, "data"))
+    def actions(cell, selected, rows):
+        selected = list(selected or [])
+        picked = (cell or {}).get("row_id") or (selected[-1] if selected else None)
+        if not picked and rows:
+            picked = rows[0]["id"]
+        if not picked:
+            return ui.note("No runs yet. Create one with `opscope profile demo:gpt --backend sim:npu-a1`.")
+        row = next((r for r in rows or [] if r["id"] == picked), {"model": "", "backend": ""})
+        links = [html.Span([html.B(picked), f"  {row['model']} on {row['backend']}"], className="picked")]
+        links += [dcc.Link(name, href=f"{path}?run={picked}", className="button") for name, path in _PAGES]
+        if len(selected) >= 2:
+            a, b = selected[-2], selected[-1]
+            links.append(dcc.Link(f"Compare {a[:8]} with {b[:8]}", href=f"/compare?run={a}&b={b}",
+                                  className="button primary", id="compare-link"))
+        return links

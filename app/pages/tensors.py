@@ -1,0 +1,98 @@
+"""Tensors: for runs recorded with --values, each op output's statistics over the steps, its histogram,
+and the first op that produced a NaN or an Inf."""
+from __future__ import annotations
+
+import json
+
+from dash import Input, Output, State, dcc, html
+from dash.dash_table.Format import Format, Scheme
+
+from opscope.app.web import components as ui
+from opscope.app.web import ids, theme
+
+PATH = "/tensors"
+NAME = "Tensors"
+_G = {"type": "numeric", "format": Format(precision=4, scheme=Scheme.decimal_or_exponent)}
+
+
+def layout(**_query):
+    return html.Div([
+        html.Div(id=ids.TEN_FIRST_BAD),
+        ui.card("Op outputs (latest step)", ui.table(ids.TEN_TABLE, [
+            ("node", "node"), ("op", "op"), ("slot", "slot"), ("shape", "shape"), ("dtype", "dtype"),
+            ("steps", "steps", {"type": "numeric"}), ("min", "min", _G), ("max", "max", _G), ("mean", "mean", _G),
+            ("std", "std", _G), ("nan", "NaN", {"type": "numeric"}), ("inf", "Inf", {"type": "numeric"})], [],
+            page_size=15)),
+        html.Div(className="grid-2", children=[
+            ui.card("Over the steps", dcc.Graph(id=ids.TEN_STATS, figure=theme.empty_figure("Click a row."),
+                                                config={"displaylogo": False})),
+            ui.card("Histogram", dcc.Graph(id=ids.TEN_HIST, figure=theme.empty_figure("Click a row."),
+                                           config={"displaylogo": False})),
+        ]),
+    ])
+
+
+def register(app, data):
+    @app.callback(Output(ids.TEN_TABLE, "data"), Output(ids.TEN_FIRST_BAD, "children"),
+                  Output(ids.TEN_TABLE, "style_data_conditional"), Input(ids.RUN_STATUS, "data"))
+    def render(status):
+        if not status:
+            return [], ui.note("No runs yet."), []
+        rows = data.tensor_rows(status["run"])
+        if not rows:
+            return [], ui.note("This run recorded no tensor values: profile it with --values to see each op's "
+                               "output statistics."), []
+        latest, steps = {}, {}
+        for r in rows:
+            k = f"{r['node'] or r['seq']}/{r['slot']}"
+            latest[k] = r
+            steps[k] = steps.get(k, 0) + 1
+        table = [{"id": k, "node": r["node"], "op": r["op"], "slot": r["slot"], "shape": _shape(r["shape"]),
+                  "dtype": r["dtype"], "steps": steps[k], "min": r["min"], "max": r["max"], "mean": r["mean"],
+                  "std": r["std"], "nan": r["nan"] or 0, "inf": r["inf"] or 0} for k, r in latest.items()]
+        bad = next((r for r in rows if (r["nan"] or 0) or (r["inf"] or 0)), None)
+        head = (ui.note(f"First NaN/Inf: {bad['node']} ({bad['op']}) {bad['slot']} at step {bad['step']}: "
+                        f"{bad['nan'] or 0} NaN, {bad['inf'] or 0} Inf", "warn") if bad else
+                ui.note(f"No NaN or Inf in {len(rows):,} recorded tensors.", "ok"))
+        style = ui.op_swatch_rows([r["op"] for r in table if r["op"]]) + [
+            {"if": {"filter_query": "{nan} > 0 || {inf} > 0"}, "backgroundColor": "#fef2f2"}]
+        return table, head, style
+
+    @app.callback(Output(ids.TEN_STATS, "figure"), Output(ids.TEN_HIST, "figure"),
+                  Input(ids.TEN_TABLE, "active_cell"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+    def select(cell, status):
+        if not cell or not status:
+            return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
+        key = cell.get("row_id")
+        rows = [r for r in data.tensor_rows(status["run"]) if f"{r['node'] or r['seq']}/{r['slot']}" == key]
+        if not rows:
+            return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
+        steps = [r["step"] for r in rows]
+        colors = {"min": "#64748b", "max": "#0f172a", "mean": "#2563eb", "std": "#d97706"}
+        stats = {"data": [dict(type="scatter", mode="lines+markers", x=steps, y=[r[s] for r in rows], name=s,
+                               line=dict(color=c, width=2)) for s, c in colors.items()],
+                 "layout": theme.layout(height=300, xaxis=dict(title=dict(text=f"step ({rows[-1]['node']} "
+                                                                           f"{rows[-1]['slot']})"), dtick=1))}
+        return stats, _hist(rows[-1])
+
+
+def _hist(r):
+    try:
+        counts = json.loads(r["hist"]) if r["hist"] else []
+    except ValueError:
+        counts = []
+    if not counts or r["hist_lo"] is None or r["hist_hi"] is None:
+        return theme.empty_figure("No histogram recorded for this tensor.")
+    lo, hi, n = float(r["hist_lo"]), float(r["hist_hi"]), len(counts)
+    w = (hi - lo) / n if n else 1.0
+    return {"data": [dict(type="bar", x=[lo + (i + 0.5) * w for i in range(n)], y=counts, width=w * 0.95,
+                          marker=dict(color=theme.op_color(r["op"] or "")), hovertemplate="%{x:.4g}: %{y}<extra></extra>")],
+            "layout": theme.layout(height=300, bargap=0, xaxis=dict(title=dict(text=f"value at step {r['step']}")),
+                                   yaxis=dict(title=dict(text="count")))}
+
+
+def _shape(s):
+    try:
+        return "×".join(map(str, json.loads(s))) if s else ""
+    except (TypeError, ValueError):
+        return str(s)

@@ -1,0 +1,214 @@
+"""Store queries the pages need, with the run's spans cached on the server (never sent whole).
+
+Pages ask `WebData` by run id; a finished run's spans are built once and kept (a few runs, LRU),
+a streaming run's are rebuilt when its event count grows.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from opscope.runtime.errors import UsageError
+
+from . import timeline
+
+_CACHE_RUNS = 4
+_STACK_DEPTHS = 8      # Python-stack rows drawn under the op tracks
+
+
+class WebData:
+    def __init__(self, store=None, live: str | None = None):
+        if store is None:
+            from opscope.profiler.store import RunStore
+            store = RunStore()
+        self.store = store
+        self.live = live
+        self._spans: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    # --- runs ----------------------------------------------------------------------------
+    def runs(self) -> list[dict]:
+        return self.store.list_runs()
+
+    def run(self, run_id: str | None) -> dict | None:
+        """The run a page shows: the one asked for, else the live one, else the newest; None if none."""
+        rid = run_id or self.live
+        try:
+            if rid:
+                return self.store.get_run(rid)
+        except UsageError:
+            return None
+        runs = self.store.list_runs()
+        return runs[0] if runs else None
+
+    def arrived(self, run: dict) -> int:
+        """Events stored so far (the runs row counts them as batches land)."""
+        if run.get("status") == "running":
+            return int(self.store.query("SELECT count(*) FROM events WHERE run_id = ?", [run["run_id"]])[0][0])
+        return int(run.get("events") or 0)
+
+    @staticmethod
+    def description(run: dict) -> dict:
+        d = run.get("description")
+        if isinstance(d, str):
+            try:
+                d = json.loads(d)
+            except ValueError:
+                d = None
+        return d if isinstance(d, dict) else {}
+
+    @classmethod
+    def roofs(cls, run: dict) -> tuple[float, float]:
+        """(peak FLOP/s at float32, memory bandwidth bytes/s) from the run's backend description; 0 = unknown."""
+        d = cls.description(run)
+        peaks = d.get("peak_flops") or {}
+        peak = float(peaks.get("float32") or (max(peaks.values()) if peaks else 0.0) or 0.0)
+        return peak, float(d.get("memory_bandwidth") or 0.0)
+
+    # --- timeline ------------------------------------------------------------------------
+    def spans(self, run: dict) -> timeline.Spans:
+        rid = run["run_id"]
+        stamp = (self.arrived(run), run.get("status"))
+        with self._lock:
+            hit = self._spans.get(rid)
+            if hit and hit[0] == stamp:
+                self._spans.move_to_end(rid)
+                return hit[1]
+        spans = self._load_spans(rid)
+        with self._lock:
+            self._spans[rid] = (stamp, spans)
+            while len(self._spans) > _CACHE_RUNS:
+                self._spans.popitem(last=False)
+        return spans
+
+    def _load_spans(self, rid: str) -> timeline.Spans:
+        # Interning op names and tracks in SQL keeps a million strings out of Python.
+        with self.store.connect() as con:
+            # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
+            cols = con.execute(
+                """WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
+                              FROM (SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = $r)),
+                        k AS (SELECT b, d, t, (row_number() OVER (ORDER BY b, d, t)) - 1 AS track
+                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t FROM events
+                                    WHERE run_id = $r))
+                   SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track
+                   FROM events e JOIN o ON o.o = coalesce(e.op, '?')
+                   JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
+                         AND k.t IS NOT DISTINCT FROM e.thread
+                   WHERE e.run_id = $r""", {"r": rid}).fetchnumpy()
+            names = [r[0] for r in con.execute(
+                "SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = ? ORDER BY o", [rid]).fetchall()]
+            tracks = con.execute("""SELECT DISTINCT backend, device, thread FROM events WHERE run_id = ?
+                                    ORDER BY backend, device, thread""", [rid]).fetchall()
+            stacks = con.execute(
+                f"""SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? AND depth < {_STACK_DEPTHS}
+                    ORDER BY t_ns""", [rid]).fetchall()
+        by_thread = len({(b, d) for b, d, _ in tracks}) < len(tracks)   # name threads only when they differ
+        labels = [_track_label(b, d, t, by_thread) for b, d, t in tracks]
+        start = np.asarray(cols["start_ns"], np.int64)
+        end = np.asarray(cols["end_ns"], np.int64)
+        track = np.asarray(cols["track"], np.int64)
+        label = np.asarray(cols["op_code"], np.int64)
+        key0 = np.asarray(cols["step"], np.int64)
+        key1 = np.asarray(cols["seq"], np.int64)
+        if stacks:
+            depths = sorted({r[2] for r in stacks})
+            row_of = {d: len(labels) + i for i, d in enumerate(depths)}
+            labels += [f"python stack {d}" for d in depths]
+            frames = {f: len(names) + i for i, f in enumerate(sorted({r[3] or "?" for r in stacks}))}
+            names = names + list(frames)
+            start = np.concatenate([start, [r[0] for r in stacks]]).astype(np.int64)
+            end = np.concatenate([end, [r[0] + r[1] for r in stacks]]).astype(np.int64)
+            track = np.concatenate([track, [row_of[r[2]] for r in stacks]]).astype(np.int64)
+            label = np.concatenate([label, [frames[r[3] or "?"] for r in stacks]]).astype(np.int64)
+            key0 = np.concatenate([key0, np.full(len(stacks), timeline.STACK_KEY)])
+            key1 = np.concatenate([key1, np.arange(len(stacks))])
+        return timeline.build(start, end, track, labels, label, names, key0, key1)
+
+    def step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
+        return [tuple(map(int, r)) for r in self.store.query(
+            "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY step",
+            [run_id])]
+
+    def event(self, run_id: str, step: int, seq: int) -> dict | None:
+        cols = ["step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "start_ns", "end_ns",
+                "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback",
+                "live_bytes"]
+        rows = self.store.query(f"SELECT {', '.join(cols)} FROM events WHERE run_id = ? AND step = ? AND seq = ? "
+                                "LIMIT 1", [run_id, int(step), int(seq)])
+        return dict(zip(cols, rows[0])) if rows else None
+
+    def stack_frame(self, run: dict, row: int) -> dict | None:
+        rows = self.store.query("SELECT t_ns, dur_ns, thread, depth, frame FROM stacks WHERE run_id = ? "
+                                f"AND depth < {_STACK_DEPTHS} ORDER BY t_ns", [run["run_id"]])
+        if 0 <= row < len(rows):
+            return dict(zip(["t_ns", "dur_ns", "thread", "depth", "frame"], rows[row]))
+        return None
+
+    # --- operators -----------------------------------------------------------------------
+    def op_table(self, run: dict, by: str = "op") -> list[dict]:
+        peak, _ = self.roofs(run)
+        rows = self.store.op_stats(run["run_id"], by=by)
+        for r in rows:
+            r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
+            r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
+        return rows
+
+    # --- memory --------------------------------------------------------------------------
+    def memory_series(self, run_id: str) -> dict:
+        """Live bytes over time per backend: the memory table, else the events' live_bytes column."""
+        rows = self.store.query("""SELECT backend, t_ns, live_bytes FROM memory WHERE run_id = ?
+                                   ORDER BY backend, t_ns""", [run_id])
+        if not rows:
+            rows = self.store.query("""SELECT backend, end_ns, live_bytes FROM events
+                                       WHERE run_id = ? AND live_bytes IS NOT NULL ORDER BY backend, end_ns""",
+                                    [run_id])
+        out: dict = {}
+        for b, t, v in rows:
+            s = out.setdefault(b or "?", ([], []))
+            s[0].append(t)
+            s[1].append(v)
+        return out
+
+    def top_allocators(self, run_id: str, limit: int = 15) -> list[dict]:
+        rows = self.store.query(
+            """SELECT e.op, count(*), sum(m.alloc_bytes), max(m.live_bytes)
+               FROM memory m JOIN events e ON e.run_id = m.run_id AND e.step = m.step AND e.seq = m.seq
+               WHERE m.run_id = ? AND m.alloc_bytes > 0 GROUP BY e.op ORDER BY 3 DESC LIMIT ?""", [run_id, limit])
+        if not rows:   # no allocation records: output bytes of each op are what it allocates
+            rows = self.store.query(
+                """SELECT op, count(*), sum(live_bytes - coalesce(prev, 0)) FILTER (WHERE live_bytes > prev),
+                          max(live_bytes)
+                   FROM (SELECT op, live_bytes, lag(live_bytes) OVER (PARTITION BY step, backend ORDER BY seq) AS prev
+                         FROM events WHERE run_id = ? AND live_bytes IS NOT NULL)
+                   GROUP BY op HAVING sum(live_bytes - coalesce(prev, 0)) FILTER (WHERE live_bytes > prev) > 0
+                   ORDER BY 3 DESC LIMIT ?""", [run_id, limit])
+        return [{"op": op, "count": int(n), "alloc_bytes": int(a or 0), "peak_live": int(p or 0)}
+                for op, n, a, p in rows]
+
+    # --- tensors -------------------------------------------------------------------------
+    def tensor_rows(self, run_id: str) -> list[dict]:
+        cols = ["step", "seq", "slot", "op", "node", "shape", "dtype", "count", "min", "max", "mean", "std", "nan",
+                "inf", "hist", "hist_lo", "hist_hi"]
+        rows = self.store.query(
+            """SELECT t.step, t.seq, t.slot, e.op, e.node, t.shape, t.dtype, t.count, t.min, t.max, t.mean, t.std,
+                      t.nan, t.inf, t.hist, t.hist_lo, t.hist_hi
+               FROM tensors t LEFT JOIN events e ON e.run_id = t.run_id AND e.step = t.step AND e.seq = t.seq
+               WHERE t.run_id = ? ORDER BY t.step, t.seq, t.slot""", [run_id])
+        return [dict(zip(cols, r)) for r in rows]
+
+    # --- hardware ------------------------------------------------------------------------
+    def hardware(self, run_id: str) -> dict:
+        return self.store.hardware_frame(run_id)
+
+
+def _track_label(backend, device, thread, by_thread: bool) -> str:
+    label = backend or "?"
+    if device and device not in label:
+        label += f" · {device}"
+    if thread is not None and by_thread:
+        label += f" · t{int(thread) % 100000}"
+    return label

@@ -1,0 +1,48 @@
+"""Component ids, in one place so pages, callbacks, tests and assets/opscope.js agree."""
+
+URL = "url"                          # dcc.Location of the shell (query string: ?run=ID&b=ID)
+NAV = "nav"                          # the page links in the header; their hrefs keep ?run=
+RUN_BADGE = "run-badge"              # header: which run, its status, events arrived / dropped
+LIVE_TICK = "live-tick"              # dcc.Interval: polls while a run streams
+RUN_ID = "run-id"                    # dcc.Store: the run this page shows (an id, never data)
+
+# runs
+RUNS_TABLE = "runs-table"
+RUNS_ACTIONS = "runs-actions"
+
+# timeline
+TL_GRAPH = "timeline-graph"
+TL_DETAILS = "timeline-details"
+TL_STEP = "timeline-step"
+TL_INFO = "timeline-info"
+
+# operators
+OPS_GROUP = "ops-group"
+OPS_TABLE = "ops-table"
+OPS_ROOFLINE = "ops-roofline"
+OPS_DETAIL = "ops-detail"
+
+# memory
+MEM_GRAPH = "memory-graph"
+MEM_TABLE = "memory-table"
+
+# compare
+CMP_A = "compare-a"
+CMP_B = "compare-b"
+CMP_SUMMARY = "compare-summary"
+CMP_GRAPH = "compare-graph"
+CMP_TABLE = "compare-table"
+CMP_ERROR = "compare-error"
+
+# tensors
+TEN_TABLE = "tensors-table"
+TEN_STATS = "tensors-stats"
+TEN_HIST = "tensors-hist"
+TEN_FIRST_BAD = "tensors-first-bad"
+
+# hardware
+HW_GRAPH = "hardware-graph"
+
+# advisor
+ADV_LIST = "advisor-list"
+RUN_STATUS = "run-status"            # dcc.Store: {run, status, events, dropped} of the shown run; pages listen

@@ -1,0 +1,161 @@
+"""The Dash app: a header (pages, the run, its live status) over one page module per view.
+
+    app = create_app()                 # every run in $OPSCOPE_HOME/runs.duckdb
+    serve(host="127.0.0.1", port=8050) # `opscope serve`
+
+Pages are Dash pages registered from opscope.app.pages; their callbacks are bound to the app
+(not to dash's global list) so that several apps can live in one process (tests, `profile --web`).
+Off loopback, every request must carry the token (DESIGN.md: servers bind 127.0.0.1 by default).
+"""
+from __future__ import annotations
+
+import hmac
+import importlib
+import ipaddress
+import secrets
+import sys
+import threading
+import webbrowser
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import dash
+from dash import Input, Output, dcc, html
+
+from . import components as ui
+from . import ids
+from .data import WebData
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+PAGES = ["runs", "timeline", "operators", "memory", "compare", "tensors", "hardware", "advisor"]
+TOKEN_COOKIE = "opscope_token"
+TOKEN_HEADER = "X-Opscope-Token"
+LIVE_POLL_MS = 1000
+
+
+def create_app(store=None, token: str | None = None, live: str | None = None) -> dash.Dash:
+    """The web analyzer over `store` (default: the run store in OPSCOPE_HOME).
+
+    token: when set, every request needs it (?token= once, then a cookie; or the X-Opscope-Token header).
+    live: the run that is streaming in (`profile --web`); pages show it when no run is picked.
+    """
+    data = WebData(store, live=live)
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
+                    suppress_callback_exceptions=True, title="opscope", update_title=None)
+    modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
+    for order, m in enumerate(modules):
+        dash.register_page(m.__name__, path=m.PATH, name=m.NAME, title=f"opscope · {m.NAME}", order=order,
+                           layout=m.layout)
+    app.layout = _shell(modules)
+    _register_shell(app, data, modules)
+    for m in modules:
+        m.register(app, data)
+    if token:
+        _require_token(app.server, token)
+    app.opscope_data = data
+    return app
+
+
+def _shell(modules):
+    return html.Div(className="shell", children=[
+        dcc.Location(id=ids.URL),
+        dcc.Interval(id=ids.LIVE_TICK, interval=LIVE_POLL_MS, disabled=True),
+        dcc.Store(id=ids.RUN_STATUS),
+        html.Header(className="topbar", children=[
+            html.A([html.Span("◆", className="brand-mark"), "opscope"], href="/", className="brand"),
+            html.Nav(id=ids.NAV, className="nav", children=_nav(modules, "/", "")),
+            html.Div(id=ids.RUN_BADGE, className="run-badge"),
+        ]),
+        html.Main(className="page", children=dash.page_container),
+    ])
+
+
+def _nav(modules, pathname, search):
+    q = parse_qs((search or "").lstrip("?"))
+    keep = "&".join(f"{k}={q[k][0]}" for k in ("run", "b") if q.get(k))
+    return [dcc.Link(m.NAME, href=m.PATH + (f"?{keep}" if keep else ""),
+                     className="nav-link active" if pathname == m.PATH else "nav-link") for m in modules]
+
+
+def _register_shell(app, data: WebData, modules):
+    @app.callback(Output(ids.NAV, "children"), Input(ids.URL, "pathname"), Input(ids.URL, "search"))
+    def nav(pathname, search):
+        return _nav(modules, pathname, search)
+
+    @app.callback(Output(ids.RUN_STATUS, "data"), Output(ids.RUN_BADGE, "children"), Output(ids.LIVE_TICK, "disabled"),
+                  Input(ids.URL, "search"), Input(ids.LIVE_TICK, "n_intervals"))
+    def status(search, _tick):
+        q = parse_qs((search or "").lstrip("?"))
+        run = data.run((q.get("run") or [None])[0])
+        if run is None:
+            return None, html.Span("no runs yet: `opscope profile MODEL`", className="muted"), True
+        arrived = data.arrived(run)
+        st = {"run": run["run_id"], "status": run.get("status"), "events": arrived,
+              "dropped": int(run.get("dropped") or 0)}
+        return st, ui.run_badge(run, arrived), run.get("status") != "running"
+
+
+def _require_token(server, token: str):
+    from flask import g, request
+
+    @server.before_request
+    def _check():
+        auth = request.headers.get("Authorization", "")
+        given = (request.args.get("token") or request.cookies.get(TOKEN_COOKIE) or request.headers.get(TOKEN_HEADER)
+                 or (auth[7:] if auth.startswith("Bearer ") else None))
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            return ("403 forbidden: this opscope server needs its token (open the URL `opscope serve` printed, "
+                    "with ?token=...)\n", 403, {"Content-Type": "text/plain; charset=utf-8"})
+        g.opscope_set_cookie = request.args.get("token") is not None
+
+    @server.after_request
+    def _cookie(resp):
+        if g.get("opscope_set_cookie"):
+            resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+        return resp
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
+    """Serve `app` from a background thread; returns (server, url). server.shutdown() stops it."""
+    import logging
+    from werkzeug.serving import make_server
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)   # no line per request: the page polls
+    srv = make_server(host, port, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, name="opscope-web", daemon=True).start()
+    return srv, f"http://{host}:{srv.server_port}"
+
+
+def serve(run_id: str | None = None, live: str | None = None, host: str = "127.0.0.1", port: int = 8050,
+          token: str | None = None, open_browser: bool = False, store=None, block: bool = True):
+    """Run the web analyzer. Off loopback without a token, one is generated and printed.
+
+    With block=False, returns (server, url) with the server running in a thread (`profile --web`)."""
+    if not is_loopback(host) and not token:
+        token = secrets.token_urlsafe(18)
+        print(f"opscope: {host} is not loopback, so requests need a token; generated one: {token}", file=sys.stderr)
+    app = create_app(store=store, token=token, live=live)
+    srv, base = start_in_thread(app, host, port)
+    focus = run_id or live
+    query = "&".join(x for x in (f"run={focus}" if focus else "", f"token={token}" if token else "") if x)
+    url = f"{base}/{'timeline' if focus else ''}{'?' + query if query else ''}"
+    print(f"opscope web analyzer: {url}", flush=True)
+    if open_browser:
+        webbrowser.open(url)
+    if not block:
+        return srv, url
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.shutdown()
+    return srv, url

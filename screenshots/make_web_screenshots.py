@@ -1,0 +1,134 @@
+"""Render each page of the web analyzer in headless Chromium, on real runs; write web-<page>.png here.
+
+    python screenshots/make_web_screenshots.py            # fresh runs in a temporary OPSCOPE_HOME
+    python screenshots/make_web_screenshots.py --reuse    # use the runs already in $OPSCOPE_HOME
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_runs():
+    """The GPT demo on the NPU simulator and on torch:cpu, both with tensor values, plus a failed run."""
+    from opscope.profiler import profile
+    from opscope.profiler.store import RunStore
+    from opscope.runtime.models import load
+    model, inputs = load("demo:gpt")
+    a = profile("demo:gpt", "sim:npu-a1", steps=2, values=True, model=model, inputs=inputs)
+    b = profile("demo:gpt", "torch:cpu", steps=2, values=True, model=model, inputs=inputs)
+    store = RunStore()
+    bad = store.create_run(model="demo:gpt", backend="sim:edge-gpu", device="gpu")
+    store.finish_run(bad, status="failed", error="OpFailed: gelu on sim:edge-gpu: kernel raised FloatingPointError")
+    return a, b
+
+
+def chromium(width=1500, height=1000):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+                f"--user-data-dir={tempfile.mkdtemp(prefix='opscope-chrome-')}", f"--window-size={width},{height}",
+                "--hide-scrollbars", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def settle(driver, timeout=30):
+    """Wait until Dash has no callback in flight and every graph has drawn."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        busy = driver.execute_script(
+            "return !!document.querySelector('[data-dash-is-loading=\"true\"]') || "
+            "document.title.indexOf('Updating') >= 0;")
+        if not busy:
+            time.sleep(0.6)
+            if not driver.execute_script("return !!document.querySelector('[data-dash-is-loading=\"true\"]');"):
+                return
+        time.sleep(0.2)
+
+
+def shoot(driver, url, name, before=None):
+    driver.get(url)
+    time.sleep(1.0)
+    settle(driver)
+    if before:
+        before(driver)
+        settle(driver)
+    height = driver.execute_script("return Math.min(2400, document.body.scrollHeight)")
+    driver.set_window_size(1500, max(800, height))
+    time.sleep(0.4)
+    out = HERE / f"web-{name}.png"
+    driver.save_screenshot(str(out))
+    driver.set_window_size(1500, 1000)
+    print(f"wrote {out}")
+
+
+def click_span(driver):
+    """Click the middle of the widest span the figure draws (what a user does first)."""
+    driver.execute_script("""
+        var gd = document.querySelector('#timeline-graph .js-plotly-plot');
+        var best = null;
+        gd.data.forEach(function (tr, ti) { if (tr.name.indexOf('too small') >= 0) return;
+          for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
+            if (!best || w > best.w) best = {w: w, ti: ti, i: i + 1}; } });
+        var tr = gd.data[best.ti];
+        var pt = {curveNumber: best.ti, pointNumber: best.i, pointIndex: best.i, x: tr.x[best.i], y: tr.y[best.i],
+                  customdata: tr.customdata[best.i]};
+        gd.emit('plotly_click', {points: [pt], event: {}});""")
+
+
+def click_cell(table_id, row=0, col=0):
+    def do(driver):
+        from selenium.webdriver.common.by import By
+        cells = driver.find_elements(By.CSS_SELECTOR, f"#{table_id} td.dash-cell")
+        if cells:
+            cells[0].click()
+    return do
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reuse", action="store_true", help="use the runs already in $OPSCOPE_HOME")
+    args = ap.parse_args(argv)
+    if not args.reuse:
+        os.environ["OPSCOPE_HOME"] = tempfile.mkdtemp(prefix="opscope-shots-")
+    from opscope.app.web.server import create_app, start_in_thread
+    from opscope.profiler.store import RunStore
+    if args.reuse:
+        runs = [r for r in RunStore().list_runs() if r["status"] == "ok"]
+        a, b = runs[-1]["run_id"], runs[-2]["run_id"] if len(runs) > 1 else runs[-1]["run_id"]
+    else:
+        a, b = make_runs()
+    app = create_app()
+    srv, url = start_in_thread(app)
+    driver = chromium()
+    try:
+        shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
+        shoot(driver, f"{url}/timeline?run={a}", "timeline", click_span)
+        shoot(driver, f"{url}/operators?run={a}", "operators", click_cell("ops-table"))
+        shoot(driver, f"{url}/memory?run={a}", "memory")
+        shoot(driver, f"{url}/compare?run={b}&b={a}", "compare")
+        shoot(driver, f"{url}/tensors?run={a}", "tensors", click_cell("tensors-table"))
+        shoot(driver, f"{url}/hardware?run={b}", "hardware")
+        shoot(driver, f"{url}/advisor?run={a}", "advisor")
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        for e in errors:
+            print("browser error:", e["message"], file=sys.stderr)
+    finally:
+        driver.quit()
+        srv.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Web analyzer without a browser: level of detail, the token gate, store queries behind the pages."""
+import re
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from opscope.app.web import timeline as lod
+from opscope.app.web.data import WebData
+from opscope.app.web.server import create_app, is_loopback, serve
+from opscope.profiler.store import RunStore
+
+
+def spans_of(n_small=200_000, n_wide=50, tracks=2, seed=0):
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.integers(0, 10**9, n_small))
+    end = start + rng.integers(1, 200, n_small)                     # 1-200 ns: invisible when zoomed out
+    ws = rng.integers(0, 10**9, n_wide)
+    start = np.concatenate([start, ws])
+    end = np.concatenate([end, ws + 5 * 10**7])                     # 5% of the run: always visible
+    n = len(start)
+    track = rng.integers(0, tracks, n)
+    return lod.build(start, end, track, [f"t{k}" for k in range(tracks)], rng.integers(0, 3, n),
+                     ["add", "linear", "gelu"], np.zeros(n), np.arange(n))
+
+
+def test_lod_draws_few_spans_and_accounts_for_every_span():
+    s = spans_of()
+    view = lod.level_of_detail(s, s.t_min, s.t_max, px=1000, max_spans=500)
+    assert view.visible == s.count
+    assert len(view.shown) <= 500 * len(s.tracks)
+    assert len(view.b_track) <= 1000 * len(s.tracks)
+    assert len(view.shown) + int(view.b_count.sum()) == view.visible
+    wide = (s.end - s.start) >= 5 * 10**7
+    assert set(np.flatnonzero(wide)) <= set(view.shown.tolist())    # what is visible is drawn as itself
+
+
+def test_lod_zoomed_in_draws_spans_themselves():
+    s = spans_of()
+    mid = (s.t_min + s.t_max) // 2
+    view = lod.level_of_detail(s, mid, mid + 20_000, px=1000)       # 20 ns per pixel
+    assert view.visible > 0
+    assert len(view.shown) > 0
+    assert len(view.shown) + int(view.b_count.sum()) == view.visible
+
+
+def test_lod_keeps_spans_that_began_before_the_window():
+    s = lod.build([0, 100], [1000, 200], [0, 0], ["cpu"], [0, 0], ["matmul"], [0, 0], [0, 1])
+    view = lod.level_of_detail(s, 500, 900, px=100)
+    assert view.shown.tolist() == [0]
+
+
+def test_figure_is_webgl_segments_with_event_keys():
+    s = spans_of(n_small=1000, n_wide=5)
+    fig = lod.figure(s, lod.level_of_detail(s, s.t_min, s.t_max))
+    assert fig["data"] and all(t["type"] == "scattergl" for t in fig["data"])
+    tr = next(t for t in fig["data"] if not t["name"].startswith("too small"))
+    assert np.isnan(tr["x"][3::4]).all()                            # gaps separate the spans
+    assert tr["customdata"].shape[1] == 3                           # step, seq, duration
+    assert fig["layout"]["yaxis"]["ticktext"] == s.tracks
+
+
+def test_window_from_relayout():
+    s = lod.build([1000], [3000], [0], ["cpu"], [0], ["add"], [0], [0])
+    assert lod.window_from_relayout({"xaxis.range[0]": 0.0, "xaxis.range[1]": 0.001}, s) == (1000, 2000)
+    assert lod.window_from_relayout({"xaxis.autorange": True}, s, (1, 2)) is None
+    assert lod.window_from_relayout({"autosize": True}, s, (1, 2)) == (1, 2)
+
+
+def _run_with_events(store, n=20, description=None, status="ok"):
+    rid = store.create_run(model="demo:mlp", backend="torch:cpu", device="cpu", description=description)
+    rows = [(0, i, "linear" if i % 2 else "relu", f"n{i}", "fc", "m.py:3", "torch:cpu", "cpu", 1, 0,
+             i * 1000, i * 1000 + 800, "[[8,16]]", '["float32"]', "[[8,16]]", '["float32"]', 4096, 8192, False,
+             1000 + i) for i in range(n)]
+    store.add_events(rid, rows)
+    if status:
+        store.finish_run(rid, status=status, error="boom" if status == "failed" else None)
+    return rid
+
+
+def test_op_table_without_a_peak_says_so(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store)
+    data = WebData(store)
+    rows = data.op_table(data.run(rid))
+    assert {r["key"] for r in rows} == {"linear", "relu"}
+    assert all(r["pct_peak"] is None for r in rows)
+    from opscope.app.pages.operators import roofline
+    fig = roofline(data.run(rid), data, rows)
+    assert "no peak in description" in fig["layout"]["annotations"][0]["text"]
+
+
+def test_op_table_with_a_peak_gives_percent_and_roofs(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store, description={"peak_flops": {"float32": 1e12}, "memory_bandwidth": 1e11})
+    data = WebData(store)
+    rows = data.op_table(data.run(rid))
+    lin = next(r for r in rows if r["key"] == "linear")
+    assert lin["pct_peak"] == pytest.approx(100 * lin["achieved_flops"] / 1e12)
+    from opscope.app.pages.operators import roofline
+    fig = roofline(data.run(rid), data, rows)
+    assert any(t["name"] == "roof" for t in fig["data"])
+
+
+def test_spans_cache_follows_a_streaming_run(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store, n=5, status=None)
+    data = WebData(store)
+    assert data.spans(data.run(rid)).count == 5
+    store.add_events(rid, [(0, 99, "add", "n99", "", "", "torch:cpu", "cpu", 1, 0, 10**6, 10**6 + 5, "[]", "[]",
+                            "[]", "[]", 0, 0, False, 0)])
+    assert data.spans(data.run(rid)).count == 6
+
+
+# --- the token gate -----------------------------------------------------------------------------
+
+def test_token_refuses_requests_without_it(opscope_home):
+    app = create_app(token="s3cret-token")
+    c = app.server.test_client()
+    assert c.get("/").status_code == 403
+    assert c.get("/_dash-layout").status_code == 403
+    assert c.get("/?token=wrong").status_code == 403
+    assert c.get("/_dash-layout", headers={"X-Opscope-Token": "s3cret-token"}).status_code == 200
+    assert c.get("/_dash-layout", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+    r = c.get("/?token=s3cret-token")
+    assert r.status_code == 200
+    assert "opscope_token=s3cret-token" in r.headers.get("Set-Cookie", "")
+    assert c.get("/_dash-layout").status_code == 200                # the cookie carries it from now on
+
+
+def test_loopback_without_token_is_open(opscope_home):
+    c = create_app().server.test_client()
+    assert c.get("/").status_code == 200
+    assert c.get("/_dash-layout").status_code == 200
+
+
+def test_is_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
+
+
+def test_serve_off_loopback_generates_a_token_and_refuses_without_it(opscope_home, capsys):
+    """0.0.0.0 listens on every interface: serve() must turn the gate on; we knock through loopback."""
+    srv, url = serve(host="0.0.0.0", port=0, block=False)
+    try:
+        err = capsys.readouterr()
+        token = re.search(r"generated one: (\S+)", err.err).group(1)
+        port = srv.server_port
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        assert e.value.code == 403
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?token={token}", timeout=30) as r:
+            assert r.status == 200
+        assert f"token={token}" in err.out
+    finally:
+        srv.shutdown()
+
+
+def test_cli_serve_rejects_a_bad_port(cli):
+    r = cli("serve", "--port", "70000")
+    assert r.returncode == 2
+    assert "port" in r.stderr and "Traceback" not in r.stderr

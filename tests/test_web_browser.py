@@ -1,0 +1,222 @@
+"""The web analyzer in headless Chromium (Debian's chromium + chromedriver), on real runs.
+
+Each test opens pages the way a user does (a real click on a span, a table row, the Compare dropdown)
+and ends by checking that the browser console holds no error.
+"""
+import shutil
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+if not (shutil.which("chromium") or shutil.which("/usr/bin/chromium")) or not shutil.which("chromedriver"):
+    pytest.skip("needs chromium and chromedriver", allow_module_level=True)
+
+from selenium import webdriver                                  # noqa: E402
+from selenium.webdriver.chrome.service import Service           # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By                     # noqa: E402
+
+from opscope.app.web.server import create_app, start_in_thread  # noqa: E402
+from opscope.profiler import profile                            # noqa: E402
+from opscope.profiler.store import RunStore                     # noqa: E402
+from opscope.runtime.models import load                         # noqa: E402
+
+TIMEOUT = 90          # the test machine is shared; this bounds a hang, it is not a speed check
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    # In-process profiles (model objects given): the same recorder and store as the runner, one process less.
+    store = RunStore(tmp_path_factory.mktemp("web-store") / "runs.duckdb")
+    model, inputs = load("demo:gpt")
+    store.npu = profile("demo:gpt", "sim:npu-a1", steps=1, values=True, store=store, model=model, inputs=inputs)
+    store.cpu = profile("demo:gpt", "torch:cpu", steps=1, values=True, store=store, model=model, inputs=inputs)
+    return store
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    srv, url = start_in_thread(create_app(store=store))
+    yield url
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+              f"--user-data-dir={tmp_path_factory.mktemp('chrome')}", "--window-size=1500,1000"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    d.set_window_size(1500, 1000)
+    yield d
+    d.quit()
+
+
+@pytest.fixture
+def browser(driver):
+    """The driver; after the test, the console must hold no error (SEVERE)."""
+    driver.get_log("browser")
+    yield driver
+    severe = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not severe, severe
+
+
+def until(driver, script, *args, timeout=TIMEOUT):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = driver.execute_script(script, *args)
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for: {script[:200]}")
+
+
+def text_of(driver, id_):
+    return driver.execute_script("var e = document.getElementById(arguments[0]); return e ? e.innerText : '';", id_)
+
+
+def wait_text(driver, id_, needle, timeout=TIMEOUT):
+    return until(driver, "var e = document.getElementById(arguments[0]);"
+                         "return !!(e && e.innerText.indexOf(arguments[1]) >= 0);", id_, needle, timeout=timeout)
+
+
+TIMELINE_DRAWN = """var gd = document.querySelector('#timeline-graph .js-plotly-plot');
+return !!(gd && gd.data && gd.data.some(function (t) { return t.type === 'scattergl'; }));"""
+ROWS = "return document.querySelectorAll('#' + arguments[0] + ' td.dash-cell').length > 0;"
+GRAPH = """var gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+return !!(gd && gd.data && gd.data.length);"""
+
+
+def test_every_page_renders_on_a_real_run(browser, server, store):
+    checks = {
+        "/": (ROWS, "runs-table"), f"/timeline?run={store.npu}": (TIMELINE_DRAWN,),
+        f"/operators?run={store.npu}": (GRAPH, "ops-roofline"), f"/memory?run={store.npu}": (GRAPH, "memory-graph"),
+        f"/compare?run={store.cpu}&b={store.npu}": (ROWS, "compare-table"),
+        f"/tensors?run={store.npu}": (ROWS, "tensors-table"),
+    }
+    for path, (script, *args) in checks.items():
+        browser.get(server + path)
+        until(browser, script, *args)
+        wait_text(browser, "run-badge", "events")
+    browser.get(f"{server}/operators?run={store.npu}")
+    until(browser, ROWS, "ops-table")
+    browser.get(f"{server}/hardware?run={store.cpu}")
+    until(browser, "var e = document.getElementById('hardware-graph');"
+                   "return !!(e && (e.querySelector('.js-plotly-plot') || e.innerText.indexOf('not available') >= 0));")
+    browser.get(f"{server}/advisor?run={store.npu}")
+    until(browser, "return document.querySelectorAll('#advisor-list .card').length > 0;")
+
+
+def _widest_span_center(driver):
+    """Screen offset (from the plot element's top-left) of the middle of the widest drawn span."""
+    return driver.execute_script("""
+        var gd = document.querySelector('#timeline-graph .js-plotly-plot'), best = null;
+        gd.data.forEach(function (tr) { if (tr.name.indexOf('too small') >= 0) return;
+          for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
+            if (!best || w > best.w) best = {w: w, x: tr.x[i + 1], y: tr.y[i + 1]}; } });
+        var xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        return [xa._offset + xa.l2p(best.x), ya._offset + ya.l2p(best.y)];""")
+
+
+def test_click_a_span_shows_its_details(browser, server, store):
+    browser.get(f"{server}/timeline?run={store.npu}")
+    until(browser, TIMELINE_DRAWN)
+    x, y = _widest_span_center(browser)
+    plot = browser.find_element(By.CSS_SELECTOR, "#timeline-graph .js-plotly-plot")
+    rect = plot.rect
+    ActionChains(browser).move_to_element_with_offset(plot, x - rect["width"] / 2, y - rect["height"] / 2) \
+        .pause(0.3).click().perform()
+    wait_text(browser, "timeline-details", "module path")
+    details = text_of(browser, "timeline-details")
+    for field in ("node", "input shapes", "output dtypes", "FLOPs", "source line"):
+        assert field in details
+
+
+def test_wasd_zooms_and_the_server_redraws(browser, server, store):
+    browser.get(f"{server}/timeline?run={store.npu}")
+    until(browser, TIMELINE_DRAWN)
+    wait_text(browser, "timeline-info", "spans in view")
+    before_range = browser.execute_script(
+        "return document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range.slice();")
+    before = text_of(browser, "timeline-info")
+    body = browser.find_element(By.TAG_NAME, "body")
+    for _ in range(6):
+        body.send_keys("w")
+    until(browser, "return document.getElementById('timeline-info').innerText !== arguments[0];", before)
+    after_range = browser.execute_script(
+        "return document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range.slice();")
+    assert after_range[1] - after_range[0] < (before_range[1] - before_range[0]) / 2
+    body.send_keys("d")
+    until(browser, "var r = document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range;"
+                   "return r[0] > arguments[0];", after_range[0])
+
+
+def test_click_an_operator_row(browser, server, store):
+    browser.get(f"{server}/operators?run={store.npu}")
+    until(browser, ROWS, "ops-table")
+    browser.find_elements(By.CSS_SELECTOR, "#ops-table td.dash-cell")[0].click()
+    wait_text(browser, "ops-detail", "calls")
+    assert "arithmetic intensity" in text_of(browser, "ops-detail")
+
+
+def test_compare_switches_runs(browser, server, store):
+    browser.get(f"{server}/compare?run={store.cpu}&b={store.npu}")
+    wait_text(browser, "compare-summary", store.npu[:12])
+    until(browser, ROWS, "compare-table")
+    # run B becomes the CPU run too: every ratio must then be exactly 1
+    browser.find_element(By.ID, "compare-b").click()
+    option = until(browser, """var opts = document.querySelectorAll('[role=option]');
+        for (var i = 0; i < opts.length; i++) { var inp = opts[i].querySelector('input');
+          if (inp && inp.value === arguments[0]) return opts[i]; } return null;""", store.cpu)
+    option.click()
+    until(browser, "var t = document.getElementById('compare-summary').innerText;"
+                   "return t.indexOf(arguments[0]) >= 0 && t.indexOf('1.00×') >= 0;", store.cpu[:12])
+    assert store.npu[:12] not in text_of(browser, "compare-summary")
+
+
+def test_runs_page_picks_two_runs_to_compare(browser, server, store):
+    browser.get(server + "/")
+    until(browser, ROWS, "runs-table")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "#runs-table input[type=checkbox]")
+    assert len(boxes) >= 2
+    boxes[0].click()
+    boxes[1].click()
+    until(browser, "return !!document.getElementById('compare-link');")
+    browser.find_element(By.ID, "compare-link").click()
+    until(browser, ROWS, "compare-table")
+
+
+def _event(seq, t):
+    return (0, seq, "linear", f"linear_{seq}", "h.0.mlp", "gpt.py:30", "torch:cpu", "cpu", 1, 0, t, t + 5000,
+            "[[2,128,256]]", '["float32"]', "[[2,128,256]]", '["float32"]', 1 << 20, 1 << 24, False, 1 << 20)
+
+
+def test_a_running_run_updates_live_and_a_failed_run_shows_its_error(browser, server, store):
+    rid = store.create_run(model="demo:gpt", backend="torch:cpu", device="cpu")
+    store.add_events(rid, [_event(i, i * 10_000) for i in range(10)])
+    browser.get(f"{server}/timeline?run={rid}")
+    until(browser, TIMELINE_DRAWN)
+    wait_text(browser, "run-badge", "running")
+    wait_text(browser, "run-badge", "10 events")
+    wait_text(browser, "timeline-info", "of 10 spans")
+    store.add_events(rid, [_event(i, i * 10_000) for i in range(10, 25)])        # more arrive: no reload
+    wait_text(browser, "run-badge", "25 events")
+    wait_text(browser, "timeline-info", "of 25 spans")
+    store.finish_run(rid, status="ok", dropped=3)
+    wait_text(browser, "run-badge", "3 dropped")
+    assert "ok" in text_of(browser, "run-badge")
+
+    bad = store.create_run(model="demo:gpt", backend="sim:edge-gpu", device="gpu")
+    store.add_events(bad, [_event(i, i * 10_000) for i in range(4)])
+    store.finish_run(bad, status="failed", error="OpFailed: gelu raised FloatingPointError")
+    for page in ("timeline", "operators", "memory"):
+        browser.get(f"{server}/{page}?run={bad}")
+        wait_text(browser, "run-badge", "failed")
+        wait_text(browser, "run-badge", "FloatingPointError")
+    until(browser, GRAPH, "memory-graph")
