@@ -17,6 +17,12 @@ from . import numpy_backend
 
 
 class SimClock(HostClock):
+    """The simulated device's clock: ops run back to back, each taking its roofline time.
+
+    A step starts at the host time of its first op (so runs sit where they happened), and from
+    there time is the chip's, not the host's: host overhead between ops is not device time.
+    """
+
     simulated = True
 
     def __init__(self, desc: Description):
@@ -24,16 +30,34 @@ class SimClock(HostClock):
         self.now = 0
 
     def start(self, node):
-        # The simulated device never runs ahead of the host that feeds it.
-        host = time.perf_counter_ns()
-        if host > self.now:
-            self.now = host
+        if not self.now:
+            self.now = time.perf_counter_ns()
         return self.now
 
     def stop(self, node, start):
         end = start + int(node_seconds(node, self.desc) * 1e9)
         self.now = end
         return start, end
+
+    def flush(self):
+        self.now = 0          # the next step anchors to the host again
+
+
+class FollowClock(HostClock):
+    """The fallback's clock on a sim plan: real host durations, placed on the sim timeline so
+    the fallback ops sit between the simulated ops instead of on another time base."""
+
+    def __init__(self, sim: SimClock):
+        self.sim = sim
+
+    def start(self, node):
+        return time.perf_counter_ns()
+
+    def stop(self, node, start):
+        dur = time.perf_counter_ns() - start
+        s = self.sim.now or start
+        self.sim.now = s + dur
+        return s, s + dur
 
 
 def _low_precision(kernel):
