@@ -26,7 +26,10 @@ from . import components as ui
 from . import ids
 from .data import WebData
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+# assets/ sits at the repository root (Dash's convention); a wheel ships it as opscope/assets.
+ASSETS = next((p for p in (Path(__file__).resolve().parents[2] / "assets",
+                           Path(__file__).resolve().parents[1] / "assets") if p.is_dir()),
+              Path(__file__).resolve().parents[2] / "assets")
 PAGES = ["runs", "timeline", "operators", "memory", "compare", "tensors", "hardware", "advisor"]
 TOKEN_COOKIE = "opscope_token"
 TOKEN_HEADER = "X-Opscope-Token"
