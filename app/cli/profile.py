@@ -1,0 +1,76 @@
+"""`opscope profile MODEL --backend B`: record every op of a model into a run and print the top ops."""
+from __future__ import annotations
+
+import sys
+
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, console, emit_json
+from .runs import print_op_table, stats_doc
+
+
+def register(sub) -> None:
+    p = sub.add_parser("profile", help="profile a model op by op into a run (see `opscope runs`)")
+    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
+    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    p.add_argument("--steps", type=int, default=1, help="recorded steps (default 1)")
+    p.add_argument("--warmup", type=int, default=0, help="steps run first, unrecorded (default 0)")
+    p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"
+                   "histogram); costs time")
+    p.add_argument("--engine", choices=["graph", "eager"], default="graph",
+                   help="graph: the captured graph on the backend; eager: the model as written, every ATen op")
+    p.add_argument("--py-spy", action="store_true", help="sample the runner's Python stacks with py-spy")
+    p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported ops elsewhere")
+    p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
+    p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
+    p.add_argument("--host", default="127.0.0.1", help="--web: address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8050, help="--web: port (default 8050)")
+    p.add_argument("--token", default=None, help="--web: access token (required to bind beyond 127.0.0.1)")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from opscope.profiler import RunFailed, RunStore, profile, start_profile
+    store = RunStore()
+    opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
+                allow_fallback=not args.no_fallback, store=store)
+    if args.web:
+        # --- hook for the web analyzer (app/web): it follows the live run while the model runs ---
+        try:
+            from opscope.app.web import serve
+        except ImportError:
+            raise UsageError("the web analyzer is not installed: `opscope profile` without --web still works")
+        live = start_profile(args.model, args.backend, **opts)
+        if not args.json:
+            console.print(f"run [bold]{live.run_id}[/] started; serving it on http://{args.host}:{args.port}")
+        serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=args.token)
+        live.wait()
+        return 0 if live.status == "ok" else 1
+    try:
+        run_id = profile(args.model, args.backend, **opts)
+    except RunFailed as e:
+        run = store.get_run(e.run_id)
+        if args.json:
+            emit_json({"run_id": e.run_id, "status": "failed", "error": run["error"], "events": run["events"],
+                       "dropped": run["dropped"]})
+        else:
+            print(f"opscope: error: {e} ({run['events']} events kept; `opscope show {e.run_id}`)", file=sys.stderr)
+        return 1
+    run = store.get_run(run_id)
+    stats = store.op_stats(run_id)
+    if args.json:
+        doc = {"run_id": run_id, **{k: run[k] for k in ("status", "model", "backend", "device", "engine", "steps",
+                                                           "warmup", "events", "dropped")},
+               "top_ops": stats_doc(stats[:args.top], run)}
+        if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
+            doc["py_spy"] = run["config"]["py_spy"]
+        emit_json(doc)
+        return 0
+    print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
+    extra = f", {run['dropped']} dropped" if run["dropped"] else ""
+    console.print(f"run [bold]{run_id}[/]: {run['events']} events over {run['steps']} step(s){extra}. "
+                  f"`opscope show {run_id}` for all ops")
+    if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
+        console.print(f"[yellow]{run['config']['py_spy']}[/]")
+    return 0

@@ -1,0 +1,276 @@
+"""Profiling a model: in a runner process with a live stream into the store, or in-process.
+
+    run_id = profile("demo:gpt", "torch:cpu", steps=3, warmup=1)       # blocks; RunFailed if the model fails
+    live = start_profile("demo:gpt", "sim:npu-a1", steps=100)          # returns at once; what the web app uses
+    live.poll(); live.events_received; live.dropped; live.wait()
+
+The collector (a thread of the calling process) writes batches into the store as they arrive and
+keeps runs.events / runs.dropped current; a model that raises, or a runner that dies, leaves a
+failed run with every event that arrived.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from opscope.runtime.errors import ModelError, UsageError
+
+from .store import RunStore
+from .stream import DEFAULT_HWM, Collector
+
+
+ENGINES = ("graph", "eager")
+
+
+class RunFailed(ModelError):
+    """The model raised or its runner died; the failed run (with its events so far) is `run_id`."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+def _check(model_spec, backend_spec, steps, warmup, engine):
+    """Bad input fails here, before a run or a process exists."""
+    from opscope.runtime import backends, models
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    if steps < 1 or warmup < 0:
+        raise UsageError(f"--steps must be >= 1 and --warmup >= 0 (got {steps} and {warmup})")
+    backend = backends.resolve(backend_spec)
+    if engine == "eager" and not backend.name.startswith("torch:"):
+        raise UsageError(f"--engine eager runs PyTorch itself, so it needs a torch backend, not {backend_spec!r}: "
+                         "use --backend torch:cpu or torch:cuda:0")
+    spec = (model_spec or "").strip()
+    if spec.startswith("demo:"):
+        if spec[5:] not in models.DEMOS:
+            raise UsageError(f"unknown model spec {spec!r}: bundled demos are "
+                             f"{', '.join('demo:' + d for d in models.DEMOS)}")
+    else:
+        path, sep, _ = spec.rpartition(":")
+        if not sep or not path.endswith(".py"):
+            raise UsageError(f"bad model spec {spec!r}: use demo:NAME or path/to/file.py:factory")
+        if not Path(path).is_file():
+            raise UsageError(f"model file {path} does not exist: check the path in {spec!r}")
+    return backend
+
+
+class LiveRun:
+    """A run in progress in a runner process; the collector runs in a thread of this process."""
+
+    def __init__(self, store: RunStore, run_id: str, *, argv: list[str], hwm: int, py_spy: bool, hardware: bool):
+        self.store, self.run_id = store, run_id
+        self.status = "running"
+        self.error: str | None = None
+        self.error_kind: str | None = None
+        self.meta: dict = {}
+        self._py_spy = None
+        self._want_py_spy = py_spy
+        self._hardware = None
+        self._done = threading.Event()
+        self._finishing = threading.Lock()
+        self._log = tempfile.NamedTemporaryFile(prefix="opscope-runner-", suffix=".log", delete=False)
+        self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
+                                      self.collector.endpoint, "--hwm", str(hwm), *argv],
+                                     stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.pid = self.proc.pid
+        if hardware:
+            from .hardware import HardwareSampler
+            self._hardware = HardwareSampler(store, run_id, self.pid).start()
+        # the run ends in the store even if nobody polls (a web server that only reads the store)
+        self._watcher = threading.Thread(target=self._watch, name=f"opscope-run-{run_id}", daemon=True)
+        self._watcher.start()
+
+    # --- what a live view reads ----------------------------------------------------------
+    @property
+    def events_received(self) -> int:
+        return self.collector.events
+
+    @property
+    def dropped(self) -> int:
+        return self.collector.dropped
+
+    def poll(self) -> str:
+        """The status now: 'running', 'ok' or 'failed'."""
+        return self.status
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait for the run to end (the store row is final when this returns a status other than running)."""
+        self._done.wait(timeout)
+        return self.status
+
+    def _watch(self) -> None:
+        while not self.collector.ended.wait(0.05) and self.proc.poll() is None:
+            pass
+        self._finish()
+
+    def kill(self) -> None:
+        """Stop the model (SIGKILL); the run ends failed, with the events that arrived."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.wait()
+
+    # --- collector callbacks and the end of a run ----------------------------------------
+    def _on_control(self, head: dict) -> None:
+        kind = head["kind"]
+        if kind == "hello" and self._want_py_spy:
+            from .pyspy import PySpy
+            self._py_spy = PySpy(head["pid"]).start()
+        elif kind == "meta":
+            self.meta = {k: v for k, v in head.items() if k not in ("kind", "dropped")}
+            desc = self.meta.get("description") or {}
+            import json
+            self.store.update_run(self.run_id, device=self.meta.get("device") or "",
+                                  description_hash=desc.get("digest"),
+                                  description=json.dumps(desc, sort_keys=True, default=str),
+                                  config={"placement": self.meta.get("placement"), "nodes": self.meta.get("nodes")})
+
+    def _finish(self) -> None:
+        with self._finishing:
+            if self.status != "running":
+                return
+            try:
+                self._end_run()
+            except BaseException as e:             # the store itself failed: say so, never hang wait()
+                self.error = f"finishing the run failed: {type(e).__name__}: {e}"
+                self.status = "failed"
+                raise
+            finally:
+                self._done.set()
+
+    def _end_run(self) -> None:
+        try:
+            self.proc.wait(timeout=30 if self.collector.ended.is_set() else 5)
+        except subprocess.TimeoutExpired:          # said "end" but hangs on exit (a stuck thread)
+            self.proc.kill()
+            self.proc.wait()
+        self.collector.stop(drain_s=0.5)
+        if self._hardware:
+            self._hardware.stop()
+        end = self.collector.end
+        if self.collector.error is not None:
+            status, error = "failed", f"collector: {type(self.collector.error).__name__}: {self.collector.error}"
+        elif end is not None:
+            status, error, self.error_kind = end["status"], end.get("error"), end.get("error_kind")
+        else:
+            status, error = "failed", _death(self.proc.returncode)
+        self._keep_py_spy()
+        self._keep_log()
+        self.store.finish_run(self.run_id, status=status, error=error, dropped=self.collector.dropped)
+        self.error = error
+        self.status = status
+
+    def _keep_py_spy(self) -> None:
+        if not self._want_py_spy:
+            return
+        if self._py_spy is None:
+            data, note = None, "py-spy did not start: the runner never reported its pid"
+        else:
+            data, note = self._py_spy.finish()
+        if data is not None:
+            from .pyspy import stack_spans
+            self.store.add_artifact(self.run_id, "speedscope", "runner.speedscope.json", data)
+            try:
+                self.store.add_stacks(self.run_id, stack_spans(data, self._py_spy.t0_ns))
+            except ValueError as e:
+                note = f"py-spy wrote a profile opscope cannot read: {e}"
+        if note:
+            self.store.add_artifact(self.run_id, "note", "py-spy", note.encode())
+            self.store.update_run(self.run_id, config={"py_spy": note})
+
+    def _keep_log(self) -> None:
+        self._log.close()
+        try:
+            data = Path(self._log.name).read_bytes()
+            if data.strip():
+                self.store.add_artifact(self.run_id, "log", "runner.log", data[-1_000_000:])
+        finally:
+            os.unlink(self._log.name)
+
+
+def _death(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the runner process was killed by {name} before the model finished"
+    return f"the runner process exited with code {code} without reporting the end of the run"
+
+
+def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
+                  engine: str = "graph", py_spy: bool = False, config: dict | None = None,
+                  store: RunStore | None = None, allow_fallback: bool = True, parent_run: str | None = None,
+                  hwm: int = DEFAULT_HWM, hardware: bool = True) -> LiveRun:
+    backend = _check(model_spec, backend_spec, steps, warmup, engine)
+    store = store or RunStore()
+    cfg = {"values": values, "py_spy": py_spy, "allow_fallback": allow_fallback, **(config or {})}
+    run_id = store.create_run(model=model_spec, backend=backend.name, device=backend.device, engine=engine,
+                              description=backend.description.as_dict(), steps=steps, warmup=warmup, config=cfg,
+                              parent_run=parent_run)
+    argv = ["--model", model_spec, "--backend", backend_spec, "--steps", str(steps), "--warmup", str(warmup),
+            "--engine", engine]
+    if values:
+        argv.append("--values")
+    if not allow_fallback:
+        argv.append("--no-fallback")
+    return LiveRun(store, run_id, argv=argv, hwm=hwm, py_spy=py_spy, hardware=hardware)
+
+
+def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
+            engine: str = "graph", py_spy: bool = False, config: dict | None = None, store: RunStore | None = None,
+            model=None, inputs=None, allow_fallback: bool = True, parent_run: str | None = None,
+            hwm: int = DEFAULT_HWM) -> str:
+    """Profile and return the run id. Runs in a runner process unless model/inputs objects are given.
+
+    Raises UsageError for bad input, RunFailed (a ModelError, with .run_id) when the model fails.
+    """
+    store = store or RunStore()
+    if model is None:
+        live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
+                             py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
+                             parent_run=parent_run, hwm=hwm)
+        if live.wait() != "ok":
+            if live.error_kind == "usage":
+                raise UsageError(live.error)
+            raise RunFailed(f"run {live.run_id} failed: {live.error}", live.run_id)
+        return live.run_id
+    return _profile_here(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
+                         py_spy=py_spy, config=config, store=store, model=model, inputs=inputs,
+                         allow_fallback=allow_fallback, parent_run=parent_run)
+
+
+def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py_spy, config, store, model, inputs,
+                  allow_fallback, parent_run) -> str:
+    from opscope.runtime import backends
+    from .batch import StoreSink
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    backend = backends.resolve(backend_spec)
+    cfg = {"values": values, "allow_fallback": allow_fallback, "in_process": True, **(config or {})}
+    if py_spy:
+        cfg["py_spy"] = "not sampled: py-spy samples a runner process, and this run ran in-process"
+    run_id = store.create_run(model=model_spec or type(model).__name__, backend=backend.name, device=backend.device,
+                              engine=engine, description=backend.description.as_dict(), steps=steps, warmup=warmup,
+                              config=cfg, parent_run=parent_run)
+    sink = StoreSink(store, run_id)
+    from .runner import execute
+    try:
+        execute(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup, values=values,
+                engine=engine, allow_fallback=allow_fallback, model=model, inputs=inputs)
+    except Exception as e:
+        from opscope.runtime.errors import OpscopeError
+        msg = str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {e}"
+        store.finish_run(run_id, status="failed", error=msg)
+        if isinstance(e, UsageError):
+            raise
+        raise RunFailed(f"run {run_id} failed: {msg}", run_id) from e
+    store.finish_run(run_id, status="ok")
+    return run_id

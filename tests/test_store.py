@@ -1,0 +1,128 @@
+"""The run store: runs, columnar inserts, per-op aggregates in SQL, ids by prefix, two processes."""
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from opscope.profiler.store import RunStore
+from opscope.runtime.errors import UsageError
+
+
+def _row(step, seq, op, start, end, *, node=None, module="m", depth=0, thread=1, flops=100, fallback=False):
+    return (step, seq, op, node or f"{op}_{seq}", module, "f.py:1", "numpy", "cpu", thread, depth, start, end,
+            "[[2,3]]", '["float32"]', "[[2,3]]", '["float32"]', 24, flops, fallback, 0)
+
+
+def test_run_lifecycle_and_prefix_ids():
+    store = RunStore()
+    a = store.create_run(model="demo:mlp", backend="numpy", device="cpu", description={"name": "numpy"})
+    run = store.get_run(a[:6])
+    assert run["run_id"] == a and run["status"] == "running" and run["description_hash"]
+    assert set(run["versions"]) >= {"python", "torch", "numpy", "opscope"}
+    store.add_events(a, [_row(0, 0, "linear", 0, 100), _row(0, 1, "relu", 100, 150)])
+    store.finish_run(a, status="failed", error="boom", dropped=3)
+    run = store.get_run(a)
+    assert (run["status"], run["error"], run["events"], run["dropped"]) == ("failed", "boom", 2, 3)
+    assert run["ended_at"] >= run["started_at"]
+    b = store.create_run(model="demo:cnn", backend="sim:npu-a1")
+    assert [r["run_id"] for r in store.list_runs()] == [b, a]
+
+
+def test_unknown_and_ambiguous_ids_are_usage_errors():
+    store = RunStore()
+    with pytest.raises(UsageError, match="unknown run 'zzz'.*opscope runs"):
+        store.get_run("zzz")
+    store.create_run(model="m", backend="numpy", run_id="abc1")
+    store.create_run(model="m", backend="numpy", run_id="abc2")
+    with pytest.raises(UsageError, match="ambiguous"):
+        store.get_run("abc")
+    assert store.get_run("abc2")["run_id"] == "abc2"
+
+
+def test_op_stats_aggregates():
+    store = RunStore()
+    r = store.create_run(model="m", backend="numpy")
+    rows = [_row(0, i, "linear", 1000 * i, 1000 * i + d, flops=1000) for i, d in enumerate([100, 200, 300, 400])]
+    rows.append(_row(0, 9, "relu", 10_000, 11_000, flops=0, fallback=True))
+    store.add_events(r, rows)
+    by_op = {s["key"]: s for s in store.op_stats(r)}
+    lin = by_op["linear"]
+    assert lin["count"] == 4 and lin["total_ns"] == 1000 and lin["self_ns"] == 1000
+    assert lin["mean_ns"] == 250 and lin["p50_ns"] == 250 and lin["p95_ns"] == pytest.approx(385)
+    assert lin["flops"] == 4000 and lin["achieved_flops"] == pytest.approx(4000 / 1e-6)
+    assert lin["share"] == pytest.approx(0.5) and by_op["relu"]["share"] == pytest.approx(0.5)
+    assert by_op["relu"]["fallback"] and not lin["fallback"]
+    assert [s["key"] for s in store.op_stats(r, by="node")][:1] == ["relu_9"]
+    with pytest.raises(UsageError):
+        store.op_stats(r, by="colour")
+
+
+def test_self_time_subtracts_direct_children():
+    store = RunStore()
+    r = store.create_run(model="m", backend="import", engine="import")
+    store.add_events(r, [_row(0, 0, "outer", 0, 1000), _row(0, 1, "inner", 100, 400, depth=1),
+                         _row(0, 2, "inner", 500, 600, depth=1), _row(0, 3, "leaf", 120, 220, depth=2),
+                         _row(0, 4, "outer", 2000, 2500)])
+    s = {x["key"]: x for x in store.op_stats(r)}
+    assert s["outer"]["total_ns"] == 1500 and s["outer"]["self_ns"] == 1500 - 400
+    assert s["inner"]["self_ns"] == 400 - 100 and s["leaf"]["self_ns"] == 100
+    assert s["outer"]["share"] == pytest.approx(1.0)        # share counts top-level time only
+
+
+def test_frames_and_artifacts():
+    store = RunStore()
+    r = store.create_run(model="m", backend="numpy")
+    store.add_events(r, [_row(s, i, "add", 100 * (s * 10 + i), 100 * (s * 10 + i) + 50) for s in range(2) for i in range(3)])
+    f = store.events_frame(r, columns=["step", "seq", "op", "start_ns"], step=1)
+    assert list(f["seq"]) == [0, 1, 2] and set(f["step"]) == {1} and f["op"][0] == "add"
+    assert len(store.events_frame(r, t0=0, t1=120)["seq"]) == 2
+    store.add_memory(r, [(0, 0, 10, "numpy", 100, 100, 0)])
+    store.add_hardware(r, [(10, 50.0, 1 << 20, None, None, None, None)])
+    store.add_tensors(r, [(0, 0, "out0", "[2]", "float32", 2, 0.0, 1.0, 0.5, 0.5, 0, 0, "[1,1]", 0.0, 1.0)])
+    store.add_stacks(r, [(10, 5, 7, 0, "main (x.py:1)")])
+    store.add_artifact(r, "note", "py-spy", b"could not attach")
+    assert list(store.memory_frame(r)["live_bytes"]) == [100]
+    assert store.hardware_frame(r)["cpu_percent"][0] == 50.0
+    assert store.tensors_frame(r)["slot"][0] == "out0"
+    assert store.stacks_frame(r)["frame"][0] == "main (x.py:1)"
+    assert store.artifacts(r, "note") == [("note", "py-spy", b"could not attach")]
+
+
+def test_columnar_insert_of_many_events():
+    store = RunStore()
+    r = store.create_run(model="m", backend="numpy")
+    n = 50_000
+    cols = {"step": np.zeros(n, np.int64), "seq": np.arange(n), "op": np.array(["a", "b"] * (n // 2), dtype=object)}
+    for c in ("node", "module", "source", "backend", "device", "input_shapes", "input_dtypes", "output_shapes",
+              "output_dtypes"):
+        cols[c] = np.full(n, "x", dtype=object)
+    for c in ("thread", "depth", "bytes", "flops", "live_bytes"):
+        cols[c] = np.zeros(n, np.int64)
+    cols["start_ns"] = np.arange(n) * 10
+    cols["end_ns"] = cols["start_ns"] + 5
+    cols["fallback"] = np.zeros(n, bool)
+    store.add_event_columns(r, cols)
+    assert store.get_run(r)["events"] == n
+    assert {s["key"]: s["count"] for s in store.op_stats(r)} == {"a": n // 2, "b": n // 2}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_two_processes_share_the_file(opscope_home):
+    """A writer in another process and readers here take turns on DuckDB's file lock."""
+    store = RunStore()
+    r = store.create_run(model="m", backend="numpy")
+    code = (f"from opscope.profiler.store import RunStore\n"
+            f"s = RunStore()\n"
+            f"for i in range(10):\n"
+            f"    s.add_events({r!r}, [(0, i, 'add', 'n', '', '', 'numpy', 'cpu', 1, 0, i, i + 1, '[]', '[]', '[]',"
+            f" '[]', 0, 0, False, 0)])\n")
+    p = subprocess.Popen([sys.executable, "-c", code])
+    seen = 0
+    while p.poll() is None:                  # a live view polling the run
+        seen = store.get_run(r)["events"]
+        time.sleep(0.02)
+    assert p.wait() == 0
+    assert store.get_run(r)["events"] == 10 >= seen

@@ -1,0 +1,88 @@
+"""The live stream: a slow reader makes the sender drop and count, never block and never lose silently."""
+import numpy as np
+import pytest
+
+from opscope.profiler.batch import Batch
+from opscope.profiler.recorder import Recorder
+from opscope.profiler.store import RunStore
+from opscope.profiler.stream import Collector, StreamSink
+from opscope.runtime import open_session
+
+
+def _site(i):
+    return (i, "add", f"add_{i}", "m", "f.py:1", "numpy", "cpu", 0, "[[4]]", '["float32"]', "[[4]]", '["float32"]',
+            32, 4, False, 16, 0)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_full_queue_drops_and_counts_and_the_count_arrives():
+    store = RunStore()
+    run = store.create_run(model="m", backend="numpy")
+    col = Collector(store, run, hwm=1)               # bound, but not reading yet: the slowest reader
+    sink = StreamSink(col.endpoint, hwm=1)
+    per, batches, ok = 2000, 400, 0
+    sent_sites = False
+    for b in range(batches):
+        ev = np.zeros((per, 5), np.int64)
+        ev[:, 0] = b % 3
+        ev[:, 1] = np.arange(per)
+        ev[:, 2] = np.arange(per) * 10
+        ev[:, 3] = ev[:, 2] + 5
+        batch = Batch(step=b, thread=1, sites=[] if sent_sites else [_site(i) for i in range(3)], events=ev)
+        if sink.send(batch):                        # NOBLOCK: returns at once either way
+            ok += 1
+            sent_sites = True
+    assert sink.dropped > 0 and sink.dropped == (batches - ok) * per
+    col.start()
+    assert sink.control("end", status="ok")
+    assert col.ended.wait(60)
+    col.stop()
+    sink.close()
+    assert col.events == ok * per
+    assert col.events + col.dropped == batches * per
+    r = store.get_run(run)
+    assert r["events"] == ok * per and r["dropped"] == sink.dropped
+    assert store.query("SELECT count(*) FROM events WHERE run_id = ? AND op IS NULL", [run])[0][0] == 0
+
+
+class _DropFirst:
+    """A stream whose queue is full for the first batch only (the one that carries every site)."""
+
+    def __init__(self, inner):
+        self.inner, self.first = inner, True
+
+    def send(self, batch):
+        if self.first:
+            self.first = False
+            self.inner.dropped += batch.n
+            return False
+        return self.inner.send(batch)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_recorder_resends_sites_after_a_dropped_batch():
+    """The first batch (which carries the op names) may be the one dropped: later events still resolve."""
+    store = RunStore()
+    run = store.create_run(model="demo:mlp", backend="numpy")
+    col = Collector(store, run, hwm=1)
+    sink = _DropFirst(StreamSink(col.endpoint, hwm=1))
+    s = open_session("demo:mlp", "numpy")
+    rec = Recorder(sink)
+    steps = 50
+    with s.executor.hooked(rec):
+        for _ in range(steps):
+            s.run()
+    col.start()
+    sink.control("end", status="ok")
+    assert col.ended.wait(60)
+    col.stop()
+    per_step = len(s.plan.steps)
+    assert sink.dropped >= per_step and col.events + sink.dropped == steps * per_step
+    stats = store.op_stats(run)
+    assert sum(x["count"] for x in stats) == col.events
+    assert {x["op"] for x in stats} <= {n.op for n in s.graph.nodes}
