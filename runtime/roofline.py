@@ -30,6 +30,10 @@ def node_dtype(node) -> str:
 
 
 def node_seconds(node, d: Description) -> float:
+    from .ops import OPS
+    opdef = OPS.get(node.op)
+    if opdef is not None and opdef.kind == "view":
+        return 0.0          # a view is metadata: no kernel launches, no bytes move
     return op_seconds(node.flops, node.bytes_moved, node_dtype(node), d, transfer=node.op == "transfer")
 
 

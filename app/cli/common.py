@@ -8,7 +8,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False, soft_wrap=True)
+# Piped output (a file, `less`, CI logs) gets a wide console: rich's 80-column default would
+# wrap every number of a per-op table over two lines.
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def add_json(p) -> None:
@@ -41,7 +43,8 @@ def emit_json(data) -> None:
 def table(title: str, columns: list[str], rows: list[list], justify_right=None) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
     for c in columns:
-        t.add_column(c, justify="right" if justify_right and c in justify_right else "left")
+        t.add_column(c, justify="right" if justify_right and c in justify_right else "left", no_wrap=True,
+                     overflow="ellipsis")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t

@@ -135,7 +135,16 @@ def relu(self):
 def gelu(self, approximate="none"):
     x = self.astype(np.float64)
     if approximate == "tanh":
-        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        # in place, one temporary: x ** 3 and the chained expression cost 4x more on big activations
+        c = math.sqrt(2.0 / math.pi)
+        y = x * x
+        y *= 0.044715 * c
+        y += c
+        y *= x
+        np.tanh(y, out=y)
+        y += 1.0
+        y *= x
+        y *= 0.5
     else:
         y = 0.5 * x * (1.0 + _erf(self / _SQRT2).astype(np.float64))
     return y.astype(self.dtype)
