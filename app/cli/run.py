@@ -15,11 +15,17 @@ def register(sub) -> None:
     p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
     p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the best is reported)")
+    p.add_argument("--hybrid", metavar="B=SHARE,...",
+                   help="split each batch across backends, e.g. torch:cpu=0.7,sim:npu-a1=0.3 (HybridStrategy)")
+    p.add_argument("--switch-threshold", type=int, default=0, metavar="N",
+                   help="--hybrid: split only when dim 1 of the input (the sequence) is at least N")
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    if args.hybrid:
+        return _hybrid(args)
     s = open_session(args.model, args.backend, allow_fallback=not args.no_fallback)
     s.run()                                  # warm-up: first-call allocations, lazy init
     best = float("inf")
@@ -44,4 +50,35 @@ def main(args) -> int:
         console.print(table("fell back", ["op", "nodes", "to", "why"],
                             [[f["op"], f["nodes"], f["backend"], f["reason"]] for f in rep["fallback_ops"]]))
         console.print(f"{rep['transfers']} transfers, {fmt_bytes(rep['transfer_bytes'])} moved between backends")
+    return 0
+
+
+def _hybrid(args) -> int:
+    from opscope.runtime import models
+    from opscope.runtime.hybrid import HybridStrategy, run_hybrid
+    from opscope.runtime.session import _flat_tensors
+
+    strategy = HybridStrategy.parse(args.hybrid, args.switch_threshold)
+    for spec in strategy.ratios:                 # a bad backend fails before the model loads
+        from opscope.runtime.backends import resolve
+        resolve(spec)
+    model, inputs = models.load(args.model)
+    cache: dict = {}
+    run_hybrid(model, inputs, strategy, _cache=cache)      # warm-up: capture, first-call allocations
+    result = run_hybrid(model, inputs, strategy, _cache=cache)
+    import torch
+    with torch.no_grad():
+        expected = [t.numpy() for t in _flat_tensors(model(*inputs))]
+    err = compare(result.outputs, expected)
+    doc = {"model": args.model, "strategy": {"ratios": strategy.ratios, "switch_threshold": strategy.switch_threshold},
+           "shares": result.shares, "step_seconds": result.step_seconds, "max_abs_err": err["max_abs"],
+           "max_rel_err": err["max_rel"], "cosine": err["cosine"]}
+    if args.json:
+        emit_json(doc)
+        return 0
+    console.print(f"[bold]{args.model}[/] split across {len(result.shares)} backend(s): step "
+                  f"{result.step_seconds * 1e3:.2f} ms (slowest share), max abs err {err['max_abs']:.2e} vs eager PyTorch")
+    console.print(table("shares", ["backend", "rows", "device time", "fell back"],
+                        [[s["backend"], s["rows"], f"{s['seconds'] * 1e3:.2f} ms", ", ".join(s["fallback_ops"])]
+                         for s in result.shares], justify_right={"rows", "device time"}))
     return 0

@@ -1,0 +1,45 @@
+"""HybridStrategy (the seed's vocabulary): a batch split across backends by ratio."""
+import numpy as np
+import pytest
+import torch
+
+from opscope.runtime import models
+from opscope.runtime.errors import UsageError
+from opscope.runtime.hybrid import HybridStrategy, run_hybrid
+from opscope.runtime.session import compare
+
+
+def test_split_places_every_row_once_by_ratio_and_respects_the_threshold():
+    s = HybridStrategy(gpu_ratio=0.7, npu_ratio=0.3, switch_threshold=1000, gpu="torch:cpu")
+    assert s.split(8, 128) == [("torch:cpu", 8)]                   # short sequence: no split
+    assert s.split(8, 1000) == [("torch:cpu", 6), ("sim:npu-a1", 2)]
+    assert sum(n for _, n in s.split(7, 4096)) == 7
+    assert HybridStrategy(ratios={"a": 1, "b": 1}).split(3, 0) in ([("a", 2), ("b", 1)], [("a", 1), ("b", 2)])
+
+
+def test_hybrid_run_matches_eager_and_reports_each_share():
+    model, _ = models.load("demo:gpt")
+    inputs = (torch.randint(0, 2048, (4, 32)),)
+    result = run_hybrid(model, inputs, HybridStrategy(ratios={"torch:cpu": 0.5, "sim:npu-a1": 0.5}))
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    assert compare(result.outputs, [expected])["max_abs"] <= 1e-4
+    assert [(s["backend"], s["rows"]) for s in result.shares] == [("torch:cpu", 2), ("sim:npu-a1", 2)]
+    assert result.shares[1]["fallback_ops"] == ["gelu"]                # npu-a1 has no gelu
+    assert result.step_seconds == max(s["seconds"] for s in result.shares) > 0
+
+
+@pytest.mark.parametrize("text", ["torch:cpu", "torch:cpu=x", "=0.5", "a=-1,b=1"])
+def test_bad_hybrid_specs_are_usage_errors(text):
+    with pytest.raises(UsageError):
+        HybridStrategy.parse(text)
+
+
+def test_cli_hybrid(cli):
+    r = cli("run", "demo:mlp", "--hybrid", "numpy=0.5,torch:cpu=0.5", "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    doc = json.loads(r.stdout)
+    assert doc["max_abs_err"] <= 1e-4 and len(doc["shares"]) == 2
+    bad = cli("run", "demo:mlp", "--hybrid", "nope=1")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
