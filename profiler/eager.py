@@ -5,10 +5,18 @@ say which module is running. Events have the same fields as the graph engine's: 
 opscope op name when one maps the ATen overload (`aten:NAME` otherwise), node is the overload
 packet numbered by its occurrence in the step (`addmm`, `addmm_1`, ...), FLOPs come from
 opscope's cost model on the call's shapes.
+
+Speed: the per-call hot path only runs the op between two clock reads and appends one tuple
+(overload, module, start, end, input/output (shape, dtype) pairs, source or None) to a list.
+Everything else -- occurrence numbers, op names, JSON shapes, FLOPs, bytes -- is resolved when
+the batch is flushed (end of step, or mid-step on a slow model), once per distinct site. The
+source line needs the live stack, so it is looked up only at positions where the step differs
+from the previous one (every position of the first step; none in a steady loop).
 """
 from __future__ import annotations
 
 import json
+import operator
 import sys
 import threading
 import time
@@ -23,27 +31,41 @@ from opscope.runtime.ops import OPS, flops_of, op_for_target
 from opscope.runtime.ops.registry import bytes_of
 
 from .batch import Batch
-from .recorder import FLUSH_EVENTS, FLUSH_INTERVAL_NS
+from .recorder import FLUSH_INTERVAL_NS
 from .summaries import summarize
 
 _SKIP_FILES = ("/torch/", "/opscope/profiler/", "/profiler/eager.py")
+_Tensor = torch.Tensor
+_SEQ = (list, tuple)
+_ns = time.perf_counter_ns
+_NEVER = 1 << 62
+_KEY = operator.itemgetter(0, 1, 2, 3)    # a call: (overload, module, inputs, outputs, t0, t1, source)
+_T0 = operator.itemgetter(4)
+_T1 = operator.itemgetter(5)
 
 
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
-def _tensors(values):
+def _metas(values) -> list:
+    """(shape, dtype) of each tensor among values, one list level deep (cat, stack, split outputs)."""
+    out = []
     for v in values:
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                if isinstance(x, torch.Tensor):
-                    yield x
+        if isinstance(v, _Tensor):
+            out.append((v.shape, v.dtype))
+        elif type(v) in _SEQ and v and type(v[0]) is not int:     # not a size list: tensors (or None)
+            out.extend([(x.shape, x.dtype) for x in v if isinstance(x, _Tensor)])
+    return out
+
+
+def _dtype(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
 
 
 class EagerProfiler(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # NOTE: True (torch's default) wraps __torch_dispatch__ in a dynamo-disable shim on every ATen
+        # call (~3 us each, measured); the profiler runs eager models, so nothing here is compiled.
+        return False
+
     def __init__(self, sink, *, backend: str = "torch:cpu", device: str = "cpu", values: bool = False):
         super().__init__()
         self.sink = sink
@@ -56,12 +78,19 @@ class EagerProfiler(TorchDispatchMode):
         self._modules: list[str] = []
         self._sites: dict = {}
         self._new_sites: list = []
-        self._counts: dict = {}
-        self._buf: list = []
+        self._funcs: dict = {}                 # overload -> (opscope op, packet name)
+        self._counts: dict | None = None       # packet name -> occurrences so far in this step
+        self._calls: list = []                 # this step's raw calls (the hot path appends here)
+        self._sent = 0                         # calls already turned into events this step
+        self._keys: list = []                  # this step's (overload, module, inputs, outputs) per position
+        self._step_sites: list = []            # this step's site ids, one array per flush
+        self._srcs: list = []                  # this step's source per position
+        self._prev: list = []                  # the same three for the previous step
+        self._prev_sites = np.zeros(0, np.int64)
+        self._prev_srcs: list = []
         self._tensors: list = []
-        self._seq = 0
         self._thread = threading.get_native_id()
-        self._last_flush = 0
+        self._deadline = _NEVER
         self._handles = []
 
     # --- modules -------------------------------------------------------------------------
@@ -89,61 +118,133 @@ class EagerProfiler(TorchDispatchMode):
 
     # --- one step ------------------------------------------------------------------------
     def run_step(self, fn):
-        self._seq = 0
-        self._counts = {}
+        self._calls, self._sent, self._counts = [], 0, None
+        self._keys, self._step_sites, self._srcs = [], [], []
         self._thread = threading.get_native_id()
-        self._last_flush = time.perf_counter_ns()
         if self.cuda:
+            self._deadline = _NEVER          # device times resolve only after the step's sync
             self._anchor = torch.cuda.Event(enable_timing=True)
             self._anchor.record()
-            self._anchor_ns = time.perf_counter_ns()
+            self._anchor_ns = _ns()
+        else:
+            self._deadline = _ns() + FLUSH_INTERVAL_NS
         try:
             with self:
                 return fn()
         finally:
             if self.cuda:
                 torch.cuda.synchronize()
-                self._resolve()
+                self._resolve_cuda()
             self.flush()
+            self._prev, self._prev_srcs = self._keys, self._srcs
+            self._prev_sites = np.concatenate(self._step_sites) if self._step_sites else np.zeros(0, np.int64)
+            self._calls = []
             self.step += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        # the hot path: clock reads, shape and dtype references, one append; resolved in flush()
         if self.cuda:
-            ev0 = torch.cuda.Event(enable_timing=True)
-            ev0.record()
-            out = func(*args, **kwargs)
-            ev1 = torch.cuda.Event(enable_timing=True)
-            ev1.record()
-            t0, t1 = ev0, ev1
-        else:
-            t0 = time.perf_counter_ns()
-            out = func(*args, **kwargs)
-            t1 = time.perf_counter_ns()
-        ins = tuple((tuple(t.shape), t.dtype) for t in _tensors(args))
-        packet = func.overloadpacket
-        k = self._counts.get(packet, 0)
-        self._counts[packet] = k + 1
-        key = (func, self.module, ins, k)
-        site = self._sites.get(key)
-        if site is None:
-            site = self._new_site(key, func, ins, out, k)
-        seq = self._seq
-        self._seq = seq + 1
-        self._buf.append((site, seq, t0, t1, 0))
+            return self._dispatch_cuda(func, args, kwargs)
+        call = func._op if func._pyobj_dispatcher is None else func   # what OpOverload.__call__ does, minus a frame
+        t0 = _ns()
+        out = call(*args, **kwargs) if kwargs else call(*args)
+        t1 = _ns()
+        calls = self._calls
+        i = len(calls)
+        prev = self._prev
+        calls.append((func, self.module, _metas(args),
+                      [(out.shape, out.dtype)] if isinstance(out, _Tensor) else
+                      _metas(out) if type(out) in _SEQ else [],
+                      t0, t1, None if i < len(prev) and prev[i][0] is func else _user_source()))
         if self.values:
-            self._summaries(seq, out)
-        if not self.cuda and (len(self._buf) >= FLUSH_EVENTS or t1 - self._last_flush > FLUSH_INTERVAL_NS):
+            self._summaries(i, out)
+        if t1 > self._deadline:       # a slow model's live view still sees events every 100 ms
             self.flush()
         return out
 
-    def _new_site(self, key, func, ins, out, k) -> int:
+    def _dispatch_cuda(self, func, args, kwargs):
+        ev0 = torch.cuda.Event(enable_timing=True)
+        ev0.record()
+        out = func(*args, **(kwargs or {}))
+        ev1 = torch.cuda.Event(enable_timing=True)
+        ev1.record()
+        calls = self._calls
+        i = len(calls)
+        prev = self._prev
+        outs = [(out.shape, out.dtype)] if isinstance(out, _Tensor) else _metas(out) if type(out) in _SEQ else []
+        calls.append((func, self.module, _metas(args), outs, ev0, ev1,
+                      None if i < len(prev) and prev[i][0] is func else _user_source()))
+        if self.values:
+            self._summaries(i, out)
+        return out
+
+    def _resolve_cuda(self) -> None:
+        a, a_ns = self._anchor, self._anchor_ns
+        self._calls = [(f, m, i, o, a_ns + int(a.elapsed_time(e0) * 1e6), a_ns + int(a.elapsed_time(e1) * 1e6), s)
+                       for f, m, i, o, e0, e1, s in self._calls]
+
+    # --- after the hot path: sites and events --------------------------------------------
+    def _resolve(self) -> np.ndarray | None:
+        """The calls since the last flush as event rows (site, seq, start, end, live)."""
+        start, end = self._sent, len(self._calls)
+        if start >= end:
+            return None
+        seg = self._calls[start:end]
+        keys = list(map(_KEY, seg))
+        if self._counts is None and keys == self._prev[start:end]:
+            # the steady state: the same calls, shapes and modules as the previous step, in C loops
+            sites = self._prev_sites[start:end]
+            self._srcs += self._prev_srcs[start:end]
+        else:
+            sites = self._resolve_sites(seg, start)
+        self._keys += keys
+        self._step_sites.append(sites)
+        self._sent = end
+        ev = np.zeros((end - start, 5), np.int64)
+        ev[:, 0] = sites
+        ev[:, 1] = np.arange(start, end)
+        ev[:, 2] = np.fromiter(map(_T0, seg), np.int64, end - start)
+        ev[:, 3] = np.fromiter(map(_T1, seg), np.int64, end - start)
+        return ev
+
+    def _resolve_sites(self, seg, start) -> np.ndarray:
+        """Site per call, making new sites (cached by call, shapes, module, occurrence, source)."""
+        funcs, srcs, prev_srcs = self._funcs, self._srcs, self._prev_srcs
+        if self._counts is None:           # steady segments before this one did not count occurrences;
+            # from here on the step counts them (a later segment's occurrence numbers may have shifted)
+            self._counts = {}
+            for key in self._keys:
+                name = self._info(key[0])[1]
+                self._counts[name] = self._counts.get(name, 0) + 1
+        counts, sites = self._counts, self._sites
+        out = np.empty(len(seg), np.int64)
+        for j, (func, module, ins, outs, _, _, src) in enumerate(seg):
+            if src is None:
+                src = prev_srcs[start + j]
+            srcs.append(src)
+            info = funcs.get(func) or self._info(func)
+            k = counts.get(info[1], 0)
+            counts[info[1]] = k + 1
+            key = (func, module, tuple(ins), tuple(outs), k, src)
+            site = sites.get(key)
+            if site is None:
+                site = self._new_site(key, info, module, ins, outs, k, src)
+            out[j] = site
+        return out
+
+    def _info(self, func) -> tuple[str, str]:
+        info = self._funcs.get(func)
+        if info is None:
+            name = func.overloadpacket.__name__
+            info = self._funcs[func] = (op_for_target(func) or f"aten:{name}", name)
+        return info
+
+    def _new_site(self, key, info, module, ins, outs, k, src) -> int:
         site = len(self._sites)
         self._sites[key] = site
-        op = op_for_target(func) or f"aten:{func.overloadpacket.__name__}"
-        outs = [o for o in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(o, torch.Tensor)]
-        in_meta = [TensorMeta(s, str(d).removeprefix("torch.")) for s, d in ins]
-        out_meta = [TensorMeta(tuple(o.shape), _dtype(o)) for o in outs]
+        op, name = info
+        in_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in ins]
+        out_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in outs]
         node = SimpleNamespace(op=op, input_meta=in_meta, output_meta=out_meta, attrs={}, args=(), kwargs={})
         try:
             flops = int(flops_of(node)) if op in OPS else 0
@@ -153,21 +254,15 @@ class EagerProfiler(TorchDispatchMode):
             nbytes = int(bytes_of(node))
         except Exception:
             nbytes = 0
-        name = func.overloadpacket.__name__
         sep = (",", ":")
         self._new_sites.append((
-            site, op, name if k == 0 else f"{name}_{k}", self.module, _user_source(), self.backend, self.device, 0,
+            site, op, name if k == 0 else f"{name}_{k}", module, src, self.backend, self.device, 0,
             json.dumps([list(m.shape) for m in in_meta], separators=sep),
             json.dumps([m.dtype for m in in_meta], separators=sep),
             json.dumps([list(m.shape) for m in out_meta], separators=sep),
             json.dumps([m.dtype for m in out_meta], separators=sep),
             nbytes, flops, False, 0, 0))
         return site
-
-    def _resolve(self) -> None:
-        a, a_ns = self._anchor, self._anchor_ns
-        self._buf = [(s, q, a_ns + int(a.elapsed_time(e0) * 1e6), a_ns + int(a.elapsed_time(e1) * 1e6), 0)
-                     for s, q, e0, e1, _ in self._buf]
 
     def _summaries(self, seq, out) -> None:
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -182,19 +277,19 @@ class EagerProfiler(TorchDispatchMode):
                 self._tensors.append((self.step, seq, f"out{i}", *row))
 
     def flush(self) -> None:
-        buf, self._buf = self._buf, []
-        if not buf and not self._tensors and not self._new_sites:
+        ev = self._resolve()
+        if ev is None and not self._tensors and not self._new_sites:
             return
-        ev = np.array(buf, dtype=np.int64).reshape(-1, 5) if buf else None
         batch = Batch(self.step, self._thread, self._new_sites, ev, self._tensors)
         self._tensors = []
         if self.sink.send(batch):
-            self._new_sites = []
-        self._last_flush = time.perf_counter_ns()
+            self._new_sites = []       # sites go again with the next batch until one gets through
+        if not self.cuda:
+            self._deadline = _ns() + FLUSH_INTERVAL_NS
 
 
 def _user_source() -> str:
-    """file.py:line of the innermost frame outside torch and the profiler (once per site)."""
+    """file.py:line of the innermost frame outside torch and the profiler."""
     f = sys._getframe(2)
     while f is not None:
         name = f.f_code.co_filename

@@ -30,6 +30,7 @@ from opscope.runtime.errors import UsageError
 from opscope.runtime.home import opscope_home
 
 from .schema import DDL, EVENT_COLUMNS, SCHEMA_VERSION
+from .stats import CACHE_DDL
 
 MEMORY_COLUMNS = ["step", "seq", "t_ns", "backend", "live_bytes", "alloc_bytes", "free_bytes"]
 TENSOR_COLUMNS = ["step", "seq", "slot", "shape", "dtype", "count", "min", "max", "mean", "std", "nan", "inf",
@@ -56,20 +57,32 @@ _PROCESS_LOCK = threading.RLock()
 
 
 def _column(name: str, values) -> np.ndarray:
+    """One column as a numpy array DuckDB scans without a copy per value (NULLs become 0/False/NaN)."""
+    return _masked_column(name, values)[0]
+
+
+def _masked_column(name: str, values) -> tuple[np.ndarray, np.ndarray | None]:
+    """(array, NULL mask or None). Numeric columns with None (or NaN in an integer column) get a mask,
+    so a batch with unknown values still goes in as one columnar INSERT."""
+    if isinstance(values, np.ma.MaskedArray) and values.dtype != object:   # masked entries are NULLs
+        mask = np.ma.getmaskarray(values)
+        return np.ascontiguousarray(values.filled(np.nan if values.dtype.kind == "f" else 0)), mask
     if isinstance(values, np.ndarray) and values.dtype != object:
-        return values
-    if name in _INT:
+        return values, None
+    if name in _INT or name in _BOOL:
+        dtype = np.int64 if name in _INT else bool
         try:
-            return np.asarray(values, dtype=np.int64)
-        except (TypeError, ValueError):      # a None among the ints: the caller inserts row by row
-            return None
-    if name in _FLOAT:
-        return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-    if name in _BOOL:
-        return np.asarray(values, dtype=bool)
+            return np.asarray(values, dtype=dtype), None
+        except (TypeError, ValueError):      # None (or NaN) among the values: NULLs
+            pass
+        n = len(values)
+        mask = np.fromiter((v is None or v != v for v in values), dtype=bool, count=n)
+        return np.fromiter((0 if m else v for v, m in zip(values, mask.tolist())), dtype=dtype, count=n), mask
+    if name in _FLOAT:                       # NaN scans as NULL
+        return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64), None
     arr = np.empty(len(values), dtype=object)
     arr[:] = list(values)
-    return arr
+    return arr, None
 
 
 def versions() -> dict:
@@ -93,6 +106,7 @@ class RunStore:
                 with self.connect() as con:
                     for stmt in DDL:
                         con.execute(stmt)
+                    con.execute(CACHE_DDL)
                     con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
                 _ready.add(key)
 
@@ -149,6 +163,13 @@ class RunStore:
         with self.connect() as con:
             con.execute("UPDATE runs SET status = ?, error = ?, dropped = greatest(dropped, ?), ended_at = ? WHERE run_id = ?",
                         [status, error, int(dropped), time.time(), run_id])
+            # the run's events are final: its default per-op table is computed now, once, so views
+            # of a big run read a few rows (module/node tables are cached on their first query)
+            from .stats import cache
+            try:
+                cache(con, run_id, ["op"])
+            except duckdb.Error:      # a table that cannot be cached is aggregated live: still a finished run
+                pass
 
     def update_run(self, run_id: str, **fields) -> None:
         """Set runs columns (config is merged as JSON; dropped is added)."""
@@ -173,12 +194,14 @@ class RunStore:
             cur = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at DESC")
             return [_run_dict(r) for r in cur.fetchall()]
 
-    def get_run(self, run_id: str) -> dict:
+    def get_run(self, run_id: str, *, con=None) -> dict:
         rid = (run_id or "").strip()
-        with self.connect() as con:
-            rows = [] if not rid else con.execute(
-                f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE starts_with(run_id, ?) ORDER BY started_at DESC",
-                [rid]).fetchall()
+        if con is None:
+            with self.connect() as c:
+                return self.get_run(rid, con=c)
+        rows = [] if not rid else con.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE starts_with(run_id, ?) ORDER BY started_at DESC",
+            [rid]).fetchall()
         exact = [r for r in rows if r[0] == rid]
         if exact:
             return _run_dict(exact[0])
@@ -191,7 +214,7 @@ class RunStore:
     def delete_run(self, run_id: str) -> None:
         rid = self.get_run(run_id)["run_id"]
         with self.connect() as con:
-            for t in ("events", "memory", "tensors", "hardware", "stacks", "artifacts", "runs"):
+            for t in ("events", "memory", "tensors", "hardware", "stacks", "artifacts", "op_stats_cache", "runs"):
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
 
     # --- writing -------------------------------------------------------------------------
@@ -243,22 +266,19 @@ class RunStore:
         if n == 0:
             return 0
         frame = {"run_id": np.full(n, run_id, dtype=object)}
+        select = ["run_id"]
         for c in names:
-            frame[c] = _column(c, cols[c])
-        if any(v is None for v in frame.values()):
-            # NOTE: NULLs in integer columns: DuckDB's scan of masked or object arrays failed inside
-            # processes that imported torch ("pandas_scan does not exist"); executemany is slower but
-            # these tables are small (hardware samples, tensor summaries).
-            rows = list(zip(*([run_id] * n, *(cols[c] for c in names))))
-            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-            if con is not None:
-                con.executemany(sql, rows)
+            arr, mask = _masked_column(c, cols[c])
+            frame[c] = arr
+            if mask is None or not mask.any():
+                select.append(c)
             else:
-                with self.connect() as c:
-                    c.executemany(sql, rows)
-            return n
+                # NULLs travel as a bool column beside the values: plain arrays scan fast everywhere
+                # (masked and object arrays once failed in processes that imported torch)
+                frame[f"_null_{c}"] = mask
+                select.append(f"CASE WHEN _null_{c} THEN NULL ELSE {c} END")
         view = f"_batch_{table}_{threading.get_ident()}"
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {view}"
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)} FROM {view}"
         if con is not None:
             _scan(con, view, frame, sql)
         else:
@@ -314,8 +334,8 @@ class RunStore:
 
     def op_stats(self, run_id, by: str = "op", step=None) -> list[dict]:
         from .stats import op_stats
-        rid = self.get_run(run_id)["run_id"]
-        with self.connect() as con:
+        with self.connect() as con:           # one connection: opening the file costs more than a cached table
+            rid = self.get_run(run_id, con=con)["run_id"]
             return op_stats(con, rid, by=by, step=step)
 
 
