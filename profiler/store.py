@@ -292,8 +292,7 @@ class RunStore:
         sql = f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ? {where} {order}"
         with self.connect() as con:
             out = con.execute(sql, [rid, *params]).fetchnumpy()
-        return {k: (v.filled(None) if isinstance(v, np.ma.MaskedArray) and v.dtype == object else
-                    np.asarray(v)) for k, v in out.items()}
+        return {k: _unmask(v) for k, v in out.items()}
 
     def events_frame(self, run_id, columns=None, t0=None, t1=None, step=None) -> dict[str, np.ndarray]:
         cols = list(columns or EVENT_COLUMNS[1:])
@@ -357,3 +356,15 @@ def _run_dict(row) -> dict:
                 pass
     return d
 
+
+
+def _unmask(v) -> np.ndarray:
+    """NULL reads back as None (text), NaN (floats: a missing gpu_util is not 0 %), or 0 (integers:
+    counts and sizes that were not recorded)."""
+    if not isinstance(v, np.ma.MaskedArray):
+        return np.asarray(v)
+    if v.dtype == object:
+        return v.filled(None)
+    if v.dtype.kind == "f":
+        return v.filled(np.nan)
+    return v.filled(0)
