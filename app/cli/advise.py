@@ -2,7 +2,7 @@
 should gain -- and with --apply, a new run that measures it."""
 from __future__ import annotations
 
-from .common import add_json, console, emit_json, table
+from .common import add_json, console, emit_json, escape, table
 
 
 def register(sub) -> None:
@@ -56,8 +56,8 @@ def _print(run, analyses, advice) -> None:
     console.print(table("advice", ["#", "id", "severity", "estimated gain", "title"],
                         [[i + 1, a.id, a.severity, _gain(a), a.title] for i, a in enumerate(advice)]))
     for i, a in enumerate(advice):
-        console.print(f"\n[bold]{i + 1}. {a.title}[/]  [dim]({a.id})[/]")
-        console.print(f"   {a.message}")
+        console.print(f"\n[bold]{i + 1}. {escape(a.title)}[/]  [dim]({escape(a.id)})[/]")
+        console.print(f"   {escape(a.message)}")
         if a.apply:
             console.print(f"   [dim]measure it: opscope advise {run['run_id']} --apply {a.id}[/]")
 
@@ -65,7 +65,7 @@ def _print(run, analyses, advice) -> None:
 def _print_apply(r) -> None:
     e, m = r["estimated"], r["measured"]
     colour = "green" if r["paid_off"] else "red"
-    console.print(f"[bold]{r['title']}[/] -> new run [bold]{r['run_id']}[/] (parent {r['parent_run']})")
+    console.print(f"[bold]{escape(r['title'])}[/] -> new run [bold]{r['run_id']}[/] (parent {r['parent_run']})")
     console.print(table("estimated vs measured", ["", "estimated", "measured"], [
         ["gain per " + m["per"], _s(e["seconds"]), _s(m["seconds"])],
         ["fraction", f"{e['fraction']:.1%}", f"{m['fraction']:.1%}"],

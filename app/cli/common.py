@@ -6,7 +6,9 @@ import math
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 # Piped output (a file, `less`, CI logs) gets a wide console: rich's 80-column default would
 # wrap every number of a per-op table over two lines.
@@ -45,8 +47,8 @@ def table(title: str, columns: list[str], rows: list[list], justify_right=None) 
     for c in columns:
         t.add_column(c, justify="right" if justify_right and c in justify_right else "left", no_wrap=True,
                      overflow="ellipsis")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
+    for r in rows:      # cells are data, never markup: "[operators]" must print as written
+        t.add_row(*[x if isinstance(x, Text) else Text(str(x)) for x in r])
     return t
 
 
