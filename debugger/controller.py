@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class Failed:
     node: object = None
     seq: int | None = None
     input_stats: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)        # [(label, host array)] of the failing op
 
 
 def _in_module(path: str, module: str) -> bool:
@@ -147,6 +148,10 @@ class Controller:
         self._quit = False
         self._thread: threading.Thread | None = None
         self.runs = 0
+        # one record per op that ran (the advisor pane's input): this run's, and the last whole run's
+        self.seen: list[tuple] = []
+        self.last_run: list[tuple] = []
+        self._stats_cache: dict = {}     # id(host array) -> (array, stats) of the last stop's outputs
 
     # --- commands (called from the UI thread; never block) -------------------------------
     def step(self) -> bool:
@@ -256,6 +261,8 @@ class Controller:
         ex = self.session.executor
         self.runs += 1
         self.current = None
+        self.seen = []
+        self._stats_cache = {}
         if self.lockstep is not None:
             self.lockstep.start()
         try:
@@ -268,12 +275,12 @@ class Controller:
                 return
             node = getattr(e, "node", None)
             call = getattr(e, "call", None)
-            ins = []
+            values = []
             if call is not None and node is not None:
-                ins = [summarize(lab, to_host(_pick(call.inputs, pos), call.backend), call.backend.device)
-                       for lab, pos in _labels(node.args)]
+                values = [(lab, to_host(_pick(call.inputs, pos), call.backend)) for lab, pos in _labels(node.args)]
+            ins = [summarize(lab, a, call.backend.device) for lab, a in values]
             self.last_error = Failed(str(e) or type(e).__name__, node, call.seq if call is not None else
-                                     (node.index if node is not None else None), ins)
+                                     (node.index if node is not None else None), ins, values)
             self.state = "failed"
             self._emit(self.last_error)
             return
@@ -281,6 +288,7 @@ class Controller:
         for i, (r, o) in enumerate(zip(self.plan.output_refs, outs)):
             if isinstance(r, Ref):
                 stats.append(summarize(f"output{i}", to_host(o, ex._holder(r))))
+        self.last_run = self.seen
         self.state = "finished"
         self._emit(Finished(ex.step - 1, stats, len(self.steps)))
 
@@ -296,6 +304,8 @@ class Controller:
         if self._abort:
             raise _Abort()
         node = call.node
+        self.seen.append((call.step, call.seq, call.start_ns, call.end_ns, call.timing, call.live_bytes,
+                          call.backend.name, bool(call.fallback)))
         needs = self.breakpoints.needs()
         mode = self._mode[0]
         outs = call.outputs if node.multi_output else [call.outputs]
@@ -341,12 +351,14 @@ class Controller:
         out_labels = ["out"] if not node.multi_output else [f"out{i}" for i in range(len(outs))]
         inputs = [(lab, to_host(_pick(call.inputs, pos), b)) for lab, pos in _labels(node.args)]
         outputs = [(lab, a if a is not None else o) for lab, a, o in zip(out_labels, host_outs, outs)]
-        seconds = (call.end_ns - call.start_ns) / 1e9 if call.end_ns else None
+        seconds = op_seconds(call.start_ns, call.end_ns, call.timing)
+        out_stats = [summarize(lab, a if isinstance(a, np.ndarray) else o, b.device)
+                     for (lab, a), o in zip(outputs, outs)]
         stop = Stop(call.seq, call.step, node, b.name, b.device, reason, inputs, outputs,
-                    [summarize(lab, a, b.device) for lab, a in inputs],
-                    [summarize(lab, a if isinstance(a, np.ndarray) else o, b.device)
-                     for (lab, a), o in zip(outputs, outs)],
+                    self._input_stats(inputs, outputs, b.device), out_stats,
                     seconds, bool(getattr(b.clock, "simulated", False)), diff, bp, fallback=call.fallback)
+        # the next op's input is usually this op's output: keep its stats instead of recomputing them
+        self._stats_cache = {id(a): (a, st) for (_, a), st in zip(outputs, out_stats) if isinstance(a, np.ndarray)}
         if reason.startswith("first") or (bp is not None and bp.cond in ("nan", "inf")) or \
                 any(s.nan or s.inf for s in stop.output_stats):
             stop.nan_origin = nan_origin(inputs, outputs)
@@ -358,6 +370,17 @@ class Controller:
         self._resume.wait()
         if self._abort:
             raise _Abort()
+
+    def _input_stats(self, inputs, outputs, device) -> list:
+        written = {id(a) for _, a in outputs}       # an op that wrote into its input: recompute
+        stats = []
+        for lab, a in inputs:
+            hit = self._stats_cache.get(id(a))
+            if hit is not None and hit[0] is a and id(a) not in written:
+                stats.append(replace(hit[1], name=lab, device=device))
+            else:
+                stats.append(summarize(lab, a, device))
+        return stats
 
     def update_watches(self, stop: Stop) -> None:
         outs = [a for _, a in stop.outputs]
@@ -373,6 +396,19 @@ class Controller:
             finally:
                 self.watches.items = saved
         return w
+
+
+def op_seconds(start_ns: int, end_ns: int, timing=None) -> float | None:
+    """An op's duration: the clock's (start, end), or a CUDA event pair (the debugger has synced)."""
+    if end_ns:
+        return (end_ns - start_ns) / 1e9
+    if timing is not None and hasattr(timing, "start") and hasattr(timing, "end"):
+        try:
+            timing.end.synchronize()
+            return timing.start.elapsed_time(timing.end) / 1e3
+        except Exception:       # an event that never ran (a failed op): no time rather than a wrong one
+            return None
+    return None
 
 
 def time_per_step(ctl: Controller, n: int) -> float:

@@ -9,7 +9,7 @@ import math
 import os
 
 from rich.markup import escape
-from rich.text import Text
+from textual.content import Content
 
 from .stats import fmt
 
@@ -103,13 +103,33 @@ def finished_panel(ev) -> str:
             "[dim]r runs it again; the model's outputs are below[/]")
 
 
-def stats_row(s) -> list:
+COLUMNS = ("tensor", "shape", "dtype", "device", "min", "max", "mean", "std", "nan", "inf", "histogram")
+_RIGHT = {4, 5, 6, 7, 8, 9}          # numbers line up on the right
+
+
+def stats_cells(s) -> list[tuple[str, str]]:
+    """(text, style) per column for one tensor's stats."""
     if s.note and not s.numel:
-        return [s.name, "-", s.dtype, s.device, "", "", "", "", "", "", Text(s.note, style="dim")]
+        return [(s.name, ""), ("-", ""), (s.dtype, ""), (s.device, "")] + [("", "")] * 6 + [(s.note, "dim")]
     bad = "bold red"
-    return [s.name, "x".join(map(str, s.shape)) or "scalar", s.dtype, s.device, fmt(s.min), fmt(s.max),
-            fmt(s.mean), fmt(s.std), Text(str(s.nan), style=bad if s.nan else "dim"),
-            Text(str(s.inf), style=bad if s.inf else "dim"), Text(s.sparkline, style="cyan")]
+    return [(s.name, "bold"), ("x".join(map(str, s.shape)) or "scalar", ""), (s.dtype, ""), (s.device, "dim"),
+            (fmt(s.min), ""), (fmt(s.max), ""), (fmt(s.mean), ""), (fmt(s.std), ""),
+            (str(s.nan), bad if s.nan else "dim"), (str(s.inf), bad if s.inf else "dim"), (s.sparkline, "cyan")]
+
+
+def stats_table(stats) -> tuple[Content, list[Content]]:
+    """The tensors table as Content lines (header, rows), columns padded to their widest cell."""
+    rows = [stats_cells(s) for s in stats]
+    widths = [max([len(h)] + [len(r[i][0]) for r in rows]) for i, h in enumerate(COLUMNS)]
+
+    def line(cells, header=False):
+        parts = [" "]
+        for i, ((text, style), w) in enumerate(zip(cells, widths)):
+            padded = text.rjust(w) if i in _RIGHT else text.ljust(w)
+            parts.append((padded, "bold" if header else style) if (style or header) else padded)
+            parts.append("  ")
+        return Content.assemble(*parts[:-1])
+    return line([(h, "") for h in COLUMNS], header=True), [line(r) for r in rows]
 
 
 def watches_text(watches) -> str:

@@ -14,11 +14,12 @@ from pathlib import Path
 import cairosvg
 
 from opscope.debugger.app import DebuggerApp
-from opscope.debugger.controller import Controller, Failed, Stop
+from opscope.debugger.controller import Controller, Failed, Finished, Stop
 from opscope.runtime import open_session
 
 HERE = Path(__file__).resolve().parent
 SIZE = (160, 48)
+MONO = "DejaVu Sans Mono"
 sys.path.insert(0, str(HERE.parent / "tests"))
 from debugger_models import PLANTED_NAN, RAISES, write  # noqa: E402
 
@@ -35,7 +36,10 @@ async def until(pilot, app, pred):
 def save(app, name: str) -> None:
     svg = app.export_screenshot(title=f"opscope debug: {name}")
     (HERE / f"tui-{name}.svg").write_text(svg)
-    cairosvg.svg2png(bytestring=svg.encode(), write_to=str(HERE / f"tui-{name}.png"))
+    # cairosvg has no Fira Code and its "monospace" fallback is proportional here: columns drift.
+    # Name an installed monospace font for the PNG (the SVG keeps Textual's own choice).
+    png_svg = svg.replace("Fira Code, monospace", f"{MONO}, monospace")
+    cairosvg.svg2png(bytestring=png_svg.encode(), write_to=str(HERE / f"tui-{name}.png"))
     print(f"wrote screenshots/tui-{name}.png")
 
 
@@ -65,6 +69,17 @@ async def main() -> None:
         await pilot.press("question_mark")
         await pilot.pause(0.2)
     await shoot(gpt, "help", help_screen)
+
+    async def advisor(pilot, app):
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Finished))
+        await pilot.press("A")
+        for _ in range(1000):
+            await pilot.pause(0.02)
+            if getattr(app.screen, "result", None) is not None:
+                break
+        await pilot.pause(0.2)
+    await shoot(gpt, "advisor", advisor)
 
     nan = open_session(write(tmp, "planted.py", PLANTED_NAN) + ":factory", "sim:npu-a1")
 

@@ -242,3 +242,42 @@ def test_page_renders_only_the_window():
     assert text.count("\n") == 1               # only the last two rows exist from there
     assert text.startswith("[99,98]")
     assert math.isclose(float(text.split()[1]), 9_998 * 64, rel_tol=1e-3)
+
+
+# --- the advisor on a debug session ---------------------------------------------------------------
+
+def test_session_advice_matches_the_advisor_on_a_stored_run_of_the_same_model(ctl_of):
+    """sim times are roofline estimates: the debugger's own records and a profiled run must agree."""
+    from opscope.debugger.advice import advise_session
+    from opscope.profiler import profile
+    from opscope.profiler.advisor import advise
+
+    s = open_session("demo:gpt", "sim:edge-gpu")
+    c = ctl_of(s)
+    c.step()
+    assert isinstance(c.wait(), Stop)
+    partial = advise_session(c)
+    assert not partial.complete and partial.ops == 1 and "run so far" in partial.notes[0]
+    c.cont()
+    assert isinstance(c.wait(), Finished)
+    mine = advise_session(c)
+    assert mine.complete and mine.ops == len(s.plan.steps) and mine.simulated
+    run_id = profile("demo:gpt", "sim:edge-gpu", model=s.model, inputs=s.inputs)
+    stored = advise(run_id)
+    assert [a.id for a in mine.advice] == [a.id for a in stored]
+    assert any(a.rule == "reduced-precision" for a in mine.advice)
+    for a, b in zip(mine.advice, stored):
+        assert a.estimated_gain["seconds"] == pytest.approx(b.estimated_gain["seconds"], rel=1e-6)
+
+
+def test_session_advice_on_a_fallback_op_names_the_op_to_implement(ctl_of):
+    """npu-a1's description marks gelu unsupported: it falls back, and implementing it comes first."""
+    from opscope.debugger.advice import advise_session
+
+    s = open_session("demo:gpt", "sim:npu-a1")
+    c = ctl_of(s)
+    c.cont()
+    assert isinstance(c.wait(), Finished)
+    first = advise_session(c).advice[0]
+    assert first.rule == "implement-fallback-op" and "gelu" in first.title
+    assert first.evidence["transfer_bytes"] > 0

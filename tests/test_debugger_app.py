@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from opscope.debugger.app import DebuggerApp, HelpScreen
+from opscope.debugger.app import DebuggerApp
+from opscope.debugger.screens import AdvisorScreen, HelpScreen
 from opscope.debugger.controller import Controller, Failed, Finished, Stop
 from opscope.runtime import open_session
 
@@ -64,6 +65,27 @@ async def test_keys_step_through_the_ops(mlp):
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_keys_pressed_while_an_op_runs_are_done_at_the_next_stops():
+    """Type-ahead: n n n pressed faster than the ops run steps three ops; none is dropped."""
+    import torch
+
+    class Wide(torch.nn.Module):               # 4M-element ops: a step takes tens of ms
+        def forward(self, x):
+            for _ in range(3):
+                x = torch.tanh(x * 1.01)
+            return x
+    s = open_session("test:wide", "numpy", model=Wide(), inputs=(torch.randn(2048, 2048),))
+    app = app_for(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, app, at(0))
+        for _ in range(3):                      # in one go: the model is still on the first of them
+            app.action_next()
+        assert len(app._queued) == 2
+        await until(pilot, app, at(3))
+        await pilot.pause(0.3)
+        assert app.last_event.seq == 3 and app.ctl.state == "paused" and not app._queued
 
 
 async def test_b_toggles_a_breakpoint_on_the_selected_op_and_c_stops_there(mlp):
@@ -149,11 +171,53 @@ async def test_a_model_that_raises_shows_the_op_and_stays_usable(tmp_path):
         await until(pilot, app, at(1))
 
 
+async def advice_shown(pilot, app):
+    for _ in range(500):
+        await pilot.pause(0.02)
+        scr = app.screen
+        if isinstance(scr, AdvisorScreen) and (scr.result is not None or scr.error is not None):
+            await pilot.pause()
+            return scr
+    raise AssertionError("the advisor pane never showed its advice")
+
+
+async def test_advisor_pane_shows_the_advice_for_this_session():
+    """A (shift+a) opens the advisor on the ops run so far; it works in a thread and the UI keeps going."""
+    s = open_session("demo:gpt", "sim:npu-a1")        # gelu is unsupported there: it falls back
+    app = app_for(s)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, app, at(0))
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Finished))
+        await pilot.press("A")
+        scr = await advice_shown(pilot, app)
+        assert scr.error is None and scr.result.complete
+        text = str(scr.query_one("#advice").render())
+        first = scr.result.advice[0]
+        assert first.rule == "implement-fallback-op"
+        assert first.title in text and "est. gain" in text and first.message[:40] in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, AdvisorScreen)
+        await pilot.press("r")                                   # the debugger is still usable
+        await until(pilot, app, at(0))
+        await pilot.press("A")                 # mid-run again: the last whole run is the better evidence
+        scr = await advice_shown(pilot, app)
+        assert scr.result.complete and scr.result.ops == len(s.plan.steps)
+
+
 # --- snapshots (pytest --snapshot-update rewrites them) ----------------------------------------
 # sim backend: its op times are roofline estimates, so the screen is the same on every run.
 
 def _snap_app():
     return app_for(open_session("demo:mlp", "sim:npu-a1"), reference="numpy")
+
+
+async def settle(pilot):
+    """One full re-layout before the snapshot: a screen reached by partial repaints (how many depends
+    on timing, e.g. whether the "running..." title showed) is drawn the same but cut into different
+    SVG rectangles."""
+    pilot.app.screen.refresh(layout=True)
+    await pilot.pause()
 
 
 def _wait_for(seq):
@@ -167,6 +231,7 @@ def test_snapshot_stepped(snap_compare):
         await until(pilot, pilot.app, at(0))
         await pilot.press("n")
         await until(pilot, pilot.app, at(1))
+        await settle(pilot)
     assert snap_compare(_snap_app(), terminal_size=SIZE, run_before=run_before)
 
 
@@ -174,6 +239,7 @@ def test_snapshot_help(snap_compare):
     async def run_before(pilot):
         await until(pilot, pilot.app, at(0))
         await pilot.press("question_mark")
+        await settle(pilot)
     assert snap_compare(_snap_app(), terminal_size=SIZE, run_before=run_before)
 
 
@@ -187,4 +253,16 @@ def test_snapshot_failed(snap_compare):
         await until(pilot, pilot.app, at(0))
         await pilot.press("c")
         await until(pilot, pilot.app, lambda e: isinstance(e, Failed))
+        await settle(pilot)
     assert snap_compare(app_for(s), terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_advisor(snap_compare):
+    async def run_before(pilot):
+        await until(pilot, pilot.app, at(0))
+        await pilot.press("c")
+        await until(pilot, pilot.app, lambda e: isinstance(e, Finished))
+        await pilot.press("A")
+        await advice_shown(pilot, pilot.app)
+        await settle(pilot)
+    assert snap_compare(_snap_app(), terminal_size=SIZE, run_before=run_before)
