@@ -368,3 +368,14 @@ def _unmask(v) -> np.ndarray:
     if v.dtype.kind == "f":
         return v.filled(np.nan)
     return v.filled(0)
+
+
+def run_description(run: dict) -> dict:
+    """The backend description a run was recorded with, as a dict ({} when it has none)."""
+    d = run.get("description")
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            d = None
+    return d if isinstance(d, dict) else {}

@@ -15,6 +15,7 @@ import numpy as np
 from opscope.runtime.description import Description
 from opscope.runtime.ops import OPS
 from opscope.runtime.roofline import bound as roofline_bound
+from opscope.profiler.store import run_description
 
 from . import whatif
 
@@ -64,13 +65,8 @@ def from_frame(run: dict, frame: dict) -> RunData:
 
 def description_of(run: dict) -> Description | None:
     """The description the run was recorded with (so later edits to the file do not rewrite history)."""
-    d = run.get("description")
-    if isinstance(d, str):
-        try:
-            d = json.loads(d)
-        except ValueError:
-            d = None
-    if not isinstance(d, dict):
+    d = run_description(run)
+    if not d:
         return None
     known = {f.name for f in fields(Description)}
     return Description(**{k: v for k, v in d.items() if k in known})
