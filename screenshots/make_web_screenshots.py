@@ -16,16 +16,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def make_runs():
-    """The GPT demo on the NPU simulator and on torch:cpu, both with tensor values, plus a failed run."""
+    """The GPT demo on the NPU simulator and on torch:cpu, both with tensor values, plus a failed run.
+
+    The two real runs go through the runner process, as `opscope profile` does, so they carry hardware samples."""
     from opscope.profiler import profile
     from opscope.profiler.store import RunStore
-    from opscope.runtime.models import load
-    model, inputs = load("demo:gpt")
-    a = profile("demo:gpt", "sim:npu-a1", steps=2, values=True, model=model, inputs=inputs)
-    b = profile("demo:gpt", "torch:cpu", steps=2, values=True, model=model, inputs=inputs)
     store = RunStore()
     bad = store.create_run(model="demo:gpt", backend="sim:edge-gpu", device="gpu")
     store.finish_run(bad, status="failed", error="OpFailed: gelu on sim:edge-gpu: kernel raised FloatingPointError")
+    a = profile("demo:gpt", "sim:npu-a1", steps=2, values=True)
+    b = profile("demo:gpt", "torch:cpu", steps=2, values=True)
     return a, b
 
 
@@ -78,12 +78,12 @@ def click_span(driver):
     driver.execute_script("""
         var gd = document.querySelector('#timeline-graph .js-plotly-plot');
         var best = null;
-        gd.data.forEach(function (tr, ti) { if (tr.name.indexOf('too small') >= 0) return;
+        gd._fullData.forEach(function (tr, ti) { if (tr.name.indexOf('too small') >= 0) return;
           for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
             if (!best || w > best.w) best = {w: w, ti: ti, i: i + 1}; } });
-        var tr = gd.data[best.ti];
+        var tr = gd._fullData[best.ti];      // decoded arrays (the figure ships base64 typed arrays)
         var pt = {curveNumber: best.ti, pointNumber: best.i, pointIndex: best.i, x: tr.x[best.i], y: tr.y[best.i],
-                  customdata: tr.customdata[best.i]};
+                  customdata: Array.prototype.slice.call(tr.customdata[best.i])};
         gd.emit('plotly_click', {points: [pt], event: {}});""")
 
 
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     driver = chromium()
     try:
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
-        shoot(driver, f"{url}/timeline?run={a}", "timeline", click_span)
+        shoot(driver, f"{url}/timeline?run={a}&step=1", "timeline", click_span)    # one step: ops, not idle
         shoot(driver, f"{url}/operators?run={a}", "operators", click_cell("ops-table"))
         shoot(driver, f"{url}/memory?run={a}", "memory")
         shoot(driver, f"{url}/compare?run={b}&b={a}", "compare")

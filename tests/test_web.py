@@ -56,8 +56,25 @@ def test_figure_is_webgl_segments_with_event_keys():
     fig = lod.figure(s, lod.level_of_detail(s, s.t_min, s.t_max))
     assert fig["data"] and all(t["type"] == "scattergl" for t in fig["data"])
     tr = next(t for t in fig["data"] if not t["name"].startswith("too small"))
-    assert np.isnan(tr["x"][3::4]).all()                            # gaps separate the spans
-    assert tr["customdata"].shape[1] == 3                           # step, seq, duration
+    x, cd = lod.untyped(tr["x"]), lod.untyped(tr["customdata"])
+    assert np.isnan(x[3::4]).all() and not np.isnan(x[0::4]).any()  # gaps separate the spans
+    assert cd.shape == (len(x), 3)                                  # step, seq, duration per vertex
+    assert set(cd[:, 1].astype(int)) <= set(s.key1.tolist())
+
+
+def test_figure_ships_typed_arrays_that_json_keeps_compact():
+    """Dash sends the figure as JSON: spans must travel as base64 typed arrays, not lists of numbers."""
+    import plotly.io as pio
+    s = spans_of(n_small=20_000, n_wide=5)
+    fig = lod.figure(s, lod.level_of_detail(s, s.t_min, s.t_min + (s.t_max - s.t_min) // 50))
+    for tr in fig["data"]:
+        assert set(tr["x"]) >= {"dtype", "bdata"} and tr["x"]["dtype"] == "f8"
+        assert tr["customdata"]["shape"].endswith(",3")
+    text = pio.to_json(fig, validate=False)
+    vertices = sum(len(lod.untyped(t["x"])) for t in fig["data"])
+    assert '"bdata"' in text and len(text) < 4000 + 34 * vertices    # 8 + 4 + 3 * 4 bytes, base64
+    a = np.array([[1.5, np.nan], [3.0, -2.0]])
+    assert np.array_equal(lod.untyped(lod.typed(a, "f8")), a, equal_nan=True)
     assert fig["layout"]["yaxis"]["ticktext"] == s.tracks
 
 
@@ -161,3 +178,33 @@ def test_cli_serve_rejects_a_bad_port(cli):
     r = cli("serve", "--port", "70000")
     assert r.returncode == 2
     assert "port" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_profile_web_ctrl_c_mid_run_stops_the_runner_and_keeps_the_run(opscope_home):
+    """Ctrl-C in a terminal signals the whole group: no traceback, exit 130, the run ends failed (not 'running')."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "--backend", "sim:npu-a1",
+                             "--steps", "500", "--web", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
+    try:
+        first = proc.stdout.readline()
+        rid = re.match(r"run (\w+):", first).group(1)
+        assert "web analyzer: http://127.0.0.1:" in proc.stdout.readline()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert RunStore().get_run(rid)["status"] == "failed", (out, err)

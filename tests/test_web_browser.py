@@ -117,7 +117,7 @@ def _widest_span_center(driver):
     """Screen offset (from the plot element's top-left) of the middle of the widest drawn span."""
     return driver.execute_script("""
         var gd = document.querySelector('#timeline-graph .js-plotly-plot'), best = null;
-        gd.data.forEach(function (tr) { if (tr.name.indexOf('too small') >= 0) return;
+        gd._fullData.forEach(function (tr) { if (tr.name.indexOf('too small') >= 0) return;
           for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
             if (!best || w > best.w) best = {w: w, x: tr.x[i + 1], y: tr.y[i + 1]}; } });
         var xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
@@ -220,3 +220,68 @@ def test_a_running_run_updates_live_and_a_failed_run_shows_its_error(browser, se
         wait_text(browser, "run-badge", "failed")
         wait_text(browser, "run-badge", "FloatingPointError")
     until(browser, GRAPH, "memory-graph")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multiprocess
+def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_home):
+    """The README's command, for real: runner + server, the page follows the run from running to ok."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "--backend", "sim:npu-a1",
+                             "--steps", "20", "--web", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
+    lines, url = [], None
+    try:
+        t0 = time.time()
+        while url is None and time.time() - t0 < TIMEOUT:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"web analyzer: (http://\S+)", line)
+            url = m.group(1) if m else None
+        assert url and f":{port}/timeline?run=" in url, lines
+        rest = []
+        reader = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)
+        reader.start()
+        browser.get(url)
+        wait_text(browser, "run-badge", "running", timeout=TIMEOUT)
+        counts = []
+        until(browser, TIMELINE_DRAWN)
+        while "ok" not in text_of(browser, "run-badge").split("\n"):      # the badge follows the run
+            counts.append(int(re.search(r"([\d,]+) events", text_of(browser, "run-badge")).group(1).replace(",", "")))
+            assert proc.poll() is None, lines
+            assert time.time() - t0 < 4 * TIMEOUT, counts
+            time.sleep(0.3)
+        final = int(re.search(r"([\d,]+) events", text_of(browser, "run-badge")).group(1).replace(",", ""))
+        assert counts and final > min(counts) and final >= 20 * 80, (counts, final)   # it grew while we watched
+        wait_text(browser, "timeline-info", f"of {final:,} spans")          # the timeline caught up, no reload
+        assert proc.poll() is None                                          # still serving after the run ended
+        time.sleep(1.0)
+        assert any("still serving" in x for x in rest), rest
+        browser.get(url.replace("/timeline", "/operators"))
+        until(browser, ROWS, "ops-table")
+    finally:
+        proc.send_signal(signal.SIGINT)                                     # Ctrl-C
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err

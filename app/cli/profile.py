@@ -41,11 +41,23 @@ def main(args) -> int:
             from opscope.app.web import serve
         except ImportError:
             raise UsageError("the web analyzer is not installed: `opscope profile` without --web still works")
+        _check_port(args.host, args.port)      # before a runner starts: a busy port must not leave a failed run
         live = start_profile(args.model, args.backend, **opts)
-        if not args.json:
-            console.print(f"run [bold]{live.run_id}[/] started; serving it on http://{args.host}:{args.port}")
-        serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=args.token)
-        live.wait()
+        try:
+            if not args.json:
+                console.print(f"run [bold]{live.run_id}[/]: {args.model} on {args.backend}, {args.steps} step(s); "
+                              "open the page below to watch it stream, Ctrl-C stops the server")
+            serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=args.token)  # until Ctrl-C
+        except KeyboardInterrupt:          # Ctrl-C before the server was up: same as after
+            pass
+        except OSError as e:
+            live.kill()
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")
+        if live.poll() == "running":       # Ctrl-C before the model finished: stop it, keep what arrived
+            live.kill()
+            print(f"opscope: interrupted: run {live.run_id} stopped before it ended "
+                  f"({live.events_received} events kept)", file=sys.stderr)
+            return 130
         return 0 if live.status == "ok" else 1
     try:
         run_id = profile(args.model, args.backend, **opts)
@@ -74,3 +86,14 @@ def main(args) -> int:
     if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
         console.print(f"[yellow]{run['config']['py_spy']}[/]")
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    import socket
+    if not 0 <= port < 65536:
+        raise UsageError(f"--port {port}: expected a port number 0-65535")
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port")

@@ -40,7 +40,8 @@ def _advice(a):
                   html.Span(_gain(gain), className="muted")], className="advice-head"),
         html.P(a.message),
         html.Dl(className="fields", children=[x for k, v in list(ev.items())[:8]
-                                               for x in (html.Dt(str(k)), html.Dd(_value(v)))]) if ev else None,
+                                               for x in (html.Dt(str(k).replace("_", " ")),
+                                                         html.Dd(_value(v, str(k))))]) if ev else None,
         html.Code(getattr(a, "id", ""), className="muted")]), className="card advice-card")
 
 
@@ -54,11 +55,21 @@ def _gain(g) -> str:
     return f"estimated gain {g}" if g else ""
 
 
-def _value(v) -> str:
+def _value(v, key: str = "") -> str:
+    """Evidence in the units its name says (seconds, bytes), lists and records without Python reprs."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "—"}[v]
+    if isinstance(v, (int, float)) and key.endswith("seconds"):
+        return ui.fmt_ns(v * 1e9)
+    if isinstance(v, int) and key.endswith("bytes"):
+        return ui.fmt_bytes(v)
     if isinstance(v, float):
         return f"{v:.4g}"
-    if isinstance(v, (list, tuple)) and len(v) > 6:
-        return ", ".join(map(str, v[:6])) + f", … ({len(v)} in all)"
+    if isinstance(v, dict):
+        return " · ".join(f"{k.replace('_', ' ')} {_value(x, k)}" for k, x in v.items() if x not in (None, [], ""))
+    if isinstance(v, (list, tuple)):
+        items = [_value(x, key) for x in v[:6]]
+        return "; ".join(items) + (f"; … ({len(v)} in all)" if len(v) > 6 else "")
     text = str(v)
     return text if len(text) < 200 else text[:200] + "…"
 

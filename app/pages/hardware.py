@@ -27,11 +27,16 @@ def register(app, data):
         hw = data.hardware(status["run"])
         if not len(hw.get("t_ns", [])):
             return ui.card("Hardware", ui.note("Hardware samples not available for this run (none were recorded)."))
-        t = (np.asarray(hw["t_ns"], np.float64) - float(hw["t_ns"][0])) / 1e9
+        cols = {k: _floats(v) for k, v in hw.items()}
+        # A runner that has exited but is not reaped yet reads as 0 bytes resident: not a sample of the run.
+        keep = ~(cols.get("mem_bytes", np.ones(1)) == 0) if "mem_bytes" in cols else slice(None)
+        cols = {k: v[keep] for k, v in cols.items()}
+        t = (cols["t_ns"] - cols["t_ns"][0]) / 1e9
         cards = []
         for key, title, unit, scale in METRICS:
-            v = np.asarray([np.nan if x is None else x for x in hw.get(key, [])], np.float64)
-            if not len(v) or np.all(np.isnan(v)):
+            v = cols.get(key, np.zeros(0))
+            # The store reads a missing integer sample (GPU memory without NVML) as 0: all zeros is "none".
+            if not len(v) or np.all(np.isnan(v)) or (key == "gpu_mem_bytes" and not np.nansum(v)):
                 cards.append(ui.card(title, ui.note(f"{title}: not available on this machine", "muted")))
                 continue
             fig = {"data": [dict(type="scatter", mode="lines+markers", x=t.tolist(), y=(v / scale).tolist(),
@@ -42,3 +47,10 @@ def register(app, data):
                                           yaxis=dict(title=dict(text=unit), rangemode="tozero"))}
             cards.append(ui.card(title, dcc.Graph(figure=fig, config={"displaylogo": False})))
         return html.Div(cards, className="grid-2")
+
+
+def _floats(col) -> np.ndarray:
+    """A store column as float64 with NaN for missing samples (NULLs come back masked, or as None)."""
+    if isinstance(col, np.ma.MaskedArray):
+        return np.ma.filled(col.astype(np.float64), np.nan)
+    return np.asarray([np.nan if x is None else x for x in col], np.float64)

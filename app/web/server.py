@@ -13,6 +13,7 @@ import hmac
 import importlib
 import ipaddress
 import secrets
+import signal
 import sys
 import threading
 import webbrowser
@@ -43,6 +44,8 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     live: the run that is streaming in (`profile --web`); pages show it when no run is picked.
     """
     data = WebData(store, live=live)
+    # NOTE: eager_loading=True (plotly.js with the first scripts) measured slower: the layout request
+    # then waits for 5 MB of script to parse. Lazy loading overlaps it with the first page's callback.
     app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                     suppress_callback_exceptions=True, title="opscope", update_title=None)
     modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
@@ -56,6 +59,7 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     if token:
         _require_token(app.server, token)
     app.opscope_data = data
+    app.server.opscope_data = data     # page layouts find it through flask.current_app
     return app
 
 
@@ -137,28 +141,54 @@ def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
     return srv, f"http://{host}:{srv.server_port}"
 
 
-def serve(run_id: str | None = None, live: str | None = None, host: str = "127.0.0.1", port: int = 8050,
+def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: int = 8050,
           token: str | None = None, open_browser: bool = False, store=None, block: bool = True):
     """Run the web analyzer. Off loopback without a token, one is generated and printed.
 
-    With block=False, returns (server, url) with the server running in a thread (`profile --web`)."""
+    live: the run streaming in, as a run id or the profiler's LiveRun (`profile --web`); with a LiveRun
+    the server says on stdout when the run ends, and keeps serving until Ctrl-C.
+    With block=False, returns (server, url) with the server running in a thread."""
+    live_id = getattr(live, "run_id", live)
     if not is_loopback(host) and not token:
         token = secrets.token_urlsafe(18)
         print(f"opscope: {host} is not loopback, so requests need a token; generated one: {token}", file=sys.stderr)
-    app = create_app(store=store, token=token, live=live)
+    app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live_id)
     srv, base = start_in_thread(app, host, port)
-    focus = run_id or live
-    query = "&".join(x for x in (f"run={focus}" if focus else "", f"token={token}" if token else "") if x)
-    url = f"{base}/{'timeline' if focus else ''}{'?' + query if query else ''}"
-    print(f"opscope web analyzer: {url}", flush=True)
-    if open_browser:
-        webbrowser.open(url)
-    if not block:
-        return srv, url
-    try:
+    stopping = threading.Event()
+    try:                            # from here on, Ctrl-C (even this early) stops the server quietly
+        focus = run_id or live_id
+        query = "&".join(x for x in (f"run={focus}" if focus else "", f"token={token}" if token else "") if x)
+        url = f"{base}/{'timeline' if focus else ''}{'?' + query if query else ''}"
+        print(f"opscope web analyzer: {url}", flush=True)
+        if hasattr(live, "wait"):
+            threading.Thread(target=_say_when_done, args=(live, stopping), name="opscope-live-end",
+                             daemon=True).start()
+        if open_browser:
+            webbrowser.open(url)
+        if not block:
+            return srv, url
+        if threading.current_thread() is threading.main_thread():
+            # `kill PID` ends it like Ctrl-C does, so `profile --web` still stops its runner and closes the run.
+            signal.signal(signal.SIGTERM, _interrupt)
         threading.Event().wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:       # Ctrl-C is how this ends: no traceback
         pass
     finally:
-        srv.shutdown()
+        if block:
+            stopping.set()
+            srv.shutdown()
     return srv, url
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _say_when_done(live, stopping: threading.Event) -> None:
+    status = live.wait()
+    if stopping.is_set():           # stopped by Ctrl-C: the CLI says what happened to the run
+        return
+    dropped = f", {live.dropped:,} dropped" if live.dropped else ""
+    error = f": {live.error}" if status != "ok" and live.error else ""
+    print(f"run {live.run_id} {status}{error} ({live.events_received:,} events{dropped}); "
+          "still serving it, Ctrl-C to stop", flush=True)
