@@ -98,15 +98,15 @@ def fields(buf):
 def decode_perfetto(data: bytes) -> dict:
     packets = [v for num, v in fields(data) if num == 1]
     assert len(packets) == len(fields(data)), "a Trace holds only packets"
-    names, tracks, counter_tracks, events = {}, {}, set(), []
+    names, strings, tracks, counter_tracks, events = {}, {}, {}, set(), []
     for pk in packets:
         f = dict(fields(pk))
         assert f.get(10) == 1                                        # trusted_packet_sequence_id
         if 12 in f:
             for num, v in fields(f[12]):
-                if num == 2:
+                if num in (2, 29):                                   # event names, annotation string values
                     e = dict(fields(v))
-                    names[e[1]] = e[2].decode()
+                    (names if num == 2 else strings)[e[1]] = e[2].decode()
         if 60 in f:
             d = dict(fields(f[60]))
             tracks[d[1]] = d
@@ -119,7 +119,7 @@ def decode_perfetto(data: bytes) -> dict:
             for num, v in te:
                 if num == 4:
                     a = dict(fields(v))
-                    ann[a[1]] = a.get(4, a.get(6))
+                    ann[a[1]] = a[4] if 4 in a else a[6].decode() if 6 in a else strings[a[17]]
             events.append({"ts": f[8], "type": d[9], "track": d[11], "name": names.get(d.get(10)),
                            "value": d.get(30), "ann": ann, "flags": f.get(13)})
     return {"names": names, "tracks": tracks, "counter_tracks": counter_tracks, "events": events,
@@ -230,7 +230,8 @@ def test_perfetto_export_decodes_with_balanced_slices_and_counters(store, tmp_pa
     ev = decode_perfetto(out.read_bytes())["events"]
     assert rep["packets"] == decode_perfetto(out.read_bytes())["packets"]
     lin = next(e for e in ev if e["type"] == 1 and e["name"] == "linear")
-    assert lin["ann"]                       # debug annotations carry node, shapes, FLOPs
+    # debug annotations carry node, shapes (interned text), FLOPs, bytes and step (numbers)
+    assert set(lin["ann"].values()) >= {"linear_0", "[[2,8]]", '["float32"]', "layers.0.mlp", 128, 64, 0}
 
 
 def test_csv_export_is_the_op_stats_table(store, tmp_path):

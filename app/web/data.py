@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from opscope.profiler.store import run_description
 from opscope.runtime.errors import UsageError
 
 from . import timeline
@@ -52,13 +53,7 @@ class WebData:
 
     @staticmethod
     def description(run: dict) -> dict:
-        d = run.get("description")
-        if isinstance(d, str):
-            try:
-                d = json.loads(d)
-            except ValueError:
-                d = None
-        return d if isinstance(d, dict) else {}
+        return run_description(run)
 
     @classmethod
     def roofs(cls, run: dict) -> tuple[float, float]:

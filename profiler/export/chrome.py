@@ -8,8 +8,10 @@ step and thread (cat "step") enclosing that step's ops, `M` events naming each p
 (cat "stack") as a process of their own when the run has them. `ts`/`dur` are microseconds from the
 run's first timestamp, with three decimals (nanosecond precision).
 
-The file is written in chunks of a few thousand events, each serialized by orjson, so a run of
-millions of events never becomes one giant string in memory.
+The file is written in chunks. Op events, which are nearly all of a big trace, are not built as
+dicts: each distinct op kind (rows.py) gets its JSON prefix once -- name, pid, tid and the args
+that do not change between steps -- and the numbers of a chunk (step, seq, FLOPs, bytes, ts, dur)
+are printed by numpy into fixed-width, space-padded rows. Memory counters are written the same way.
 """
 from __future__ import annotations
 
@@ -19,12 +21,12 @@ import json
 import numpy as np
 import orjson
 
+from .rows import fixed_rows, row_parts
 from .timeline import Timeline, load_timeline
 
-CHUNK = 20_000
-# event columns that go into an op's args when they hold a value
-_ARGS = ["step", "seq", "node", "module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes",
-         "flops", "bytes", "fallback"]
+CHUNK = 100_000
+# kind columns that go into an op's args when they hold a value (fallback always does)
+_STATIC_ARGS = ["node", "module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
 
 
 def _us(ns: np.ndarray) -> list[float]:
@@ -32,7 +34,7 @@ def _us(ns: np.ndarray) -> list[float]:
 
 
 def _open(path, gzip: bool):
-    return gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb")
+    return gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb", buffering=1 << 20)
 
 
 def metadata_events(tl: Timeline) -> list[dict]:
@@ -46,63 +48,72 @@ def metadata_events(tl: Timeline) -> list[dict]:
     return out
 
 
-def _op_events(tl: Timeline, lo: int, hi: int, pid_of_tid: dict) -> list[dict]:
-    ops = tl.ops
-    ts = _us(ops["start"][lo:hi])
-    dur = _us(ops["end"][lo:hi] - ops["start"][lo:hi])
-    tid = ops["tid"][lo:hi].tolist()
-    name = ops["op"][lo:hi].tolist()
-    cols = {c: _plain(ops[c][lo:hi]) for c in _ARGS}
-    # columns with a value everywhere go in with one zip; only the gappy ones are checked per event
-    full = [c for c in _ARGS if not any(v is None or v == "" for v in cols[c])]
-    gappy = [c for c in _ARGS if c not in full]
-    full_rows = zip(*[cols[c] for c in full]) if full else iter(lambda: (), None)
+def _op_prefixes(tl: Timeline) -> np.ndarray:
+    """Per kind: ',{"name":..,"cat":..,"ph":"X","pid":..,"tid":..,"args":{<args that never change>' as bytes."""
     out = []
-    for i, row in zip(range(hi - lo), full_rows):
-        args = dict(zip(full, row))
-        for c in gappy:
-            v = cols[c][i]
-            if v is not None and v != "":
-                args[c] = v
-        op = name[i] or "?"
-        out.append({"name": op, "cat": "transfer" if op == "transfer" else "op", "ph": "X", "ts": ts[i],
-                    "dur": dur[i], "pid": pid_of_tid[tid[i]], "tid": tid[i], "args": args})
-    return out
+    for k in tl.kinds:
+        op = k["op"] or "?"
+        args = {c: k[c] for c in _STATIC_ARGS if k[c] is not None and k[c] != ""}
+        args["fallback"] = bool(k["fallback"])
+        head = orjson.dumps({"name": op, "cat": "transfer" if op == "transfer" else "op", "ph": "X", "pid": k["pid"],
+                             "tid": k["tid"]})[:-1]
+        out.append(b"," + head + b',"args":{' + orjson.dumps(args)[1:-1])
+    arr = np.empty(len(out), dtype=object)
+    arr[:] = out
+    return arr
 
 
-def _plain(col: np.ndarray) -> list:
-    """numpy column -> list of JSON-ready Python values (None stays None)."""
-    if col.dtype == object:
-        return col.tolist()
-    if col.dtype.kind == "f":                    # a NULL integer column comes back as float NaN
-        return [None if v != v else int(v) for v in col.tolist()]
-    return col.tolist()
+def _op_parts(tl: Timeline, prefixes: np.ndarray, lo: int, hi: int) -> list[bytes]:
+    """Ops lo..hi as ',{...},{...}': the kind's prefix, then the numbers as fixed-width JSON."""
+    ops, nulls = tl.ops, tl.nulls
+    sl = slice(lo, hi)
+    start = ops["start"][sl]
+    rows = fixed_rows(hi - lo, [
+        (b',"step":', ops["step"][sl], 0, None),
+        (b',"seq":', ops["seq"][sl], 0, None),
+        (b',"flops":', ops["flops"][sl], 0, nulls["flops"][sl] if "flops" in nulls else None),
+        (b',"bytes":', ops["bytes"][sl], 0, nulls["bytes"][sl] if "bytes" in nulls else None),
+        (b'},"ts":', start, 3, None),
+        (b',"dur":', ops["end"][sl] - start, 3, None),
+        b"}"])
+    return row_parts(prefixes[ops["kind"][sl]].tolist(), rows)
+
+
+def _memory_parts(tl: Timeline, lo: int, hi: int) -> list[bytes]:
+    mem = tl.memory
+    prefix = {int(p): b',{"name":"live memory","ph":"C","pid":%d,"args":{"live_bytes":' % p
+              for p in np.unique(mem["pid"][lo:hi]).tolist()}
+    rows = fixed_rows(hi - lo, [(b"", mem["live_bytes"][lo:hi], 0, None), (b'},"ts":', mem["t"][lo:hi], 3, None),
+                                b"}"])
+    return row_parts([prefix[p] for p in mem["pid"][lo:hi].tolist()], rows)
+
+
+def _dicts(events: list[dict]) -> list[bytes]:
+    return [b"," + orjson.dumps(events)[1:-1]] if events else []
 
 
 def iter_chunks(tl: Timeline):
-    """Lists of trace events, in an order viewers like: metadata, then per chunk steps and ops."""
+    """Trace events as lists of bytes, each event preceded by ',': metadata, steps, ops, memory, stacks."""
     pid_of_tid = {t.tid: t.pid for t in tl.tracks}
-    yield metadata_events(tl)
+    yield _dicts(metadata_events(tl))
     st = tl.steps
     if len(st["tid"]):
         ts, dur = _us(st["start"]), _us(st["end"] - st["start"])
-        yield [{"name": f"step {s}", "cat": "step", "ph": "X", "ts": ts[i], "dur": dur[i],
-                "pid": pid_of_tid[t], "tid": t, "args": {"step": s}}
-               for i, (t, s) in enumerate(zip(st["tid"].tolist(), st["step"].tolist()))]
+        yield _dicts([{"name": f"step {s}", "cat": "step", "ph": "X", "ts": ts[i], "dur": dur[i],
+                       "pid": pid_of_tid[t], "tid": t, "args": {"step": s}}
+                      for i, (t, s) in enumerate(zip(st["tid"].tolist(), st["step"].tolist()))])
+    prefixes = _op_prefixes(tl)
     for lo in range(0, tl.n_ops, CHUNK):
-        yield _op_events(tl, lo, min(lo + CHUNK, tl.n_ops), pid_of_tid)
-    mem = tl.memory
-    for lo in range(0, len(mem["t"]), CHUNK):
-        ts = _us(mem["t"][lo:lo + CHUNK])
-        yield [{"name": "live memory", "ph": "C", "ts": ts[i], "pid": p, "args": {"live_bytes": b}}
-               for i, (p, b) in enumerate(zip(mem["pid"][lo:lo + CHUNK].tolist(),
-                                             mem["live_bytes"][lo:lo + CHUNK].tolist()))]
+        yield _op_parts(tl, prefixes, lo, min(lo + CHUNK, tl.n_ops))
+    n_mem = len(tl.memory["t"])
+    for lo in range(0, n_mem, CHUNK):
+        yield _memory_parts(tl, lo, min(lo + CHUNK, n_mem))
     sk = tl.stacks
     if sk:
         ts, dur = _us(sk["start"]), _us(sk["end"] - sk["start"])
         frames, tids = sk["frame"].tolist(), sk["tid"].tolist()
-        yield [{"name": frames[i], "cat": "stack", "ph": "X", "ts": ts[i], "dur": dur[i],
-                "pid": pid_of_tid[tids[i]], "tid": tids[i]} for i in range(len(tids))]
+        yield _dicts([{"name": frames[i], "cat": "stack", "ph": "X", "ts": ts[i], "dur": dur[i],
+                       "pid": pid_of_tid[tids[i]], "tid": tids[i]} for i in range(len(tids))])
 
 
 def other_data(tl: Timeline) -> dict:
@@ -115,20 +126,24 @@ def other_data(tl: Timeline) -> dict:
 def write_chrome(store, run_id: str, path, gzip: bool = False) -> dict:
     """Write the run as Chrome trace JSON (gzipped when asked). Returns counts for the report."""
     tl = load_timeline(store, run_id)
-    n = 0
+    n_meta = 2 * (len(tl.processes) + len(tl.tracks))
     with _open(path, gzip) as f:
         f.write(b'{"traceEvents":[')
         first = True
-        for chunk in iter_chunks(tl):
-            if not chunk:
+        for parts in iter_chunks(tl):
+            if not parts:
                 continue
-            body = orjson.dumps(chunk)[1:-1]       # the list's items, without its brackets
-            f.write(body if first else b"," + body)
-            first = False
-            n += len(chunk)
+            if first:                                   # every event comes with a leading comma
+                parts[0] = parts[0][1:]
+                first = False
+            if gzip:
+                f.write(b"".join(parts))                # one compress call, not one per part
+            else:
+                f.writelines(parts)
         f.write(b'],"displayTimeUnit":"ns","otherData":')
         f.write(orjson.dumps(other_data(tl), default=str))
         f.write(b"}")
+    n = n_meta + len(tl.steps["tid"]) + tl.n_ops + len(tl.memory["t"]) + (len(tl.stacks["tid"]) if tl.stacks else 0)
     return {"run_id": tl.run["run_id"], "ops": tl.n_ops, "steps": int(len(tl.steps["tid"])), "trace_events": n}
 
 

@@ -14,13 +14,21 @@ for the small subset of perfetto/trace/*.proto a timeline needs (field numbers f
     TrackEvent      { repeated DebugAnnotation debug_annotations = 4; Type type = 9; uint64 name_iid = 10;
                       uint64 track_uuid = 11; repeated string categories = 22; string name = 23;
                       int64 counter_value = 30 }     Type: SLICE_BEGIN = 1, SLICE_END = 2, COUNTER = 4
-    DebugAnnotation { uint64 name_iid = 1; int64 int_value = 4; string string_value = 6; string name = 10 }
-    InternedData    { repeated EventName event_names = 2; repeated DebugAnnotationName debug_annotation_names = 3 }
-    EventName / DebugAnnotationName { uint64 iid = 1; string name = 2 }
+    DebugAnnotation { uint64 name_iid = 1; int64 int_value = 4; string string_value = 6; string name = 10;
+                      uint64 string_value_iid = 17 }
+    InternedData    { repeated EventName event_names = 2; repeated DebugAnnotationName debug_annotation_names = 3;
+                      repeated InternedString debug_annotation_string_values = 29 }
+    EventName / DebugAnnotationName { uint64 iid = 1; string name = 2 }     InternedString { uint64 iid = 1; bytes str = 2 }
 
-Op names and annotation names are interned (one packet declares them, every event refers to an id),
-which keeps a million-op trace small. Slices on a track are written begin/end in nesting order,
+Op names, annotation names and annotation text (nodes, modules, shapes) are interned: one packet
+declares them, every event refers to an id, which keeps a million-op trace small. Slices on a track are written begin/end in nesting order,
 and the whole stream is sorted by timestamp, as trace processor expects of a file.
+
+Speed: a million ops are two million packets, so they are not built one by one. Every packet is
+its "static" TrackEvent bytes (type, track, name, interned text annotations: one per op kind, one
+per track for ends) plus a few varints (timestamp, step, FLOPs, bytes, lengths), all encoded by
+numpy for a whole chunk at once and packed with one mask gather (rows.py). Where each begin and end goes in
+the stream follows from the nesting itself: pre-order index, nesting level and subtree size.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import gzip as gzip_module
 
 import numpy as np
 
+from .rows import const_block, packed, table_block, varint_block
 from .timeline import load_timeline
 
 SEQ = 1                                    # our one trusted_packet_sequence_id
@@ -89,9 +98,10 @@ def _counter_track(uuid: int, parent: int, name: str) -> bytes:
     return _packet(field_bytes(60, desc) + field_varint(10, SEQ))
 
 
-def _interned(names: list[str], annotation_names: list[str]) -> bytes:
+def _interned(names: list[str], annotation_names: list[str], strings: list[str] = ()) -> bytes:
     data = b"".join(field_bytes(2, field_varint(1, i + 1) + field_str(2, s)) for i, s in enumerate(names))
     data += b"".join(field_bytes(3, field_varint(1, i + 1) + field_str(2, s)) for i, s in enumerate(annotation_names))
+    data += b"".join(field_bytes(29, field_varint(1, i + 1) + field_str(2, s)) for i, s in enumerate(strings))
     return _packet(field_varint(10, SEQ) + field_varint(13, SEQ_INCREMENTAL_STATE_CLEARED) + field_bytes(12, data))
 
 
@@ -106,117 +116,161 @@ def _annotation(name_iid: int, value) -> bytes:
 
 
 # --- the writer ----------------------------------------------------------------------------------
+CHUNK = 200_000
+_TAIL = field_varint(10, SEQ) + field_varint(13, SEQ_NEEDS_INCREMENTAL_STATE)
+_DYNAMIC = ["flops", "bytes", "step"]                  # annotations whose value changes from op to op
+
+
 def write_perfetto(store, run_id: str, path, gzip: bool = False) -> dict:
     tl = load_timeline(store, run_id)
-    ops = tl.ops
-    names = sorted({str(x) for x in ops["op"].tolist()} | {"step"} |
-                   ({str(f) for f in tl.stacks["frame"].tolist()} if tl.stacks else set()))
+    ops, st, sk = tl.ops, tl.steps, tl.stacks
+    frames = [str(f) for f in sk["frame"].tolist()] if sk else []
+    names = sorted({str(k["op"]) for k in tl.kinds} | {"step"} | set(frames))
     name_iid = {s: i + 1 for i, s in enumerate(names)}
     ann_iid = {s: i + 1 for i, s in enumerate(_ANNOTATIONS)}
-    tail = field_varint(10, SEQ) + field_varint(13, SEQ_NEEDS_INCREMENTAL_STATE)
 
-    head = [_interned(names, _ANNOTATIONS)]
+    strings = sorted({str(k[c]) for k in tl.kinds for c in _ANNOTATIONS
+                      if c not in _DYNAMIC and c != "fallback" and k.get(c) not in (None, "")})
+    str_iid = {s: i + 1 for i, s in enumerate(strings)}
+    head = [_interned(names, _ANNOTATIONS, strings)]
     proc_uuid = {pid: 1_000_000 + pid for pid in tl.processes}
     for pid, pname in tl.processes.items():
         head.append(_process_track(proc_uuid[pid], pid, pname))
     for t in tl.tracks:
         head.append(_thread_track(t.tid, proc_uuid[t.pid], t.pid, t.tid, t.thread))
-    counter_uuid = {pid: 2_000_000 + pid for pid in set(tl.memory["pid"].tolist())}
+    counter_uuid = {pid: 2_000_000 + pid for pid in sorted(set(tl.memory["pid"].tolist()))}
     for pid, uuid in counter_uuid.items():
         head.append(_counter_track(uuid, proc_uuid[pid], "live memory"))
 
-    # every span as (track, start, end, depth, begin-payload); ops, steps (depth -1) and stacks
-    track = [ops["tid"], tl.steps["tid"]]
-    start = [ops["start"], tl.steps["start"]]
-    end = [ops["end"], tl.steps["end"]]
-    depth = [ops["depth"], np.full(len(tl.steps["tid"]), -1)]
-    payload_of = [_op_payloads(tl, name_iid, ann_iid),
-                  [field_varint(10, name_iid["step"]) + _annotation(ann_iid["step"], s)
-                   for s in tl.steps["step"].tolist()]]
-    if tl.stacks:
-        track.append(tl.stacks["tid"]); start.append(tl.stacks["start"]); end.append(tl.stacks["end"])
-        depth.append(tl.stacks["depth"])
-        payload_of.append([field_varint(10, name_iid[str(f)]) for f in tl.stacks["frame"].tolist()])
-    track, start, end, depth = (np.concatenate(a).astype(np.int64) for a in (track, start, end, depth))
-    payloads = [p for group in payload_of for p in group]
+    # the static TrackEvent bytes every packet starts with: op kinds, step begins and ends per track,
+    # stack frames per track, counters per counter track
+    static: list[bytes] = []
 
-    # nesting order per track: by start, parents first; then close each span before its next sibling
-    order = np.lexsort((depth, start, track)).tolist()
-    tr, st, en, dp = track.tolist(), start.tolist(), end.tolist(), depth.tolist()
-    stream_ts: list[int] = []
-    stream: list[bytes] = []
-    uuid_field = {}
-    stack: list[int] = []
-    cur_track = None
-    for i in order:
-        if tr[i] != cur_track:
-            while stack:
-                j = stack.pop()
-                stream_ts.append(en[j]); stream.append(_end(uuid_field, tr[j]))
-            cur_track = tr[i]
-        while stack and (dp[stack[-1]] >= dp[i] or en[stack[-1]] <= st[i] and en[stack[-1]] < en[i]):
-            j = stack.pop()
-            stream_ts.append(en[j]); stream.append(_end(uuid_field, tr[j]))
-        stream_ts.append(st[i])
-        stream.append(field_varint(9, SLICE_BEGIN) + _track(uuid_field, tr[i]) + payloads[i])
-        stack.append(i)
-    while stack:
-        j = stack.pop()
-        stream_ts.append(en[j]); stream.append(_end(uuid_field, tr[j]))
-    mem = tl.memory
-    for p, t, b in zip(mem["pid"].tolist(), mem["t"].tolist(), mem["live_bytes"].tolist()):
-        stream_ts.append(t)
-        stream.append(field_varint(9, COUNTER) + field_varint(11, counter_uuid[p]) + field_varint(30, b))
+    def add(items):
+        base = len(static)
+        static.extend(items)
+        return base
+
+    op_base = add([_begin(k["tid"], name_iid[str(k["op"])]) + _static_annotations(k, ann_iid, str_iid)
+                     for k in tl.kinds])
+    tids = [t.tid for t in tl.tracks]
+    tid_index = np.zeros(max(tids, default=0) + 1, dtype=np.int64)
+    tid_index[tids] = np.arange(len(tids))
+    step_base = add([_begin(t, name_iid["step"]) for t in tids])
+    end_base = add([field_varint(9, SLICE_END) + field_varint(11, t) for t in tids])
+    counter_pids = list(counter_uuid)
+    counter_base = add([field_varint(9, COUNTER) + field_varint(11, counter_uuid[p]) for p in counter_pids])
+    stack_static = np.zeros(0, np.int64)
+    if sk:
+        pairs: dict = {}
+        stack_static = np.asarray([pairs.setdefault((t, f), len(pairs)) for t, f in zip(sk["tid"].tolist(), frames)],
+                                  dtype=np.int64)
+        stack_static += add([_begin(t, name_iid[f]) for (t, f) in pairs])
+
+    # every span's begin and end position in nesting (DFS) order, from pre-order index, level and size
+    n, g = tl.n_ops, len(st["tid"])
+    group = np.repeat(np.arange(g), st["count"])
+    pre = [np.arange(n) + group + 1, st["first"] + np.arange(g)]
+    level = [ops["level"] + 1, np.zeros(g, np.int64)]
+    size = [ops["size"], st["count"] + 1]
+    span_start, span_end = [ops["start"], st["start"]], [ops["end"], st["end"]]
+    span_tid = [ops["tid"], st["tid"]]
+    begin_static = [op_base + ops["kind"], step_base + tid_index[st["tid"]]]
+    if sk:
+        m = len(sk["tid"])
+        pre.append(n + g + np.arange(m)); level.append(sk["level"]); size.append(sk["size"])
+        span_start.append(sk["start"]); span_end.append(sk["end"]); span_tid.append(sk["tid"])
+        begin_static.append(stack_static)
+    pre, level, size, span_start, span_end, span_tid, begin_static = (
+        np.concatenate(a).astype(np.int64) for a in (pre, level, size, span_start, span_end, span_tid, begin_static))
+    begin_pos = 2 * pre - level
+    end_pos = begin_pos + 2 * size - 1
+    n_spans = len(pre)
+    n_mem = len(tl.memory["t"])
+    rows = 2 * n_spans + n_mem
+    ts = np.empty(rows, np.int64)
+    sidx = np.empty(rows, np.int64)
+    ts[begin_pos], ts[end_pos] = span_start, span_end
+    sidx[begin_pos], sidx[end_pos] = begin_static, end_base + tid_index[span_tid]
+    ts[2 * n_spans:] = tl.memory["t"]
+    pid_pos = {p: i for i, p in enumerate(counter_pids)}
+    sidx[2 * n_spans:] = counter_base + np.asarray([pid_pos[p] for p in tl.memory["pid"].tolist()], dtype=np.int64)
+
+    # the changing values: annotations of op and step begins, counter values
+    dyn = {}
+    for c in _DYNAMIC:
+        val, has = np.zeros(rows, np.int64), np.zeros(rows, bool)
+        if c == "step":
+            val[begin_pos[:n + g]] = np.concatenate([ops["step"], st["step"]])
+            has[begin_pos[:n + g]] = True
+        else:
+            val[begin_pos[:n]] = ops[c]
+            has[begin_pos[:n]] = ~tl.nulls[c] if c in tl.nulls else True
+        dyn[c] = (val, has)
+    counter_val, counter_has = np.zeros(rows, np.int64), np.zeros(rows, bool)
+    counter_val[2 * n_spans:] = tl.memory["live_bytes"]
+    counter_has[2 * n_spans:] = True
 
     # perfetto wants non-negative timestamps; the stable sort keeps each track's begin/end order
-    ts = np.asarray(stream_ts, dtype=np.int64)
-    base = 1_000_000 - int(ts.min()) if len(ts) else 0
-    n_events = len(stream)
-    opener = gzip_module.open if gzip else open
-    with opener(path, "wb") as f:
+    if rows and np.any(np.diff(ts) < 0):
+        order = np.argsort(ts, kind="stable")
+        ts, sidx, counter_val, counter_has = ts[order], sidx[order], counter_val[order], counter_has[order]
+        dyn = {c: (v[order], h[order]) for c, (v, h) in dyn.items()}
+    base = 1_000_000 - int(ts.min()) if rows else 0
+    ts = ts + base
+
+    static_table = table_block(static)
+    with (gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb", buffering=1 << 20)) as f:
         f.write(b"".join(head))
-        by_time = np.argsort(ts, kind="stable").tolist()
-        ts_list = (ts + base).tolist()
-        buf = []
-        for k in by_time:
-            ev = stream[k]
-            buf.append(_packet(field_varint(8, ts_list[k]) + field_bytes(11, ev) + tail))
-            if len(buf) >= 50_000:
-                f.write(b"".join(buf)); buf = []
-        f.write(b"".join(buf))
-    return {"run_id": tl.run["run_id"], "ops": tl.n_ops, "steps": int(len(tl.steps["tid"])),
-            "packets": len(head) + n_events}
+        for lo in range(0, rows, CHUNK):
+            sl = slice(lo, min(lo + CHUNK, rows))
+            f.write(_packets(ts[sl], (static_table[0][:, sidx[sl]], static_table[1][sidx[sl]]),
+                             [(ann_iid[c], v[sl], h[sl]) for c, (v, h) in dyn.items()], counter_val[sl],
+                             counter_has[sl]))
+    return {"run_id": tl.run["run_id"], "ops": tl.n_ops, "steps": int(g), "packets": len(head) + rows}
 
 
-def _track(cache: dict, tid: int) -> bytes:
-    b = cache.get(tid)
-    if b is None:
-        b = cache[tid] = field_varint(11, tid)
-    return b
+def _begin(tid: int, name: int) -> bytes:
+    return field_varint(9, SLICE_BEGIN) + field_varint(11, tid) + field_varint(10, name)
 
 
-def _end(cache: dict, tid: int) -> bytes:
-    return field_varint(9, SLICE_END) + _track(cache, tid)
-
-
-def _op_payloads(tl, name_iid, ann_iid) -> list[bytes]:
-    """name_iid + debug annotations of each op's SLICE_BEGIN."""
-    ops = tl.ops
-    cols = {}
-    for c in _ANNOTATIONS:
-        col = ops[c]
-        if col.dtype.kind == "f":
-            cols[c] = [None if v != v else int(v) for v in col.tolist()]
-        else:
-            cols[c] = col.tolist()
-    opname = ops["op"].tolist()
+def _static_annotations(kind: dict, ann_iid: dict, str_iid: dict) -> bytes:
+    """The debug annotations an op kind always carries: its text (interned), fallback when set."""
     out = []
-    for i in range(len(opname)):
-        parts = [field_varint(10, name_iid[str(opname[i])])]
-        for c in _ANNOTATIONS:
-            v = cols[c][i]
-            if v is None or v == "" or (c == "fallback" and not v):
-                continue
-            parts.append(_annotation(ann_iid[c], v))
-        out.append(b"".join(parts))
-    return out
+    for c in _ANNOTATIONS:
+        if c in _DYNAMIC:
+            continue
+        v = kind.get(c)
+        if v is None or v == "" or (c == "fallback" and not v):
+            continue
+        if c == "fallback":
+            out.append(_annotation(ann_iid[c], v))
+        else:
+            out.append(field_bytes(4, field_varint(1, ann_iid[c]) + field_varint(17, str_iid[str(v)])))
+    return b"".join(out)
+
+
+def _packets(ts, static, anns, counter_val, counter_has) -> bytes:
+    """Trace.packet { timestamp, sequence fields, track_event { static bytes, annotations, counter_value } },
+    for a chunk of packets at once."""
+    n = len(ts)
+    blocks = [static]
+    te_len = static[1].copy()
+    for iid, val, has in anns:
+        vb, vl = varint_block(val)
+        vl = vl * has
+        # DebugAnnotation { name_iid = 1; int_value = 4 }: 0x22 len 0x08 iid 0x20 varint
+        head = np.repeat(np.asarray([0x22, 0, 0x08, iid, 0x20], np.uint8)[:, None], n, axis=1)
+        head[1] = 3 + vl
+        blocks += [(head, 5 * has), (vb, vl)]
+        te_len += (5 * has) + vl
+    cb, cl = varint_block(counter_val)
+    cl = cl * counter_has
+    blocks += [(const_block(b"\xf0\x01", n)[0], 2 * counter_has), (cb, cl)]
+    te_len += 2 * counter_has + cl
+    tsb, tsl = varint_block(ts)
+    teb, tel = varint_block(te_len)
+    body_len = 1 + tsl + len(_TAIL) + 1 + tel + te_len
+    bb, bl = varint_block(body_len)
+    return packed([const_block(b"\x0a", n), (bb, bl), const_block(b"\x40", n), (tsb, tsl), const_block(_TAIL, n),
+                   const_block(b"\x5a", n), (teb, tel), *blocks])

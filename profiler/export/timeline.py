@@ -1,7 +1,9 @@
 """A run laid out as tracks of strictly nested spans: what every trace viewer needs.
 
 Both exporters (Chrome JSON, Perfetto protobuf) read a run through `load_timeline`, so the two
-formats show the same processes, threads, spans and step markers.
+formats show the same processes, threads, spans and step markers. It reads the run columnar and
+never touches one op at a time in Python (a run can hold millions): text columns come back once
+per distinct op "kind", numbers as numpy arrays, and flat threads are clamped vectorized.
 
 A process is a (backend, device) pair; a thread is one recorded thread of that process. Viewers
 want small integers, so pids and tids are renumbered from 1 (tids are unique across the whole
@@ -19,10 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opscope.profiler.schema import EVENT_COLUMNS
-
-OP_COLUMNS = EVENT_COLUMNS[1:]
 STACKS_PROCESS = "python stacks"
+# what makes two ops look alike in a trace: all their text (and the thread), not their numbers. A run
+# repeats few of these (nodes x steps), so they are read once each, not once per event.
+KIND_COLUMNS = ["op", "node", "module", "source", "backend", "device", "thread", "input_shapes", "input_dtypes",
+                "output_shapes", "output_dtypes", "fallback"]
+# the numbers of each op; the NULL-able ones come with a mask of where they are NULL
+NUMBER_COLUMNS = ["step", "seq", "depth", "start_ns", "end_ns"]
+NULLABLE_COLUMNS = ["flops", "bytes", "live_bytes"]
 
 
 @dataclass
@@ -40,39 +46,48 @@ class Timeline:
     t0: int                                  # ns subtracted from every timestamp
     processes: dict[int, str]                # pid -> name
     tracks: list[Track]
-    ops: dict[str, np.ndarray]               # events columns, plus tid, start, end (relative, nested), order
-    steps: dict[str, np.ndarray]             # tid, step, start, end: one span per thread per step
+    kinds: list[dict]                        # distinct KIND_COLUMNS values, plus pid and tid
+    # per op, sorted by (tid, start, depth): kind, step, seq, depth, start, end (relative, nested), tid,
+    # level and size (nesting level and subtree size in that order), flops, bytes, live_bytes
+    ops: dict[str, np.ndarray]
+    nulls: dict[str, np.ndarray]             # column -> True where the op's value is NULL (only if any)
+    steps: dict[str, np.ndarray]             # tid, step, start, end, first (op index), count: one span per
+    #                                          thread per run of consecutive ops of one step
     memory: dict[str, np.ndarray]            # pid, t, live_bytes
-    stacks: dict[str, np.ndarray] = field(default_factory=dict)   # tid, start, end, depth, frame
+    stacks: dict[str, np.ndarray] = field(default_factory=dict)   # tid, start, end, depth, level, size, frame
 
     @property
     def n_ops(self) -> int:
         return len(self.ops["start"])
 
 
-def nest(start: np.ndarray, end: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Clamp the spans of ONE thread (sorted by start, depth) into a strict nesting. Returns new arrays.
+def nest(start: np.ndarray, end: np.ndarray, depth: np.ndarray):
+    """Clamp the spans of ONE thread (sorted by start, depth) into a strict nesting.
 
     `depth` says who is whose parent (the instrumentation knows it); times are only trusted within it.
+    Returns new (start, end, level, size): level = open spans around it, size = its subtree's span
+    count in this order (itself included) -- what a begin/end writer needs to place every end.
     """
     start = start.astype(np.int64, copy=True)
     end = np.maximum(end.astype(np.int64, copy=True), start)
-    if len(start) == 0:
-        return start, end
-    if not depth.any():
-        # flat (the graph engine): siblings only, vectorized -- each starts after all earlier ones ended
-        prev_end = np.maximum.accumulate(end)
-        floor = np.concatenate(([start[0]], prev_end[:-1]))
-        start = np.maximum(start, floor)
-        end = np.maximum(end, start)
-        return start, end
+    n = len(start)
+    if n == 0 or not depth.any():
+        if n:
+            # flat (the graph engine): siblings only, vectorized -- each starts after all earlier ones ended
+            prev_end = np.maximum.accumulate(end)
+            start = np.maximum(start, np.concatenate(([start[0]], prev_end[:-1])))
+            end = np.maximum(end, start)
+        return start, end, np.zeros(n, np.int64), np.ones(n, np.int64)
     stack: list[int] = []        # indices of open spans, outermost first
     s_list, e_list, d_list = start.tolist(), end.tolist(), depth.tolist()
-    for i in range(len(s_list)):
+    level, size = [0] * n, [1] * n
+    for i in range(n):
         d, s, e = d_list[i], s_list[i], e_list[i]
         prev_sibling_end = None
         while stack and d_list[stack[-1]] >= d:      # close the previous sibling (and its subtree)
-            prev_sibling_end = e_list[stack.pop()]
+            j = stack.pop()
+            size[j] = i - j
+            prev_sibling_end = e_list[j]
         if prev_sibling_end is not None and s < prev_sibling_end:
             s = prev_sibling_end
         if stack:                                    # stay inside the parent
@@ -80,8 +95,12 @@ def nest(start: np.ndarray, end: np.ndarray, depth: np.ndarray) -> tuple[np.ndar
             s = min(max(s, s_list[p]), e_list[p])
             e = min(e, e_list[p])
         s_list[i], e_list[i] = s, max(e, s)
+        level[i] = len(stack)
         stack.append(i)
-    return np.asarray(s_list, dtype=np.int64), np.asarray(e_list, dtype=np.int64)
+    for j in stack:
+        size[j] = n - j
+    return (np.asarray(s_list, dtype=np.int64), np.asarray(e_list, dtype=np.int64),
+            np.asarray(level, dtype=np.int64), np.asarray(size, dtype=np.int64))
 
 
 def _process_name(backend, device) -> str:
@@ -89,15 +108,56 @@ def _process_name(backend, device) -> str:
     return f"{backend} ({device})" if device and device != backend else backend
 
 
+def _frame(con, sql: str, rid: str) -> dict[str, np.ndarray]:
+    out = con.execute(sql, [rid]).fetchnumpy()
+    return {k: (v.filled(None) if isinstance(v, np.ma.MaskedArray) and v.dtype == object else np.asarray(v))
+            for k, v in out.items()}
+
+
+def _read_run(store, rid: str, with_stacks: bool):
+    """-> (kinds as row dicts, per-op columns with a `kind` index, null masks, memory, stacks), one connection.
+
+    Text columns come back once per distinct kind: DuckDB hashes each op's text columns, and the
+    distinct rows carry the same hash, so ops map to kinds with one searchsorted.
+    """
+    kcols = ", ".join(KIND_COLUMNS)
+    nums = ", ".join([f"coalesce({c}, 0) AS {c}" for c in ("step", "seq", "depth", "start_ns")] +
+                     ["coalesce(end_ns, start_ns, 0) AS end_ns"] +
+                     [f"coalesce({c}, 0) AS {c}, {c} IS NULL AS {c}_null" for c in NULLABLE_COLUMNS])
+    with store.connect() as con:
+        kinds = con.execute(f"SELECT hash({kcols}) AS h, {kcols}, min(start_ns) AS first FROM events "
+                            f"WHERE run_id = ? GROUP BY ALL ORDER BY first, h", [rid]).fetchall()
+        hashes = np.asarray([k[0] for k in kinds], dtype=np.uint64)
+        if len(np.unique(hashes)) == len(kinds):
+            ev = con.execute(f"SELECT {nums}, hash({kcols}) AS h FROM events WHERE run_id = ?", [rid]).fetchnumpy()
+            ev = {k: np.asarray(v) for k, v in ev.items()}
+            order = np.argsort(hashes)
+            kind = order[np.searchsorted(hashes[order], ev.pop("h"))]
+        else:   # two kinds share a 64-bit hash: match the text itself (slow, and never seen)
+            ev = con.execute(f"SELECT {nums}, {kcols} FROM events WHERE run_id = ?", [rid]).fetchnumpy()
+            ev = {k: (v.filled(None) if isinstance(v, np.ma.MaskedArray) and v.dtype == object else np.asarray(v))
+                  for k, v in ev.items()}
+            index = {tuple(k[1:-1]): i for i, k in enumerate(kinds)}
+            kind = np.asarray([index[t] for t in zip(*[ev.pop(c).tolist() for c in KIND_COLUMNS])], dtype=np.int64)
+        mem = _frame(con, "SELECT t_ns, backend, live_bytes FROM memory WHERE run_id = ? ORDER BY t_ns, step, seq", rid)
+        stk = _frame(con, "SELECT t_ns, dur_ns, thread, depth, frame FROM stacks WHERE run_id = ? "
+                          "ORDER BY thread, t_ns, depth", rid) if with_stacks else {}
+    ev["kind"] = kind.astype(np.int64)
+    nulls = {}
+    for c in NULLABLE_COLUMNS:
+        mask = ev.pop(f"{c}_null").astype(bool)
+        if mask.any():
+            nulls[c] = mask
+    return [dict(zip(KIND_COLUMNS, k[1:-1])) for k in kinds], ev, nulls, mem, stk
+
+
 def load_timeline(store, run_id: str, with_stacks: bool = True) -> Timeline:
     run = store.get_run(run_id)
     rid = run["run_id"]
-    ev = store.events_frame(rid)
-    mem = store.memory_frame(rid)
-    stk = store.stacks_frame(rid) if with_stacks else {}
+    kinds, ev, nulls, mem, stk = _read_run(store, rid, with_stacks)
     n = len(ev["start_ns"])
 
-    starts = [ev["start_ns"].min()] if n else []
+    starts = [int(ev["start_ns"].min())] if n else []
     if len(mem.get("t_ns", ())):
         starts.append(mem["t_ns"].min())
     if stk and len(stk.get("t_ns", ())):
@@ -108,72 +168,79 @@ def load_timeline(store, run_id: str, with_stacks: bool = True) -> Timeline:
     processes: dict[tuple, int] = {}
     names: dict[int, str] = {}
     tracks: dict[tuple, Track] = {}
-    backend = ev["backend"].tolist() if n else []
-    device = ev["device"].tolist() if n else []
-    thread = ev["thread"].tolist() if n else []
-    tid_of = np.empty(n, dtype=np.int64)
-    cache: dict[tuple, int] = {}
-    for i in range(n):
-        key = (backend[i], device[i], thread[i])
-        tid = cache.get(key)
-        if tid is None:
-            pkey = (backend[i], device[i])
+    for k in kinds:
+        key = (k["backend"], k["device"], k["thread"])
+        if key not in tracks:
+            pkey = (k["backend"], k["device"])
             pid = processes.setdefault(pkey, len(processes) + 1)
             names[pid] = _process_name(*pkey)
-            tid = len(tracks) + 1
-            th = thread[i]
-            tracks[key] = Track(pid, tid, names[pid], f"thread {th}" if th is not None else "thread", int(th or 0))
-            cache[key] = tid
-        tid_of[i] = tid
+            th = k["thread"]
+            tracks[key] = Track(pid, len(tracks) + 1, names[pid], f"thread {th}" if th is not None else "thread",
+                                int(th or 0))
+        k["pid"], k["tid"] = tracks[key].pid, tracks[key].tid
+    tid_of_kind = np.asarray([k["tid"] for k in kinds] or [0], dtype=np.int64)
 
-    depth = np.asarray(ev["depth"], dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
-    rel_start = ev["start_ns"].astype(np.int64) - t0 if n else np.zeros(0, dtype=np.int64)
-    rel_end = ev["end_ns"].astype(np.int64) - t0 if n else np.zeros(0, dtype=np.int64)
-    # per thread, by start then depth (a parent sorts before a child that starts with it)
-    order = np.lexsort((depth, rel_start, tid_of)) if n else np.zeros(0, dtype=np.int64)
-    s_sorted, e_sorted, d_sorted, t_sorted = rel_start[order], rel_end[order], depth[order], tid_of[order]
-    bounds = np.flatnonzero(np.diff(t_sorted)) + 1 if n else []
-    new_s, new_e = np.empty_like(s_sorted), np.empty_like(e_sorted)
-    for lo, hi in zip(np.concatenate(([0], bounds)) if n else [], np.concatenate((bounds, [n])) if n else []):
-        new_s[lo:hi], new_e[lo:hi] = nest(s_sorted[lo:hi], e_sorted[lo:hi], d_sorted[lo:hi])
+    tid = tid_of_kind[ev["kind"]] if n else np.zeros(0, np.int64)
+    depth = ev["depth"].astype(np.int64)
+    rel_start = ev["start_ns"].astype(np.int64) - t0
+    rel_end = ev["end_ns"].astype(np.int64) - t0
+    # per thread, by start then depth (a parent sorts before a child that starts with it); ties keep the
+    # order the ops were recorded in. Skipped when the rows already are in that order (the usual case).
+    flat = not depth.any()
+    keys = (rel_start,) if flat else (depth, rel_start)
+    if len(tracks) > 1:
+        keys = keys + (tid,)
+    if n and (len(keys) > 1 or np.any(np.diff(rel_start) < 0)):
+        order = np.lexsort(keys) if len(keys) > 1 else np.argsort(rel_start, kind="stable")
+        ev = {k: v[order] for k, v in ev.items()}
+        nulls = {k: v[order] for k, v in nulls.items()}
+        tid, depth, rel_start, rel_end = tid[order], depth[order], rel_start[order], rel_end[order]
+    new_s, new_e = np.empty_like(rel_start), np.empty_like(rel_end)
+    level, size = np.zeros(n, np.int64), np.ones(n, np.int64)
+    bounds = np.flatnonzero(np.diff(tid)) + 1
+    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n]))):
+        if hi > lo:
+            new_s[lo:hi], new_e[lo:hi], level[lo:hi], size[lo:hi] = nest(rel_start[lo:hi], rel_end[lo:hi],
+                                                                          depth[lo:hi])
+    ops = {"kind": ev["kind"], "step": ev["step"].astype(np.int64), "seq": ev["seq"].astype(np.int64),
+           "depth": depth, "tid": tid, "start": new_s, "end": new_e, "level": level, "size": size,
+           "flops": ev["flops"].astype(np.int64), "bytes": ev["bytes"].astype(np.int64),
+           "live_bytes": ev["live_bytes"].astype(np.int64)}
 
-    ops = {c: np.asarray(ev[c])[order] for c in OP_COLUMNS} if n else {c: np.zeros(0) for c in OP_COLUMNS}
-    ops.update(tid=t_sorted, start=new_s, end=new_e, depth=d_sorted)
-
-    # one step span per (thread, step), enclosing that step's ops on that thread
-    steps = {"tid": np.zeros(0, np.int64), "step": np.zeros(0, np.int64), "start": np.zeros(0, np.int64),
-             "end": np.zeros(0, np.int64)}
+    # one step span per thread and run of consecutive top-level ops of one step: it encloses them
     if n:
-        step = np.asarray(ops["step"], dtype=np.int64)
-        key = np.lexsort((step, t_sorted))
-        kt, ks = t_sorted[key], step[key]
-        cut = np.flatnonzero((np.diff(kt) != 0) | (np.diff(ks) != 0)) + 1
-        firsts = np.concatenate(([0], cut))
-        steps = {"tid": kt[firsts], "step": ks[firsts],
-                 "start": np.minimum.reduceat(new_s[key], firsts), "end": np.maximum.reduceat(new_e[key], firsts)}
-
-    memory = _memory(mem, ev, processes, t0)
-    stacks = _stacks(stk, t0, names, tracks) if stk else {}
-    return Timeline(run, t0, names, list(tracks.values()), ops, steps, memory, stacks)
-
-
-def _memory(mem, ev, processes, t0) -> dict[str, np.ndarray]:
-    """Live bytes over time, one counter per process: the memory table, else the events' live_bytes."""
-    pid_of_backend: dict[str, int] = {}
-    for (b, _d), pid in processes.items():
-        pid_of_backend.setdefault(b, pid)
-    if len(mem.get("t_ns", ())):
-        backends, t, live = mem["backend"].tolist(), mem["t_ns"], mem["live_bytes"]
-    elif len(ev.get("start_ns", ())):
-        live = ev["live_bytes"]
-        keep = np.asarray([v is not None for v in live.tolist()], dtype=bool) if live.dtype == object else \
-            np.ones(len(live), dtype=bool)
-        backends, t, live = np.asarray(ev["backend"])[keep].tolist(), ev["end_ns"][keep], live[keep]
+        step = ops["step"]
+        cut = np.flatnonzero((np.diff(tid) != 0) | ((np.diff(step) != 0) & (level[1:] == 0))) + 1
+        first = np.concatenate(([0], cut))
+        steps = {"tid": tid[first], "step": step[first], "start": new_s[first],
+                 "end": np.maximum.reduceat(new_e, first), "first": first,
+                 "count": np.diff(np.concatenate((first, [n])))}
     else:
+        steps = {k: np.zeros(0, np.int64) for k in ("tid", "step", "start", "end", "first", "count")}
+
+    memory = _memory(mem, ops, nulls, kinds, processes, t0)
+    stacks = _stacks(stk, t0, names, tracks) if stk else {}
+    return Timeline(run, t0, names, list(tracks.values()), kinds, ops, nulls, steps, memory, stacks)
+
+
+def _memory(mem, ops, nulls, kinds, processes, t0) -> dict[str, np.ndarray]:
+    """Live bytes over time, one counter per process: the memory table, else the events' live_bytes."""
+    if len(mem.get("t_ns", ())):
+        pid_of_backend: dict[str, int] = {}
+        for (b, _d), pid in processes.items():
+            pid_of_backend.setdefault(b, pid)
+        pid = np.asarray([pid_of_backend.get(b, 1) for b in mem["backend"].tolist()], dtype=np.int64)
+        live = np.asarray([0 if v is None else v for v in mem["live_bytes"].tolist()], dtype=np.int64)
+        return {"pid": pid, "t": np.asarray(mem["t_ns"], dtype=np.int64) - t0, "live_bytes": live}
+    keep = ~nulls["live_bytes"] if "live_bytes" in nulls else np.ones(len(ops["start"]), dtype=bool)
+    if not keep.any():
         return {"pid": np.zeros(0, np.int64), "t": np.zeros(0, np.int64), "live_bytes": np.zeros(0, np.int64)}
-    pid = np.asarray([pid_of_backend.get(b, 1) for b in backends], dtype=np.int64)
-    live = np.asarray([0 if v is None else v for v in live.tolist()], dtype=np.int64)
-    return {"pid": pid, "t": np.asarray(t, dtype=np.int64) - t0, "live_bytes": live}
+    pid_of_kind = np.asarray([k["pid"] for k in kinds], dtype=np.int64)
+    pid, t, live = pid_of_kind[ops["kind"][keep]], ops["end"][keep], ops["live_bytes"][keep]
+    if len(t) > 1 and np.any(np.diff(t) < 0):
+        order = np.argsort(t, kind="stable")
+        pid, t, live = pid[order], t[order], live[order]
+    return {"pid": pid, "t": t, "live_bytes": live}
 
 
 def _stacks(stk, t0, names, tracks) -> dict[str, np.ndarray]:
@@ -195,7 +262,8 @@ def _stacks(stk, t0, names, tracks) -> dict[str, np.ndarray]:
     order = np.lexsort((depth, start, tid))
     tid, start, end, depth = tid[order], start[order], end[order], depth[order]
     frames = np.asarray(stk["frame"], dtype=object)[order]
+    level, size = np.zeros(len(tid), np.int64), np.ones(len(tid), np.int64)
     bounds = np.flatnonzero(np.diff(tid)) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(tid)]))):
-        start[lo:hi], end[lo:hi] = nest(start[lo:hi], end[lo:hi], depth[lo:hi])
-    return {"tid": tid, "start": start, "end": end, "depth": depth, "frame": frames}
+        start[lo:hi], end[lo:hi], level[lo:hi], size[lo:hi] = nest(start[lo:hi], end[lo:hi], depth[lo:hi])
+    return {"tid": tid, "start": start, "end": end, "depth": depth, "level": level, "size": size, "frame": frames}

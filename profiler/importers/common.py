@@ -105,14 +105,15 @@ def number(ev: dict, key: str, where: str, default=None) -> float:
 
 
 class EventTable:
-    """Imported events, kept as columns (one list per events column) until saved."""
+    """Imported events, kept as columns (one list or array per events column) until saved."""
 
     COLUMNS = ["step", "op", "node", "module", "source", "backend", "device", "thread", "start_ns", "end_ns",
                "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback"]
+    _DEFAULTS = {"step": 0, "fallback": False}
 
     def __init__(self):
         self.cols: dict[str, list] = {c: [] for c in self.COLUMNS}
-        self.seq: list | None = None          # set when the file carries its own seq numbers
+        self.seq = None          # set when the file carries its own seq numbers
 
     def __len__(self):
         return len(self.cols["start_ns"])
@@ -128,6 +129,12 @@ class EventTable:
         c["output_shapes"].append(output_shapes); c["output_dtypes"].append(output_dtypes)
         c["bytes"].append(bytes); c["flops"].append(flops); c["fallback"].append(bool(fallback))
 
+    def extend(self, n: int, cols: dict) -> None:
+        """Fill an empty table with whole columns (lists or arrays of length n); missing ones get defaults."""
+        assert not len(self), "extend() fills an empty table"
+        for c in self.COLUMNS:
+            self.cols[c] = cols[c] if c in cols else [self._DEFAULTS.get(c)] * n
+
     def steps_from_spans(self, spans: list[tuple[int, int]]) -> None:
         """Give each event the index of the step span (start_ns, end_ns) it starts in (or the last before it)."""
         if not spans:
@@ -135,18 +142,24 @@ class EventTable:
         spans = sorted(spans)
         starts = np.asarray([s for s, _ in spans], dtype=np.int64)
         idx = np.searchsorted(starts, np.asarray(self.cols["start_ns"], dtype=np.int64), side="right") - 1
-        self.cols["step"] = np.maximum(idx, 0).tolist()
+        self.cols["step"] = np.maximum(idx, 0)
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """Columns in EVENT_COLUMNS terms, with depth from time nesting per thread and seq per step."""
+    def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """-> (columns in EVENT_COLUMNS terms, null masks of the NULL-able integer columns), with depth
+        from time nesting per thread and seq per step."""
         c = self.cols
         n = len(self)
         start = np.asarray(c["start_ns"], dtype=np.int64)
         end = np.asarray(c["end_ns"], dtype=np.int64)
         thread = np.asarray(c["thread"], dtype=np.int64)
         # one timeline per (device, thread): device carries the process when a trace has several
-        lanes: dict = {}
-        lane = np.asarray([lanes.setdefault(k, len(lanes)) for k in zip(c["device"], c["thread"])], dtype=np.int64)
+        devices = _objects(c["device"])
+        if n and (devices == devices[0]).all():
+            lane = np.unique(thread, return_inverse=True)[1].reshape(-1)
+        else:
+            lanes: dict = {}
+            lane = np.asarray([lanes.setdefault(k, len(lanes)) for k in zip(devices.tolist(), thread.tolist())],
+                              dtype=np.int64)
         depth = nesting_depth(lane, start, end)
         step = np.asarray(c["step"], dtype=np.int64)
         if self.seq is not None:
@@ -160,11 +173,34 @@ class EventTable:
                 rank = np.arange(n) - np.repeat(first, np.diff(np.concatenate((first, [n]))))
                 seq[order] = rank
         out = {"step": step, "seq": seq, "thread": thread, "depth": depth, "start_ns": start, "end_ns": end,
-               "live_bytes": np.asarray([None] * n, dtype=object)}
-        for k in ("op", "node", "module", "source", "backend", "device", "input_shapes", "input_dtypes",
-                  "output_shapes", "output_dtypes", "bytes", "flops", "fallback"):
-            out[k] = c[k]
-        return out
+               "fallback": np.asarray(c["fallback"], dtype=bool), "device": devices}
+        for k in ("op", "node", "module", "source", "backend", "input_shapes", "input_dtypes", "output_shapes",
+                  "output_dtypes"):
+            out[k] = _objects(c[k])
+        nulls = {"live_bytes": np.ones(n, dtype=bool)}
+        out["live_bytes"] = np.zeros(n, dtype=np.int64)
+        for k in ("bytes", "flops"):
+            out[k], nulls[k] = _nullable_ints(c[k])
+        return out, nulls
+
+
+def _objects(values) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return values
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
+
+
+def _nullable_ints(values) -> tuple[np.ndarray, np.ndarray]:
+    """A column of ints and Nones -> (int64 values with 0 for None, True where None)."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return values.astype(np.int64), np.zeros(len(values), dtype=bool)
+    try:
+        return np.asarray(values, dtype=np.int64), np.zeros(len(values), dtype=bool)
+    except (TypeError, ValueError):
+        null = np.asarray([v is None for v in values], dtype=bool)
+        return np.asarray([0 if v is None else v for v in values], dtype=np.int64), null
 
 
 def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -173,15 +209,22 @@ def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     depth = np.zeros(n, dtype=np.int64)
     if n == 0:
         return depth
-    order = np.lexsort((-end, start, lane)).tolist()
-    ln, st, en = lane.tolist(), start.tolist(), end.tolist()
+    order = np.lexsort((-end, start, lane))
+    ln, st, en = lane[order], start[order], end[order]
+    # flat (nothing encloses anything, e.g. our own export of a graph run): every span closes its
+    # predecessor -- the predecessor ends by this start, and is not a zero-length span at its end
+    prev_end, same_lane = en[:-1], ln[1:] == ln[:-1]
+    closes = (prev_end <= st[1:]) & ~((prev_end == st[1:]) & (en[1:] == st[1:]))
+    if (closes | ~same_lane).all():
+        return depth
+    order, ln, st, en = order.tolist(), ln.tolist(), st.tolist(), en.tolist()
     stack: list[int] = []          # end times of the open spans
     cur = None
-    for i in order:
-        if ln[i] != cur:
+    for k, i in enumerate(order):
+        if ln[k] != cur:
             stack.clear()
-            cur = ln[i]
-        s, e = st[i], en[i]
+            cur = ln[k]
+        s, e = st[k], en[k]
         while stack and (stack[-1] <= s and not (stack[-1] == s and e == s)):
             stack.pop()
         depth[i] = len(stack)
@@ -198,44 +241,19 @@ def save(store, table: EventTable, *, model: str, backend: str, device: str, sou
     """Create the run and write its events; on any failure the run is removed again."""
     if not len(table):
         raise UsageError(f"cannot import {source}: it holds no operator events to import")
-    cols = table.columns()
+    cols, nulls = table.columns()
     run_id = store.create_run(model=model, backend=backend, device=device, engine="import", steps=steps,
                               config=config, source=source)
     try:
-        if hasattr(store, "add_event_columns"):
-            store.add_event_columns(run_id, _without_nulls(cols))
-            # NOTE: the store inserts a batch with NULL integers row by row (minutes for a big trace), so
-            # unknown values go in as a sentinel and become NULL in one UPDATE per column.
-            for k in _NULLABLE:
-                if any(v is None for v in cols[k]):
-                    store.query(f"UPDATE events SET {k} = NULL WHERE run_id = ? AND {k} = ?", [run_id, _NULL])
-        else:
-            from opscope.profiler.schema import EVENT_COLUMNS
-            names = EVENT_COLUMNS[1:]
-            store.add_events(run_id, list(zip(*[list(cols[k]) for k in names])))
+        # unknown integers (bytes, FLOPs, live bytes) go in as NULL: masked entries of a masked array
+        for k, null in nulls.items():
+            cols[k] = np.ma.masked_array(cols[k], mask=null)
+        store.add_event_columns(run_id, cols)
         store.finish_run(run_id, status="ok")
     except BaseException:
         _remove(store, run_id)
         raise
     return run_id
-
-
-_NULLABLE = ("bytes", "flops", "live_bytes")
-_NULL = -(2 ** 63)
-
-
-def _without_nulls(cols: dict) -> dict:
-    out = {}
-    for k, v in cols.items():
-        if k in _NULLABLE:
-            out[k] = np.asarray([_NULL if x is None else x for x in v], dtype=np.int64)
-        elif isinstance(v, np.ndarray):
-            out[k] = v
-        else:
-            arr = np.empty(len(v), dtype=bool if k == "fallback" else object)
-            arr[:] = v
-            out[k] = arr
-    return out
 
 
 def _remove(store, run_id: str) -> None:

@@ -10,11 +10,19 @@ Our own export (otherData.opscope): op events come back with their step, seq, no
 shapes and FLOPs; step spans and stacks are skipped.
 
 Anything else: every complete (`X`) span and every `B`/`E` pair is an op event named as in the file.
+
+Speed: a trace of a million events is read a column at a time (`_parse_columns`: one C-level pass
+per group of fields, numpy for the times). Anything it does not expect -- B/E pairs, times that are
+not numbers, events that are not objects -- hands the file to the event-by-event parser, which is
+also the one that says, in one line, what is wrong with a bad file.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
+from operator import itemgetter
+
+import numpy as np
 
 from opscope.runtime.errors import UsageError
 
@@ -36,6 +44,10 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
     """-> (events, run fields: model, backend, device, steps, config)."""
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     other = doc.get("otherData") if isinstance(doc, dict) else None
+    try:
+        return _parse_columns(events, other)
+    except _Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
+        pass
     if any(isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events):
         kind = "kineto"
     elif isinstance(other, dict) and other.get("opscope"):
@@ -97,7 +109,11 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
         table.seq = seqs
     elif step_spans:
         table.steps_from_spans(step_spans)
-    steps = len(set(table.cols["step"])) if len(table) else 0
+    return table, _run_fields(kind, table, other, pids, skipped)
+
+
+def _run_fields(kind, table, other, pids, skipped) -> dict:
+    steps = len(set(np.asarray(table.cols["step"]).tolist())) if len(table) else 0
     if kind == "opscope":
         model = (other.get("model") or "import") if isinstance(other, dict) else "import"
         backend = other.get("backend") or "opscope"
@@ -107,7 +123,150 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
     config = {"format": kind, "pids": [str(p) for p in pids], "skipped": dict(skipped)}
     if kind == "opscope" and isinstance(other, dict):
         config["exported_run"] = other.get("run_id")
-    return table, {"model": model, "backend": backend, "device": device, "steps": steps, "config": config}
+    return {"model": model, "backend": backend, "device": device, "steps": steps, "config": config}
+
+
+class _Irregular(Exception):
+    """The trace needs the event-by-event parser (B/E pairs, odd types, errors to report)."""
+
+
+def _numbers(values: list) -> np.ndarray:
+    if not set(map(type, values)) <= {int, float}:
+        raise _Irregular
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise _Irregular from None
+
+
+def _ints(values: list, default=0) -> np.ndarray:
+    if not set(map(type, values)) <= {int}:
+        raise _Irregular
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        raise _Irregular from None
+
+
+def _fields(dicts: list, keys: tuple, defaults: dict) -> dict[str, list]:
+    """key -> [d.get(key, default) for d in dicts], for several keys in one C-level pass when every dict
+    has every key (the usual case), else one comprehension per key."""
+    if not dicts:
+        return {k: [] for k in keys}
+    try:
+        return dict(zip(keys, map(list, zip(*map(itemgetter(*keys), dicts)))))
+    except KeyError:
+        return {k: [d.get(k, defaults.get(k)) for d in dicts] for k in keys}
+
+
+def _picker(idx: np.ndarray, n: int):
+    """list -> the items at idx, as a list (C-level itemgetter; no copy when idx is everything)."""
+    if len(idx) == n:
+        return lambda xs: xs
+    if len(idx) == 0:
+        return lambda xs: []
+    get = itemgetter(*idx.tolist())
+    return (lambda xs: [get(xs)]) if len(idx) == 1 else (lambda xs: list(get(xs)))
+
+
+def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
+    """The whole trace a column at a time: one list comprehension per field, numpy for times.
+
+    Handles X events with numeric times (what torch.profiler and our own export write); raises
+    _Irregular for anything else, and the event-by-event parser takes over.
+    """
+    try:
+        phs = [e.get("ph") for e in events]
+    except AttributeError:
+        raise _Irregular from None
+    kinds_of_ph = set(phs)
+    if "B" in kinds_of_ph or "E" in kinds_of_ph:
+        raise _Irregular
+    xs = [e for e, p in zip(events, phs) if p == "X"]
+    fields = _fields(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
+    cats, names, pid_list, tid_list = fields["cat"], fields["name"], fields["pid"], fields["tid"]
+    if "cpu_op" in set(cats):
+        kind = "kineto"
+    elif isinstance(other, dict) and other.get("opscope"):
+        kind = "opscope"
+    else:
+        kind = "chrome"
+    procs, threads = _metadata([e for e, p in zip(events, phs) if p == "M"], "")
+    pids = sorted(set(pid_list), key=str)
+    t0 = int(other.get("t0_ns") or 0) if kind == "opscope" and isinstance(other, dict) else 0
+    ts = _numbers(fields["ts"])
+    dur = _numbers(fields["dur"])
+    start = t0 + np.rint(ts * 1000).astype(np.int64)
+    end = start + np.rint(dur * 1000).astype(np.int64)
+
+    is_step = [isinstance(n, str) and n.startswith("ProfilerStep#") for n in names]
+    if kind == "kineto":
+        keep = [c == "cpu_op" and not st for c, st in zip(cats, is_step)]
+    elif kind == "opscope":
+        keep = [c not in ("step", "stack") and not st for c, st in zip(cats, is_step)]
+    else:
+        keep = [c not in _GPU_CATS and not st for c, st in zip(cats, is_step)]
+    skipped = Counter((c if kind == "opscope" else str(c)) for c, k, st in zip(cats, keep, is_step) if not k and not st)
+    step_spans = [(int(start[i]), int(end[i])) for i in np.flatnonzero(is_step).tolist()]
+    idx = np.flatnonzero(keep)
+    pick = _picker(idx, len(xs))
+    kept = pick(xs)
+    names = list(map(str, pick(names)))
+    pid_list, tid_list = pick(pid_list), pick(tid_list)
+    n = len(kept)
+
+    cols: dict = {"start_ns": start[idx], "end_ns": np.maximum(end[idx], start[idx])}
+    op_of: dict = {}
+    if kind == "kineto":
+        cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, op_for_aten_name(x)) for x in names]
+        cols["node"] = names
+        cols["backend"] = ["torch:cpu"] * n
+        cols["device"] = ["cpu"] * n if len(pids) < 2 else [f"cpu pid {p}" for p in pid_list]
+        cols["thread"] = [_int(t) for t in tid_list]
+        io = [_kineto_inputs(e.get("args") if isinstance(e.get("args"), dict) else {}) for e in kept]
+        cols["input_shapes"] = [a for a, _ in io]
+        cols["input_dtypes"] = [b for _, b in io]
+    elif kind == "opscope":
+        args = [e.get("args") for e in kept]
+        if not set(map(type, args)) <= {dict}:
+            args = [a if isinstance(a, dict) else {} for a in args]
+        a_cols = _fields(args, ("node", "step", "seq", "module", "source", "input_shapes", "input_dtypes",
+                                "output_shapes", "output_dtypes", "bytes", "flops", "fallback"),
+                         {"step": 0, "fallback": False})
+        where: dict = {}
+        for pt in set(zip(pid_list, tid_list)):
+            pid, tid = pt
+            where[pt] = procs.get(pid, (f"pid {pid}", "")) + (threads.get(pt, _int(tid)),)
+        lanes = [where[pt] for pt in zip(pid_list, tid_list)]
+        cols["op"] = names
+        cols["node"] = [a or x for a, x in zip(a_cols["node"], names)]
+        cols["backend"] = [w[0] for w in lanes]
+        cols["device"] = [w[1] for w in lanes]
+        cols["thread"] = [w[2] for w in lanes]
+        cols["step"] = _ints(a_cols["step"])
+        for c in ("module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
+            cols[c] = a_cols[c]
+        for c in ("bytes", "flops"):
+            vals = a_cols[c]
+            cols[c] = vals if set(map(type, vals)) <= {int, type(None)} else [_opt_int(v) for v in vals]
+        fb = a_cols["fallback"]
+        cols["fallback"] = fb if set(map(type, fb)) <= {bool} else [bool(v) for v in fb]
+        seq = a_cols["seq"]
+        seq = _ints([i if v is None else v for i, v in enumerate(seq)] if None in seq else seq)
+    else:
+        cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, op_for_aten_name(x)) for x in names]
+        cols["node"] = names
+        cols["backend"] = [procs.get(p, (f"pid {p}", ""))[0] if p in procs else "chrome-trace" for p in pid_list]
+        cols["device"] = [f"pid {p}" for p in pid_list] if len(pids) > 1 else ["cpu"] * n
+        cols["thread"] = [_int(t) for t in tid_list]
+
+    table = EventTable()
+    table.extend(n, cols)
+    if kind == "opscope":
+        table.seq = seq
+    elif step_spans:
+        table.steps_from_spans(step_spans)
+    return table, _run_fields(kind, table, other, pids, skipped)
 
 
 def _spans(events, source):
