@@ -89,7 +89,8 @@ def test_the_cli_reports_a_malformed_pack_in_one_line_exit_2(tmp_path, cli):
     assert str(bad) in r.stderr and "'slow-step'" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     good = tmp_path / "good.toml"
-    good.write_text(GOOD)
+    # NOTE: a fast machine runs demo:mlp on numpy in under the 1 ms GOOD asks for
+    good.write_text(GOOD.replace("time.seconds > 0.001", "time.seconds > 0"))
     r = cli("advise", run_id, "--rules", good, "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
