@@ -154,7 +154,8 @@ class RunStore:
                 digest = hashlib.sha256(desc_json.encode()).hexdigest()[:16]
         row = [run_id, model, backend, device, engine, digest, desc_json, "running", None, time.time(), None,
                socket.gethostname(), json.dumps(versions()), steps, warmup, 0, 0,
-               json.dumps(config or {}, default=str), parent_run, source]
+               json.dumps({**(config or {}), "collector": {"host": socket.gethostname(), "pid": os.getpid()}},
+                          default=str), parent_run, source]
         with self.connect() as con:
             con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(row))})", row)
         return run_id
@@ -192,7 +193,23 @@ class RunStore:
     def list_runs(self) -> list[dict]:
         with self.connect() as con:
             cur = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at DESC")
-            return [_run_dict(r) for r in cur.fetchall()]
+            runs = [_run_dict(r) for r in cur.fetchall()]
+        return [self._reap(r) for r in runs]
+
+    def _reap(self, run: dict) -> dict:
+        """A run still 'running' whose collecting process is gone (killed with SIGKILL, the machine
+        rebooted) can never finish: mark it failed, keeping every event that arrived."""
+        if run.get("status") != "running":
+            return run
+        cfg = run.get("config")
+        cfg = json.loads(cfg) if isinstance(cfg, str) else (cfg or {})
+        who = cfg.get("collector") or {}
+        if who.get("host") != socket.gethostname() or not who.get("pid") or _alive(int(who["pid"])):
+            return run
+        error = (f"the process that collected this run (pid {who['pid']}) ended without closing it; "
+                 "the events that arrived are kept")
+        self.finish_run(run["run_id"], "failed", error)
+        return {**run, "status": "failed", "error": error}
 
     def get_run(self, run_id: str, *, con=None) -> dict:
         rid = (run_id or "").strip()
@@ -204,12 +221,12 @@ class RunStore:
             [rid]).fetchall()
         exact = [r for r in rows if r[0] == rid]
         if exact:
-            return _run_dict(exact[0])
+            return self._reap(_run_dict(exact[0]))
         if not rows:
             raise UsageError(f"unknown run {rid!r}: `opscope runs` lists them")
         if len(rows) > 1:
             raise UsageError(f"run id {rid!r} is ambiguous ({len(rows)} runs start with it): give more characters")
-        return _run_dict(rows[0])
+        return self._reap(_run_dict(rows[0]))
 
     def delete_run(self, run_id: str) -> None:
         rid = self.get_run(run_id)["run_id"]
@@ -379,3 +396,13 @@ def run_description(run: dict) -> dict:
         except ValueError:
             d = None
     return d if isinstance(d, dict) else {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # someone else's process: alive
+        return True
+    return True

@@ -177,3 +177,23 @@ def test_finished_runs_answer_aggregates_from_a_cache_equal_to_the_live_query():
     assert {s["key"]: s["count"] for s in store.op_stats(r)}["relu"] == 3 * 3 + 1
     store.delete_run(r)
     assert store.query("SELECT count(*) FROM op_stats_cache WHERE run_id = ?", [r]) == [(0,)]
+
+
+def test_a_run_whose_collector_was_killed_is_marked_failed_not_running_forever(tmp_path):
+    """Regression: `opscope profile --web` killed with SIGKILL left its run 'running' for ever."""
+    import subprocess
+    import sys
+    path = tmp_path / "runs.duckdb"
+    code = ("import os; from opscope.profiler.store import RunStore; s = RunStore(%r); "
+            "rid = s.create_run(model='m', backend='numpy'); "
+            "s.add_events(rid, [(0, 0, 'relu', 'relu', '', '', 'numpy', 'cpu', 1, 0, 1, 2, '[]', '[]', '[]', '[]', 0, 0, "
+            "False, 0)]); "
+            "print(rid, flush=True); os._exit(0)") % str(path)
+    rid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
+    store = RunStore(path)
+    live = store.create_run(model="m2", backend="numpy")          # this process is alive: untouched
+    runs = {r["run_id"]: r for r in store.list_runs()}
+    assert runs[rid]["status"] == "failed" and "ended without closing it" in runs[rid]["error"]
+    assert runs[live]["status"] == "running"
+    assert store.get_run(rid)["status"] == "failed"
+    assert len(store.events_frame(rid)["op"]) == 1                 # the events that arrived are kept
