@@ -15,6 +15,16 @@ from rich.text import Text
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
+MODEL_HELP = "demo:NAME or path/to/file.py:factory"
+BACKEND_HELP = "numpy, torch:DEVICE, sim:NAME or a .toml file"
+
+
+def add_model_and_backend(p) -> None:
+    """The two arguments every command that runs a model takes, spelled the same everywhere."""
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--backend", "-b", default="torch:cpu", help=BACKEND_HELP)
+
+
 def add_json(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
+from .common import add_model_and_backend
+
 
 def register(sub) -> None:
     p = sub.add_parser("debug", help="step through a model op by op in a terminal UI",
                        description="Step through a model one op at a time; inspect tensors, set breakpoints, "
                                    "watch values, compare every op with a reference backend.")
-    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
-    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    add_model_and_backend(p)
     p.add_argument("--reference", metavar="B", help="run every op also on this backend (e.g. numpy) and compare")
     p.add_argument("--tolerance", type=float, metavar="X",
                    help="error (scaled max abs) above which --reference stops (default: per dtype)")

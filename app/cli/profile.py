@@ -5,14 +5,13 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json
+from .common import add_json, add_model_and_backend, console, emit_json
 from .runs import print_op_table, stats_doc
 
 
 def register(sub) -> None:
     p = sub.add_parser("profile", help="profile a model op by op into a run (see `opscope runs`)")
-    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
-    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    add_model_and_backend(p)
     p.add_argument("--steps", type=int, default=1, help="recorded steps (default 1)")
     p.add_argument("--warmup", type=int, default=0, help="steps run first, unrecorded (default 0)")
     p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"

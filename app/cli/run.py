@@ -6,13 +6,12 @@ import time
 from opscope.runtime import open_session
 from opscope.runtime.session import compare
 
-from .common import add_json, console, emit_json, fmt_bytes, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a model on a backend and compare with eager PyTorch")
-    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
-    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    add_model_and_backend(p)
     p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the best is reported)")
     p.add_argument("--hybrid", metavar="B=SHARE,...",

@@ -7,13 +7,12 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .common import add_json, console, emit_json, fmt_ns, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("tune", help="search a backend's knobs (threads, dtype, batch chunking) and cache the best")
-    p.add_argument("model", help="demo:NAME or path/to/file.py:factory")
-    p.add_argument("--backend", "-b", default="torch:cpu", help="numpy, torch:DEVICE, sim:NAME or a .toml file")
+    add_model_and_backend(p)
     p.add_argument("--budget", type=int, default=8, help="trials to measure, the default configuration included")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per trial (the median counts)")
     p.add_argument("--no-cache", action="store_true", help="measure even when the cache has an answer")

@@ -265,3 +265,11 @@ def _remove(store, run_id: str) -> None:
                 store.query(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
     except Exception:   # the original error matters more than the cleanup's
         pass
+
+
+def as_int(v) -> int:
+    """An id as an int: traces write tids and pids as numbers or as names ("MainThread")."""
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return abs(hash(v)) % (1 << 31)

@@ -26,7 +26,7 @@ import numpy as np
 
 from opscope.runtime.errors import UsageError
 
-from .common import DTYPES, EventTable, number, shapes_json
+from .common import DTYPES, EventTable, as_int as _int, number, shapes_json
 from .names import op_for_aten_name
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
@@ -324,12 +324,6 @@ def _kineto_inputs(args: dict):
         dtypes.append(dt)
     return shapes_json(shapes), shapes_json(dtypes)
 
-
-def _int(v) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return abs(hash(v)) % (1 << 31)
 
 
 def _opt_int(v):

@@ -13,7 +13,7 @@ from collections import Counter
 
 from opscope.runtime.errors import UsageError
 
-from .common import DTYPES, EventTable, number, shapes_json
+from .common import DTYPES, EventTable, as_int as _int, number, shapes_json
 from .names import op_for_onnx
 
 _PROVIDER_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "ROCMExecutionProvider": "rocm",
@@ -82,9 +82,3 @@ def _type_shapes(items):
             dtypes.append(DTYPES.get(t, t))
     return shapes_json(shapes), shapes_json(dtypes)
 
-
-def _int(v) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return abs(hash(v)) % (1 << 31)
