@@ -103,9 +103,15 @@ def _ratio_figure(rows):
     if not rows:
         return theme.empty_figure("No op ran in both runs.")
     rows = rows[::-1]
-    return {"data": [dict(type="bar", orientation="h", y=[r["op"] for r in rows], x=[r["ratio"] for r in rows],
-                          marker=dict(color=[theme.op_color(r["op"]) for r in rows]),
-                          hovertemplate="%{y}: B takes %{x:.3f}× A's time<extra></extra>")],
+    # A lollipop from 1 (same time) to the ratio: the plotly.js bundle served has no bar trace
+    # (assets/vendor/README.md), and on a log axis a stem from 1 reads better than a bar from 0 anyway.
+    ops, ratios = [r["op"] for r in rows], [r["ratio"] for r in rows]
+    stems = dict(type="scatter", mode="lines", x=[v for x in ratios for v in (1, x, None)],
+                 y=[v for op in ops for v in (op, op, None)], line=dict(color=theme.MUTED, width=2),
+                 hoverinfo="skip", showlegend=False)
+    return {"data": [stems, dict(type="scatter", mode="markers", y=ops, x=ratios, showlegend=False,
+                                 marker=dict(color=[theme.op_color(op) for op in ops], size=11),
+                                 hovertemplate="%{y}: B takes %{x:.3f}× A's time<extra></extra>")],
             "layout": theme.layout(height=max(260, 26 * len(rows) + 80), margin=dict(l=190, r=20, t=20, b=40),
                                    xaxis=dict(type="log", title=dict(text="B time / A time (log)")),
                                    shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1,

@@ -85,9 +85,11 @@ def _hist(r):
         return theme.empty_figure("No histogram recorded for this tensor.")
     lo, hi, n = float(r["hist_lo"]), float(r["hist_hi"]), len(counts)
     w = (hi - lo) / n if n else 1.0
-    return {"data": [dict(type="bar", x=[lo + (i + 0.5) * w for i in range(n)], y=counts, width=w * 0.95,
-                          marker=dict(color=theme.op_color(r["op"] or "")), hovertemplate="%{x:.4g}: %{y}<extra></extra>")],
-            "layout": theme.layout(height=300, bargap=0, xaxis=dict(title=dict(text=f"value at step {r['step']}")),
+    # A filled step outline over the bin edges: the served plotly.js bundle has no bar trace (assets/vendor/README.md).
+    return {"data": [dict(type="scatter", mode="lines", x=[lo + i * w for i in range(n + 1)], y=list(counts) + counts[-1:],
+                          line=dict(shape="hv", color=theme.op_color(r["op"] or "")), fill="tozeroy",
+                          hovertemplate="from %{x:.4g}: %{y}<extra></extra>")],
+            "layout": theme.layout(height=300, xaxis=dict(title=dict(text=f"value at step {r['step']}")),
                                    yaxis=dict(title=dict(text="count")))}
 
 

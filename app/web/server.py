@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import importlib
 import ipaddress
+import json
 import secrets
 import signal
 import sys
@@ -44,14 +45,16 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     live: the run that is streaming in (`profile --web`); pages show it when no run is picked.
     """
     data = WebData(store, live=live)
-    # NOTE: eager_loading=True (plotly.js with the first scripts) measured slower: the layout request
-    # then waits for 5 MB of script to parse. Lazy loading overlaps it with the first page's callback.
+    # NOTE: eager_loading=True (plotly.js as a blocking script) measured slower: the layout request then
+    # waits for plotly to parse. _index_with_early_plotly starts it async instead (no blocking, no waiting).
     app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
-                    suppress_callback_exceptions=True, title="opscope", update_title=None)
+                    suppress_callback_exceptions=True, title="opscope", update_title=None,
+                    assets_ignore=r"^plotly-gl2d")   # vendor/: _index_with_early_plotly loads it, not a blocking script
     modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
     for order, m in enumerate(modules):
         dash.register_page(m.__name__, path=m.PATH, name=m.NAME, title=f"opscope · {m.NAME}", order=order,
                            layout=m.layout)
+    app.index_string = _index_with_early_plotly(app)
     app.layout = _shell(modules)
     _register_shell(app, data, modules)
     for m in modules:
@@ -61,6 +64,28 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     app.opscope_data = data
     app.server.opscope_data = data     # page layouts find it through flask.current_app
     return app
+
+
+# The partial plotly.js bundle (assets/vendor/README.md): every trace type the pages draw, a third the size.
+PLOTLY_JS = "vendor/plotly-gl2d-3.7.0.min.js"
+
+
+def _plotly_url(app) -> str:
+    return app.get_asset_url(PLOTLY_JS)
+
+
+def _index_with_early_plotly(app) -> str:
+    """Dash's index page, starting plotly.js from <head> instead of after the page's first graph asks.
+
+    dcc.Graph loads plotly only once it renders, after the Dash renderer, the layout and the page callback:
+    a download and parse at the end of the critical path. An async script from <head> is
+    fetched and compiled off the main thread meanwhile. dcc.Graph takes `window.Plotly` as a promise
+    (Promise.resolve(window.Plotly || load())), so it waits for this one instead of loading a second copy;
+    plotly.js replaces the promise with itself when it runs."""
+    early = ("<script>(function(){var s=document.createElement('script');s.src=%s;s.async=true;"
+             "window.Plotly=new Promise(function(ok,fail){s.onload=function(){ok();};"
+             "s.onerror=function(e){fail(e);};});document.head.appendChild(s);})();</script>") % json.dumps(_plotly_url(app))
+    return app.index_string.replace("{%css%}", "{%css%}\n        " + early, 1)
 
 
 def _shell(modules):
