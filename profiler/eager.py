@@ -145,7 +145,8 @@ class EagerProfiler(TorchDispatchMode):
         # the hot path: clock reads, shape and dtype references, one append; resolved in flush()
         if self.cuda:
             return self._dispatch_cuda(func, args, kwargs)
-        call = func._op if func._pyobj_dispatcher is None else func   # what OpOverload.__call__ does, minus a frame
+        # what OpOverload.__call__ does, minus a frame (the attribute is newer than torch 2.13)
+        call = func._op if getattr(func, "_pyobj_dispatcher", 1) is None else func
         t0 = _ns()
         out = call(*args, **kwargs) if kwargs else call(*args)
         t1 = _ns()
