@@ -108,3 +108,9 @@ def test_no_fallback_lists_every_unsupported_op_at_once(cli, tmp_path):
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and all(op in lines[0] for op in ("gelu", "layer_norm", "embedding")), r.stderr
+
+
+@pytest.mark.parametrize("flags", [["--repeat", "0"], ["--hybrid", "numpy=1", "--switch-threshold", "-1"]])
+def test_run_rejects_counts_below_their_minimum(cli, flags):
+    r = cli("run", "demo:mlp", "-b", "numpy", *flags)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from opscope.runtime import open_session
+from opscope.runtime.errors import UsageError
 from opscope.runtime.session import compare
 
 from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
@@ -23,6 +24,9 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    if args.repeat < 1 or args.switch_threshold < 0:
+        raise UsageError(f"--repeat must be >= 1 and --switch-threshold >= 0 (got {args.repeat} and "
+                         f"{args.switch_threshold})")
     if args.hybrid:
         return _hybrid(args)
     s = open_session(args.model, args.backend, allow_fallback=not args.no_fallback)
