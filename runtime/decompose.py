@@ -25,12 +25,9 @@ def decomposed_kernel(node, backend):
     examples = tuple(torch.zeros(m.shape, dtype=to_torch(m.dtype)) for m in node.input_meta)
     graph = capture(_Body(fn), examples, name=node.op)
     sub = Executor(compile_plan(graph, backend))
-    # The subgraph's inputs are already on the backend: skip the host->device copy.
-    sub_memory_to_device = backend.memory.to_device
 
     def run(*args):
         outs = sub.run(*args)
         return outs[0] if len(outs) == 1 else outs
 
-    del sub_memory_to_device
     return run
