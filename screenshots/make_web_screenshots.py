@@ -19,11 +19,18 @@ def make_runs():
     """The GPT demo on the NPU simulator and on torch:cpu, both with tensor values, plus a failed run.
 
     The two real runs go through the runner process, as `opscope profile` does, so they carry hardware samples."""
-    from opscope.profiler import profile
-    from opscope.profiler.store import RunStore
-    store = RunStore()
-    bad = store.create_run(model="demo:gpt", backend="sim:edge-gpu", device="gpu")
-    store.finish_run(bad, status="failed", error="OpFailed: gelu on sim:edge-gpu: kernel raised FloatingPointError")
+    from opscope.profiler import RunFailed, profile
+    # A real failure: a model that keeps dropout in training mode, which the numpy kernels refuse.
+    model = Path(tempfile.mkdtemp(prefix="opscope-shots-")) / "train_dropout.py"
+    model.write_text("import torch\n\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        self.fc = torch.nn.Linear(64, 64)\n\n"
+                     "    def forward(self, x):\n"
+                     "        return torch.nn.functional.dropout(self.fc(x), 0.1, training=True)\n\n\n"
+                     "def factory():\n    return M(), (torch.randn(8, 64),)\n")
+    try:
+        profile(f"{model}:factory", "sim:edge-gpu")
+    except RunFailed:
+        pass
     a = profile("demo:gpt", "sim:npu-a1", steps=2, values=True)
     b = profile("demo:gpt", "torch:cpu", steps=2, values=True)
     return a, b
