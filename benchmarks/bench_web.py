@@ -59,16 +59,8 @@ def synthetic_run(store, n: int, seed: int = 0, status: str = "ok") -> str:
 
 
 def chromium(tmp: str):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-              f"--user-data-dir={tmp}", "--window-size=1600,1000"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    from opscope.app.web.browser import headless_chromium
+    return headless_chromium(tmp, width=1600)
 
 
 # The page is drawn when the timeline holds scattergl traces and the info line counts the spans.

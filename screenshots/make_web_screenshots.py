@@ -37,17 +37,8 @@ def make_runs():
 
 
 def chromium(width=1500, height=1000):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-                f"--user-data-dir={tempfile.mkdtemp(prefix='opscope-chrome-')}", f"--window-size={width},{height}",
-                "--hide-scrollbars", "--force-device-scale-factor=1"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    from opscope.app.web.browser import headless_chromium
+    return headless_chromium(width=width, height=height, extra=("--hide-scrollbars", "--force-device-scale-factor=1"))
 
 
 def settle(driver, timeout=30):

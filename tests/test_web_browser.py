@@ -13,11 +13,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 if not (shutil.which("chromium") or shutil.which("/usr/bin/chromium")) or not shutil.which("chromedriver"):
     pytest.skip("needs chromium and chromedriver", allow_module_level=True)
 
-from selenium import webdriver                                  # noqa: E402
-from selenium.webdriver.chrome.service import Service           # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By                     # noqa: E402
 
+from opscope.app.web.browser import headless_chromium            # noqa: E402
 from opscope.app.web.server import create_app, start_in_thread  # noqa: E402
 from opscope.profiler import profile                            # noqa: E402
 from opscope.profiler.store import RunStore                     # noqa: E402
@@ -45,14 +44,7 @@ def server(store):
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-              f"--user-data-dir={tmp_path_factory.mktemp('chrome')}", "--window-size=1500,1000"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    d = headless_chromium(str(tmp_path_factory.mktemp("chrome")))
     d.set_window_size(1500, 1000)
     yield d
     d.quit()
