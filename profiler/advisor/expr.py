@@ -240,10 +240,11 @@ class Template:
         return "".join(out)
 
 
-def _field_end(text, start):
+def _top_level(text, start=0):
+    """(index, char) of each character outside quotes and brackets, from `start` on."""
     depth = 0
     quote = None
-    for j in range(start + 1, len(text)):
+    for j in range(start, len(text)):
         ch = text[j]
         if quote:
             if ch == quote:
@@ -254,28 +255,20 @@ def _field_end(text, start):
             depth += 1
         elif ch in ")]":
             depth -= 1
-        elif ch == "}" and depth == 0:
+        elif depth == 0:
+            yield j, ch
+
+
+def _field_end(text, start):
+    for j, ch in _top_level(text, start + 1):
+        if ch == "}":
             return j
     raise ExprError(f"unclosed '{{' in {text!r}")
 
 
 def _split_spec(field):
     """'x.y:.2f' -> ('x.y', '.2f'): the last ':' outside brackets and quotes starts the spec."""
-    depth = 0
-    quote = None
-    cut = -1
-    for j, ch in enumerate(field):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == ":" and depth == 0:
-            cut = j
+    cut = max((j for j, ch in _top_level(field) if ch == ":"), default=-1)
     if cut < 0:
         return field, ""
     return field[:cut], field[cut + 1:]
