@@ -1,11 +1,11 @@
-"""Advisor: what to change, from the advisor when it is installed; otherwise the analyzer's own
-findings (top ops, ops that fell back, transfers between backends)."""
+"""Advisor: what to change for a run, ranked by estimated gain (opscope.profiler.advisor)."""
 from __future__ import annotations
 
 from dash import Input, Output, html
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids
+from opscope.profiler.advisor import advise
 
 PATH = "/advisor"
 NAME = "Advisor"
@@ -21,11 +21,6 @@ def register(app, data):
         if not status:
             return ui.note("No runs yet.")
         run = data.run(status["run"])
-        try:
-            from opscope.profiler.advisor import advise
-        except ImportError:
-            return html.Div([ui.note("The advisor is not installed here; these are the analyzer's own findings."),
-                             *findings(data, run)])
         items = advise(run["run_id"], store=data.store)
         if not items:
             return ui.card("Advice", ui.note("No advice for this run: nothing the rules recognize.", "ok"))
@@ -73,23 +68,3 @@ def _value(v, key: str = "") -> str:
     text = str(v)
     return text if len(text) < 200 else text[:200] + "…"
 
-
-def findings(data, run):
-    stats = data.op_table(run)
-    total = sum(s["total_ns"] for s in stats) or 1
-    top = stats[:5]
-    out = [ui.card("Where the time goes", html.Ol([html.Li([html.B(s["key"]),
-                                                           f"  {100 * s['total_ns'] / total:.1f}% of op time, "
-                                                           f"{s['count']} calls, {ui.fmt_ns(s['total_ns'])}"])
-                                                   for s in top]) if top else ui.note("No events."))]
-    fb = [s for s in stats if s["fallback"] and s["key"] != "transfer"]
-    out.append(ui.card("Ops that fell back", html.Ul([html.Li([html.B(s["key"]), f"  ran on the fallback backend "
-                                                               f"{s['count']}×, {ui.fmt_ns(s['total_ns'])}"])
-                                                      for s in fb]) if fb else
-                       ui.note("Every op ran on the chosen backend.", "ok")))
-    tr = next((s for s in stats if s["key"] == "transfer"), None)
-    out.append(ui.card("Transfers between backends", ui.note(
-        f"{tr['count']} transfers moved {ui.fmt_bytes(tr['bytes'])} and took {ui.fmt_ns(tr['total_ns'])} "
-        f"({100 * tr['total_ns'] / total:.1f}% of op time): a native kernel for the ops that fell back removes them.",
-        "warn") if tr else ui.note("No transfers between backends.", "ok")))
-    return out
