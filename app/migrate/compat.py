@@ -92,25 +92,23 @@ def synchronize(device=None) -> None:
 
 # NOTE: CPU tensors are not counted by torch, so on the CPU the memory queries report the
 # process's resident memory (and its peak): the closest number that still moves with the model.
-def memory_allocated(device=None) -> int:
+def _memory(query: str, on_cpu) -> int:
     mod = _module()
-    if mod is not None and hasattr(mod, "memory_allocated"):
-        return int(mod.memory_allocated())
-    return _rss()
+    if mod is not None and hasattr(mod, query):
+        return int(getattr(mod, query)())
+    return on_cpu()
+
+
+def memory_allocated(device=None) -> int:
+    return _memory("memory_allocated", _rss)
 
 
 def max_memory_allocated(device=None) -> int:
-    mod = _module()
-    if mod is not None and hasattr(mod, "max_memory_allocated"):
-        return int(mod.max_memory_allocated())
-    return _peak_rss()
+    return _memory("max_memory_allocated", _peak_rss)
 
 
 def memory_reserved(device=None) -> int:
-    mod = _module()
-    if mod is not None and hasattr(mod, "memory_reserved"):
-        return int(mod.memory_reserved())
-    return _rss()
+    return _memory("memory_reserved", _rss)
 
 
 def reset_peak_memory_stats(device=None) -> None:
