@@ -84,7 +84,6 @@ run()
 '''
 
 DDP = '''import os
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -92,16 +91,56 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def main():
-    store = os.path.join(tempfile.mkdtemp(), "store")
+    store = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp.store")   # the store file goes at exit
     dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)  # PLANT distributed
-    torch.cuda.set_device(0)  # PLANT device
-    model = DDP(torch.nn.Linear(4, 4).cuda())  # PLANT device
-    loss = model(torch.randn(2, 4, device="cuda:0")).sum()  # PLANT device
-    loss.backward()
-    t = torch.ones(1).cuda()  # PLANT device
-    dist.all_reduce(t)
-    print("OK", t.item())
-    dist.destroy_process_group()
+    try:
+        torch.cuda.set_device(0)  # PLANT device
+        model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0], output_device=0)  # PLANT device,distributed
+        loss = model(torch.randn(2, 4, device="cuda:0")).sum()  # PLANT device
+        loss.backward()
+        t = torch.ones(1).cuda()  # PLANT device
+        dist.all_reduce(t)
+        print("OK", t.item())
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# never says cuda: DDP's device_ids alone make it fail off CUDA (and get it scanned)
+DDP_GLOO = '''"""DistributedDataParallel(model, device_ids=[rank]) in a docstring is not code."""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def wrap(model, device_ids=None, output_device=None):
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    store = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gloo.store")
+    dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+    try:
+        # DDP(model, device_ids=[rank]) in a comment is not code
+        print("on GPUs pass device_ids=[rank] to DistributedDataParallel")
+        net = wrap(torch.nn.Linear(4, 4), device_ids=[0], output_device=0)
+        model = torch.nn.parallel.DistributedDataParallel(
+            net,  # one replica per process
+            device_ids=[args.local_rank],  # PLANT distributed
+            output_device=args.local_rank,  # PLANT distributed
+        )
+        model(torch.randn(2, 4)).sum().backward()
+        print("OK", tuple(net.weight.grad.shape))
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
@@ -164,8 +203,9 @@ int main() {
 }
 '''
 
-CORPUS = {"train.py": TRAIN, "pkg/amp_train.py": AMP, "pkg/ddp.py": DDP, "libs.py": LIBS, "csrc/kernel.cu": KERNEL}
-RUNNABLE = ["train.py", "pkg/amp_train.py", "pkg/ddp.py"]
+CORPUS = {"train.py": TRAIN, "pkg/amp_train.py": AMP, "pkg/ddp.py": DDP, "pkg/ddp_gloo.py": DDP_GLOO, "libs.py": LIBS,
+          "csrc/kernel.cu": KERNEL}
+RUNNABLE = ["train.py", "pkg/amp_train.py", "pkg/ddp.py", "pkg/ddp_gloo.py"]
 
 
 def planted(files: dict) -> set[tuple[str, int, str]]:
@@ -209,6 +249,11 @@ def test_findings_carry_column_api_severity_and_replacement(corpus):
     assert by_api[("libs.py", "import cupy")].severity == "error"
     var = [f for f in by_api.values() if f.api == "device variable DEVICE"]
     assert var and "line 5" in var[0].note
+    ddp = by_api[("pkg/ddp_gloo.py", "torch.nn.parallel.DistributedDataParallel(device_ids=[args.local_rank])")]
+    assert DDP_GLOO.splitlines()[ddp.line - 1][ddp.column - 1:].startswith("device_ids=[args.local_rank],")
+    assert (ddp.category, ddp.severity, ddp.rewritable) == ("distributed", "info", True)
+    assert ddp.replacement.startswith("leave device_ids out")
+    assert ("pkg/ddp.py", "torch.nn.parallel.DistributedDataParallel(output_device=0)") in by_api   # through `as DDP`
 
 
 def test_c_blanking_keeps_positions():
@@ -226,7 +271,8 @@ def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
     for name in RUNNABLE:
         assert (corpus / (name + ".orig")).read_text() == CORPUS[name]
         new = (corpus / name).read_text()
-        assert new.count("from opscope.app.migrate import compat") == 1
+        uses_compat = "compat." in new.replace("from opscope.app.migrate import compat", "")
+        assert new.count("from opscope.app.migrate import compat") == uses_compat      # once, and only where used
         code = "\n".join(ln for ln in new.splitlines() if not ln.lstrip().startswith(("#", '"""')))
         assert "torch.cuda" not in code and ".cuda(" not in code and '"nccl"' not in code
     train = (corpus / "train.py").read_text()
@@ -237,6 +283,11 @@ def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
     assert "# opscope-migrate: torch.cuda.Stream: no automatic rewrite" in libs
     assert "# opscope-migrate: import cupy: no automatic rewrite" in libs
     assert (corpus / "csrc/kernel.cu").read_text() == KERNEL        # C is reported, never rewritten
+    gloo = (corpus / "pkg/ddp_gloo.py").read_text()
+    assert "DistributedDataParallel(\n            net,  # one replica per process\n        )\n" in gloo
+    assert "compat" not in gloo and "wrap(torch.nn.Linear(4, 4), device_ids=[0], output_device=0)" in gloo
+    assert "model = DDP(torch.nn.Linear(4, 4).to(compat.device()))  # PLANT device,distributed" \
+        in (corpus / "pkg/ddp.py").read_text()
     env = {"CUDA_VISIBLE_DEVICES": "", "OPSCOPE_DEVICE": "cpu"}
     import os
     for name in RUNNABLE:
@@ -244,6 +295,7 @@ def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
                              env={**os.environ, **env}, cwd=corpus)
         assert run.returncode == 0, f"{name}: {run.stderr[-2000:]}"
         assert "OK" in run.stdout
+    assert not list(corpus.rglob("*.store"))          # the DDP scripts' process-group files are gone
     # a second apply has nothing left to change
     again = cli("migrate", "apply", corpus, "--diff")
     assert again.returncode == 0 and again.stdout == ""
@@ -256,6 +308,15 @@ def test_the_original_scripts_do_not_run_on_cpu(corpus):
         pytest.skip("this machine has a GPU")
     run = subprocess.run([sys.executable, str(corpus / "train.py")], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
+
+
+@pytest.mark.multiprocess
+def test_ddp_device_ids_fail_for_a_cpu_module_until_apply_drops_them(corpus):
+    """DDP refuses device_ids/output_device for a CPU module, GPU or not; the apply test runs the rewrite."""
+    run = subprocess.run([sys.executable, str(corpus / "pkg/ddp_gloo.py")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode != 0 and "device_ids and output_device arguments only work" in run.stderr
+    assert not list(corpus.rglob("*.store"))
 
 
 def test_apply_diff_prints_a_unified_diff_and_changes_nothing(corpus, cli):

@@ -3,7 +3,9 @@
 Names are resolved through the file's imports (`import torch.distributed as dist` makes
 `dist.init_process_group` the table's `torch.distributed.init_process_group`), and variables that
 hold a CUDA device (`dev = "cuda"`, `device = f"cuda:{rank}"`) are followed to where the device
-is used (`.to(dev)`, `device=dev`). Only code is looked at: comments, docstrings and strings that
+is used (`.to(dev)`, `device=dev`). Keyword arguments count only in a call whose resolved name has
+them in the table (`DDP(model, device_ids=[rank])` after `from torch.nn.parallel import
+DistributedDataParallel as DDP`). Only code is looked at: comments, docstrings and strings that
 are not in a device position (`print("use cuda")`) never match.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Hit:
     node: cst.CSTNode
     stmt: cst.CSTNode | None
     action: tuple = ()              # ("compat", name) | ("to-device",) | ("device", index) | ("call", name, drop)
-                                    # | ("backend",) | () nothing to change
+                                    # | ("backend",) | ("drop",) this keyword argument | () nothing to change
 
 
 @dataclass
@@ -232,6 +234,9 @@ class _Scanner(cst.CSTVisitor):
                     and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in self.table.backends:
                 r = self.table.backends[a.value.evaluated_value]
                 self.hit(a.value, r, f'{full or "call"}(backend="{a.value.evaluated_value}")', ("backend",))
+            if kw is not None and (full, kw) in self.table.keywords:     # DDP(model, device_ids=[rank])
+                r = self.table.keywords[full, kw]
+                self.hit(a, r, f"{full}({kw}={_source(a.value)})", ("drop",))
             if kw in _DEVICE_KWARGS and kw != device_where:
                 self._device_context(a.value)
             elif kw is None and isinstance(func, cst.Attribute) and func.attr.value == "to":

@@ -49,6 +49,30 @@ def _strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return args
 
 
+def _drop_args(args, drop: set[int]) -> list[cst.Arg]:
+    """`args` without the ones at the indices in `drop`. When the last goes, the last one left takes over its
+    ending (no comma, or the trailing comma and the line break before `)`) but keeps its own end-of-line comment."""
+    keep = [a for i, a in enumerate(args) if i not in drop]
+    if not keep or len(args) - 1 not in drop:
+        return keep
+    new, last = keep[-1], args[-1]
+    own = new.comma.whitespace_after if isinstance(new.comma, cst.Comma) else new.whitespace_after_arg
+    if isinstance(last.comma, cst.Comma):
+        keep[-1] = new.with_changes(comma=last.comma.with_changes(
+            whitespace_after=_line_end(own, last.comma.whitespace_after)))
+    else:
+        keep[-1] = new.with_changes(comma=cst.MaybeSentinel.DEFAULT,
+                                    whitespace_after_arg=_line_end(own, last.whitespace_after_arg))
+    return keep
+
+
+def _line_end(own, end):
+    """`end`, the space before `)`, with the comment `own` had at the end of its line when both break the line."""
+    if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(end, cst.ParenthesizedWhitespace):
+        return end.with_changes(first_line=own.first_line)
+    return end
+
+
 def _edit(action: tuple, node: cst.CSTNode) -> cst.CSTNode:
     kind = action[0]
     if kind == "compat":          # torch.cuda.synchronize -> compat.synchronize (the call's arguments stay)
@@ -69,9 +93,10 @@ def _edit(action: tuple, node: cst.CSTNode) -> cst.CSTNode:
         return node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=_strip_commas([first, *rest]))
     if kind == "call":            # torch.autocast("cuda", dtype=...) -> compat.autocast(dtype=...)
         name, where = action[1], action[2]
-        args = [a for i, a in enumerate(node.args)
-                if not ((where == 0 and i == 0 and a.keyword is None) or (a.keyword and a.keyword.value == where))]
-        return node.with_changes(func=cst.Attribute(cst.Name("compat"), cst.Name(name)), args=_strip_commas(args))
+        drop = {i for i, a in enumerate(node.args)
+                if (where == 0 and i == 0 and a.keyword is None) or (a.keyword and a.keyword.value == where)}
+        return node.with_changes(func=cst.Attribute(cst.Name("compat"), cst.Name(name)),
+                                 args=_drop_args(node.args, drop))
     raise ValueError(f"unknown rewrite {kind}")
 
 
@@ -81,7 +106,8 @@ class _Rewriter(cst.CSTTransformer):
         # NOTE: comments above a file's first statement belong to the module header, not to the statement
         self.first = module.body[0] if module.body else None
         self.header = {line.comment.value for line in module.header if line.comment}
-        self.edits = {h.node: h.action for h in hits if h.action}
+        self.edits = {h.node: h.action for h in hits if h.action and h.action != ("drop",)}
+        self.drops = {h.node for h in hits if h.action == ("drop",)}     # keyword arguments: their call edits them
         self.marks: dict[cst.CSTNode, list[str]] = {}
         for h in hits:
             if not h.action and h.stmt is not None and h.finding.note.find("follows that line") < 0:
@@ -93,13 +119,20 @@ class _Rewriter(cst.CSTTransformer):
                     self.marks[h.stmt].append(why)
         self.rewritten = 0
         self.marked = 0
+        self.uses_compat = False
 
     def on_leave(self, original, updated):
         updated = super().on_leave(original, updated)
+        if isinstance(original, cst.Call) and isinstance(updated, cst.Call):
+            drop = {i for i, a in enumerate(original.args) if a in self.drops}
+            if drop:
+                updated = updated.with_changes(args=_drop_args(updated.args, drop))
+                self.rewritten += len(drop)
         action = self.edits.get(original)
         if action and isinstance(updated, cst.CSTNode):
             updated = _edit(action, updated)
             self.rewritten += 1
+            self.uses_compat = True
         if original in self.marks and hasattr(updated, "leading_lines"):
             have = {line.comment.value for line in updated.leading_lines if line.comment}
             if original is self.first:
@@ -138,6 +171,6 @@ def rewrite(path: str, scan: PyScan) -> FileRewrite:
     before = scan.module.code
     rw = _Rewriter(scan.hits, scan.module)
     module = scan.module.visit(rw)
-    if rw.rewritten and not _has_import(module):
+    if rw.uses_compat and not _has_import(module):
         module = _add_import(module)
     return FileRewrite(path, before, module.code, rw.rewritten, rw.marked)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,7 +12,8 @@ from opscope.runtime.errors import UsageError
 
 TABLE = Path(__file__).with_name("cuda_apis.toml")
 SEVERITIES = ("info", "warning", "error")
-PY_KINDS = ("name", "device", "import", "method", "backend", "string")
+PY_KINDS = ("name", "device", "import", "method", "backend", "string", "keyword")
+_KEYWORD_API = re.compile(r"([\w.]+)\((\w+)=\)")      # a keyword row: "CALL(KEYWORD=)"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class Table:
     methods: dict[str, Rule] = field(default_factory=dict)
     strings: dict[str, Rule] = field(default_factory=dict)
     backends: dict[str, Rule] = field(default_factory=dict)
+    keywords: dict[tuple[str, str], Rule] = field(default_factory=dict)   # (call, keyword) -> rule
     c: list[Rule] = field(default_factory=list)                  # longest pattern first
 
     def python_rule(self, dotted: str) -> Rule | None:
@@ -116,6 +119,14 @@ def load_table(path: str | Path | None = None) -> Table:
                 table.strings[rule.api] = rule
             elif kind == "backend":
                 table.backends[rule.api] = rule
+            elif kind == "keyword":
+                m = _KEYWORD_API.fullmatch(rule.api)
+                if m is None:
+                    raise UsageError(f"{where}: a keyword row's api is CALL(KEYWORD=), e.g. "
+                                     f"\"torch.nn.parallel.DistributedDataParallel(device_ids=)\", got {rule.api!r}")
+                if rule.rewrite not in (None, "drop", "keep"):
+                    raise UsageError(f"{where}: a keyword row's rewrite is drop or keep, got {rule.rewrite!r}")
+                table.keywords[m.group(1), m.group(2)] = rule
             elif rule.api.endswith(".*"):
                 table.python_families.append(rule)
             else:
