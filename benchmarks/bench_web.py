@@ -2,8 +2,7 @@
 
 Prints: the server-side level-of-detail query (cold load and warm window), time to first timeline
 render in a fresh browser (aim < 3 s), again once its scripts are cached, and the re-render after a
-zoom (aim < 1 s), as medians; the browser side as an interleaved A/B of the figure's encoding
-(base64 typed arrays, what the app sends, against plain JSON lists).
+zoom (aim < 1 s: the server's detail for the new window drawn), as medians.
 
     python benchmarks/bench_web.py            # 1M events, 3 repeats
     python benchmarks/bench_web.py --quick    # 100k events, 1 repeat (smoke run)
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 OPS = ["linear", "matmul", "layer_norm", "gelu", "add", "softmax", "scaled_dot_product_attention", "transfer",
        "view", "mul"]
@@ -63,11 +63,16 @@ def chromium(tmp: str):
     return headless_chromium(tmp, width=1600)
 
 
-# The page is drawn when the timeline holds scattergl traces and the info line counts the spans.
-_DRAWN = """var gd = document.querySelector('#timeline-graph .js-plotly-plot');
+# The page is drawn when the canvas has painted a window and the info line counts the spans.
+_DRAWN = """var s = window.opscopeTimeline && window.opscopeTimeline.state();
 var info = document.getElementById('timeline-info');
-return !!(gd && gd.data && gd.data.length && gd.data[0].type === 'scattergl' && info && info.textContent
-          && info.textContent.indexOf(arguments[0]) >= 0);"""
+return !!(s && s.draws && s.shown && info && info.textContent.indexOf(arguments[0]) >= 0);"""
+
+# A zoom is re-rendered when the server's level of detail for the new window is drawn (the canvas
+# redraws the spans it holds at once; this waits for the detail).
+_ZOOMED = """var s = window.opscopeTimeline.state();
+return !!(s.shown && !s.busy && Math.abs(s.shown[0] - arguments[0]) <= 1 && Math.abs(s.shown[1] - arguments[1]) <= 1
+          && document.getElementById('timeline-info').textContent !== arguments[2]);"""
 
 
 def wait(driver, script, *args, timeout=60.0):
@@ -75,12 +80,43 @@ def wait(driver, script, *args, timeout=60.0):
     while time.perf_counter() - t0 < timeout:
         if driver.execute_script(script, *args):
             return time.perf_counter() - t0
-        time.sleep(0.01)
+        time.sleep(0.005)
     raise TimeoutError(script[:60])
 
 
+# The other side: the same window drawn by plotly.js scattergl (what the timeline used before its own
+# canvas), one trace of line segments per op, in the same page. Both sides are timed to the frame
+# after the call (a requestAnimationFrame), interleaved. Returns [plotly ms, opscope ms].
+_DRAW_AB = """var done = arguments[arguments.length - 1];
+var api = window.opscopeTimeline, s = api.state(), q = 'run=' + arguments[0] + '&px=1400&t0=' + s.shown[0] + '&t1=' + s.shown[1];
+function frame() { return new Promise(function (ok) { requestAnimationFrame(function () { setTimeout(ok, 0); }); }); }
+function b64(t, T) { var x = atob(t), u = new Uint8Array(x.length); for (var i = 0; i < x.length; i++) u[i] = x.charCodeAt(i); return new T(u.buffer); }
+Promise.resolve(window.Plotly).then(function () { return fetch('/_opscope/timeline?' + q); }).then(function (r) { return r.json(); })
+.then(async function (p) {
+  var by = {}, parts = [['spans', p.spans], ['buckets', p.buckets]];
+  parts.forEach(function (kv) { var d = kv[1], st = b64(d.start, Float64Array), en = b64(d.end, Float64Array),
+    tr = b64(d.track, Int32Array), lb = kv[0] === 'spans' ? b64(d.label, Int32Array) : null;
+    for (var i = 0; i < d.n; i++) { var k = lb ? p.names[lb[i]] : 'too small', t = by[k] || (by[k] = {x: [], y: []});
+      t.x.push(st[i] / 1e6, (st[i] + en[i]) / 2e6, en[i] / 1e6, NaN); t.y.push(tr[i], tr[i], tr[i], NaN); } });
+  var traces = Object.keys(by).map(function (k) { return {type: 'scattergl', mode: 'lines', name: k, x: by[k].x, y: by[k].y,
+    line: {width: 22}, connectgaps: false}; });
+  var div = document.createElement('div'); div.style.width = '1500px'; div.style.height = '300px';
+  document.body.appendChild(div);
+  var out = [[], []];
+  for (var r = 0; r < 5; r++) {
+    var t0 = performance.now();
+    await window.Plotly.newPlot(div, traces, {xaxis: {range: [s.t0 / 1e6, s.t1 / 1e6]}, showlegend: true});
+    await frame(); out[0].push(performance.now() - t0);
+    window.Plotly.purge(div);
+    t0 = performance.now(); api.setView(s.t0, s.t1 - 1e-6); await frame(); out[1].push(performance.now() - t0);
+  }
+  div.remove();
+  done(out.map(function (xs) { xs.sort(function (a, b) { return a - b; }); return xs[2]; }));
+}).catch(function (e) { done(String(e)); });"""
+
+
 def _browser_round(app, url, rid, n, out):
-    """A fresh Chromium: open the timeline (cold server cache), zoom, then open it again (scripts cached)."""
+    """A fresh Chromium: open the timeline (cold server cache), zoom twice, then open it again (scripts cached)."""
     driver = chromium(tempfile.mkdtemp(prefix="opscope-chrome-"))
     try:
         driver.set_window_size(1600, 1000)
@@ -91,13 +127,21 @@ def _browser_round(app, url, rid, n, out):
             wait(driver, _DRAWN, f"of {n:,} spans")
             out[key].append(time.perf_counter() - t0)
             if key == "first":
-                before = driver.execute_script("return document.getElementById('timeline-info').textContent")
-                t0 = time.perf_counter()
-                driver.execute_script("""var gd = document.querySelector('#timeline-graph .js-plotly-plot');
-                    var r = gd.layout.xaxis.range, m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) / 200;
-                    Plotly.relayout(gd, {'xaxis.range[0]': m - w, 'xaxis.range[1]': m + w});""")
-                wait(driver, "return document.getElementById('timeline-info').textContent !== arguments[0];", before)
-                out["zoom"].append(time.perf_counter() - t0)
+                for frac in (1 / 200, 1 / 20):      # a deep zoom, then out again a bit
+                    before = driver.execute_script("return document.getElementById('timeline-info').textContent")
+                    w = driver.execute_script("""var s = window.opscopeTimeline.state(), m = (s.t0 + s.t1) / 2,
+                        w = (s.t1 - s.t0) * arguments[0]; return [Math.floor(m - w / 2), Math.ceil(m + w / 2)];""", frac)
+                    t0 = time.perf_counter()
+                    driver.execute_script("window.opscopeTimeline.setView(arguments[0], arguments[1]);", *w)
+                    wait(driver, _ZOOMED, w[0], w[1], before)
+                    out["zoom"].append(time.perf_counter() - t0)
+                driver.set_script_timeout(60)
+                ab = driver.execute_async_script(_DRAW_AB, rid)
+                if isinstance(ab, list):
+                    out["draw_plotly"].append(ab[0])
+                    out["draw_opscope"].append(ab[1])
+                else:
+                    print("draw A/B failed:", ab, file=sys.stderr)
         severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         if severe:
             print("browser errors:", severe, file=sys.stderr)
@@ -134,37 +178,33 @@ def main(argv=None) -> int:
         spans = data.spans(run)
         cold.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        fig = lod.figure(spans, lod.level_of_detail(spans, spans.t_min, spans.t_max))
+        view = lod.level_of_detail(spans, spans.t_min, spans.t_max)
+        body = orjson.dumps(lod.payload(spans, view))
         warm_full.append(time.perf_counter() - t0)
         mid, w = (spans.t_min + spans.t_max) // 2, (spans.t_max - spans.t_min) // 1000
         t0 = time.perf_counter()
-        view = lod.level_of_detail(spans, mid - w, mid + w)
-        lod.figure(spans, view)
+        orjson.dumps(lod.payload(spans, lod.level_of_detail(spans, mid - w, mid + w)))
         warm_zoom.append(time.perf_counter() - t0)
-    pts = sum(len(lod.untyped(tr["x"])) for tr in fig["data"]) // 4
     print(f"server: load + intern spans (cold) {statistics.median(cold) * 1e3:8.1f} ms")
-    print(f"server: LOD + figure, whole run    {statistics.median(warm_full) * 1e3:8.1f} ms  ({pts:,} segments drawn)")
-    print(f"server: LOD + figure, 0.1% window  {statistics.median(warm_zoom) * 1e3:8.1f} ms")
+    print(f"server: LOD + payload, whole run   {statistics.median(warm_full) * 1e3:8.1f} ms  "
+          f"({len(view.shown):,} spans + {len(view.b_track):,} buckets, {len(body) / 1e3:.0f} kB)")
+    print(f"server: LOD + payload, 0.1% window {statistics.median(warm_zoom) * 1e3:8.1f} ms")
 
     app = create_app(store=store)
     srv, url = start_in_thread(app)
-    typed = lod.typed
-    # A/B, interleaved: the figure as base64 typed arrays (what the app sends) against plain JSON lists
-    # (what it sent before); the page, server and browser are otherwise the same.
-    modes = {"typed arrays": typed, "JSON lists": lambda a, dtype: np.asarray(a, dtype=dtype).tolist()}
-    res = {m: {"first": [], "again": [], "zoom": []} for m in modes}
+    res = {"first": [], "again": [], "zoom": [], "draw_plotly": [], "draw_opscope": []}
     try:
-        for i in range(repeat):
-            for mode, encode in (modes.items() if i % 2 == 0 else reversed(modes.items())):
-                lod.typed = encode
-                _browser_round(app, url, rid, n, res[mode])
+        for _ in range(repeat):
+            _browser_round(app, url, rid, n, res)
     finally:
-        lod.typed = typed
         srv.shutdown()
-    for mode, r in res.items():
-        f, a, z = (statistics.median(r[k]) for k in ("first", "again", "zoom"))
-        print(f"browser ({mode}): first timeline render {f:6.2f} s (aim < 3 s: {'ok' if f < 3 else 'SLOW'}) · "
-              f"again, scripts cached {a:6.2f} s · zoom re-render {z:6.2f} s (aim < 1 s: {'ok' if z < 1 else 'SLOW'})")
+    f, a, z = (statistics.median(res[k]) for k in ("first", "again", "zoom"))
+    print(f"browser: first timeline render {f:6.2f} s (aim < 3 s: {'ok' if f < 3 else 'SLOW'}) · "
+          f"again, scripts cached {a:6.2f} s · zoom re-render {z:6.2f} s (aim < 1 s: {'ok' if z < 1 else 'SLOW'})")
+    if res["draw_opscope"]:
+        dp, do = statistics.median(res["draw_plotly"]), statistics.median(res["draw_opscope"])
+        print(f"browser: draw one window (same data, to the next frame): opscope canvas {do:7.1f} ms · "
+              f"plotly.js scattergl {dp:7.1f} ms · ratio {do / dp:.2f}")
     return 0
 
 

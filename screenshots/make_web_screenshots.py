@@ -72,17 +72,16 @@ def shoot(driver, url, name, before=None):
 
 
 def click_span(driver):
-    """Click the middle of the widest span the figure draws (what a user does first)."""
-    driver.execute_script("""
-        var gd = document.querySelector('#timeline-graph .js-plotly-plot');
-        var best = null;
-        gd._fullData.forEach(function (tr, ti) { if (tr.name.indexOf('too small') >= 0) return;
-          for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
-            if (!best || w > best.w) best = {w: w, ti: ti, i: i + 1}; } });
-        var tr = gd._fullData[best.ti];      // decoded arrays (the figure ships base64 typed arrays)
-        var pt = {curveNumber: best.ti, pointNumber: best.i, pointIndex: best.i, x: tr.x[best.i], y: tr.y[best.i],
-                  customdata: Array.prototype.slice.call(tr.customdata[best.i])};
-        gd.emit('plotly_click', {points: [pt], event: {}});""")
+    """Click the middle of the widest span drawn (what a user does first), with a real mouse."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    pt = driver.execute_script("return window.opscopeTimeline && window.opscopeTimeline.widestSpanPoint();")
+    if not pt:
+        return
+    over = driver.find_element("css selector", "#timeline-graph .tl-over")
+    r = driver.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];",
+                              over)
+    ActionChains(driver).move_to_element_with_offset(over, pt["x"] - r[0] - r[2] / 2, pt["y"] - r[1] - r[3] / 2) \
+        .pause(0.2).click().perform()
 
 
 def click_cell(table_id, row=0, col=0):

@@ -51,38 +51,44 @@ def test_lod_keeps_spans_that_began_before_the_window():
     assert view.shown.tolist() == [0]
 
 
-def test_figure_is_webgl_segments_with_event_keys():
+def test_payload_carries_every_drawn_span_with_its_event_keys():
     s = spans_of(n_small=1000, n_wide=5)
-    fig = lod.figure(s, lod.level_of_detail(s, s.t_min, s.t_max))
-    assert fig["data"] and all(t["type"] == "scattergl" for t in fig["data"])
-    tr = next(t for t in fig["data"] if not t["name"].startswith("too small"))
-    x, cd = lod.untyped(tr["x"]), lod.untyped(tr["customdata"])
-    assert np.isnan(x[3::4]).all() and not np.isnan(x[0::4]).any()  # gaps separate the spans
-    assert cd.shape == (len(x), 3)                                  # step, seq, duration per vertex
-    assert set(cd[:, 1].astype(int)) <= set(s.key1.tolist())
+    view = lod.level_of_detail(s, s.t_min, s.t_max)
+    p = lod.payload(s, view)
+    sp, bk = p["spans"], p["buckets"]
+    assert sp["n"] == len(view.shown) and bk["n"] == len(view.b_track)
+    start, end = lod.unb64(sp["start"], "f8"), lod.unb64(sp["end"], "f8")
+    assert np.array_equal(start, s.start[view.shown] - s.t_min) and np.array_equal(end, s.end[view.shown] - s.t_min)
+    assert np.array_equal(lod.unb64(sp["key1"], "f8"), s.key1[view.shown])          # seq: the click's key
+    assert np.array_equal(lod.unb64(sp["track"], "i4"), np.searchsorted(s.offsets, view.shown, "right") - 1)
+    assert [p["names"][i] for i in lod.unb64(sp["label"], "i4")] == [s.names[i] for i in s.label[view.shown]]
+    assert int(lod.unb64(bk["count"], "f8").sum()) + sp["n"] == view.visible == p["visible"]
+    assert p["tracks"] == s.tracks and len(p["colors"]) == len(p["names"]) and p["frames_from"] == 3
 
 
-def test_figure_ships_typed_arrays_that_json_keeps_compact():
-    """Dash sends the figure as JSON: spans must travel as base64 typed arrays, not lists of numbers."""
-    import plotly.io as pio
-    s = spans_of(n_small=20_000, n_wide=5)
-    fig = lod.figure(s, lod.level_of_detail(s, s.t_min, s.t_min + (s.t_max - s.t_min) // 50))
-    for tr in fig["data"]:
-        assert set(tr["x"]) >= {"dtype", "bdata"} and tr["x"]["dtype"] == "f8"
-        assert tr["customdata"]["shape"].endswith(",3")
-    text = pio.to_json(fig, validate=False)
-    vertices = sum(len(lod.untyped(t["x"])) for t in fig["data"])
-    assert '"bdata"' in text and len(text) < 4000 + 34 * vertices    # 8 + 4 + 3 * 4 bytes, base64
-    a = np.array([[1.5, np.nan], [3.0, -2.0]])
-    assert np.array_equal(lod.untyped(lod.typed(a, "f8")), a, equal_nan=True)
-    assert fig["layout"]["yaxis"]["ticktext"] == s.tracks
+def test_payload_times_are_offsets_that_survive_javascript_numbers():
+    """Absolute clocks (time.time_ns) are past 2**53: the browser gets offsets from the first span."""
+    t = 1_795_977_560_052_123_457
+    s = lod.build([t, t + 1001], [t + 1000, t + 3003], [0, 0], ["cpu"], [0, 1], ["add", "mul"], [0, 0], [0, 1])
+    p = lod.payload(s, lod.level_of_detail(s, s.t_min, s.t_max, px=100))
+    assert p["origin"] == str(t) and p["t0"] == 0 and p["end"] == 3003
+    assert lod.unb64(p["spans"]["start"], "f8").tolist() == [0.0, 1001.0]
 
 
-def test_window_from_relayout():
-    s = lod.build([1000], [3000], [0], ["cpu"], [0], ["add"], [0], [0])
-    assert lod.window_from_relayout({"xaxis.range[0]": 0.0, "xaxis.range[1]": 0.001}, s) == (1000, 2000)
-    assert lod.window_from_relayout({"xaxis.autorange": True}, s, (1, 2)) is None
-    assert lod.window_from_relayout({"autosize": True}, s, (1, 2)) == (1, 2)
+def test_timeline_endpoint_answers_windows_and_refuses_bad_numbers(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store, n=40)
+    c = create_app(store=store).server.test_client()
+    whole = c.get(f"/_opscope/timeline?run={rid}&px=800").get_json()
+    assert whole["run"] == rid and whole["count"] == 40 and whole["visible"] == 40
+    assert whole["stamp"] == f"{rid}:40:ok" and "40 of 40 spans in view" in whole["info"]
+    part = c.get(f"/_opscope/timeline?run={rid}&t0=0&t1=4500&px=800").get_json()
+    assert part["visible"] == 5 and part["t0"] == 0 and part["t1"] == 4500      # spans 0..4 start before 4500
+    assert c.get("/_opscope/timeline?px=800").get_json()["run"] == rid           # no ?run=: the newest run
+    bad = c.get(f"/_opscope/timeline?run={rid}&t0=abc&t1=3")
+    assert bad.status_code == 400 and "must be numbers" in bad.get_json()["error"]
+    assert c.get(f"/_opscope/timeline?run={rid}&t0=nan&t1=3").status_code == 400
+    assert "No run 'nope'" in c.get("/_opscope/timeline?run=nope").get_json()["message"]
 
 
 def _run_with_events(store, n=20, description=None, status="ok"):
@@ -137,6 +143,7 @@ def test_token_refuses_requests_without_it(opscope_home):
     c = app.server.test_client()
     assert c.get("/").status_code == 403
     assert c.get("/_dash-layout").status_code == 403
+    assert c.get("/_opscope/timeline").status_code == 403              # the timeline's data, too
     assert c.get("/?token=wrong").status_code == 403
     assert c.get("/_dash-layout", headers={"X-Opscope-Token": "s3cret-token"}).status_code == 200
     assert c.get("/_dash-layout", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200

@@ -78,8 +78,9 @@ def wait_text(driver, id_, needle, timeout=TIMEOUT):
                          "return !!(e && e.innerText.indexOf(arguments[1]) >= 0);", id_, needle, timeout=timeout)
 
 
-TIMELINE_DRAWN = """var gd = document.querySelector('#timeline-graph .js-plotly-plot');
-return !!(gd && gd.data && gd.data.some(function (t) { return t.type === 'scattergl'; }));"""
+TIMELINE_DRAWN = """var s = window.opscopeTimeline && window.opscopeTimeline.state();
+return !!(s && s.draws > 0 && s.spans + s.buckets > 0 && !s.busy);"""
+TIMELINE = "return window.opscopeTimeline.state();"
 ROWS = "return document.querySelectorAll('#' + arguments[0] + ' td.dash-cell').length > 0;"
 GRAPH = """var gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
 return !!(gd && gd.data && gd.data.length);"""
@@ -105,48 +106,73 @@ def test_every_page_renders_on_a_real_run(browser, server, store):
     until(browser, "return document.querySelectorAll('#advisor-list .card').length > 0;")
 
 
-def _widest_span_center(driver):
-    """Screen offset (from the plot element's top-left) of the middle of the widest drawn span."""
-    return driver.execute_script("""
-        var gd = document.querySelector('#timeline-graph .js-plotly-plot'), best = null;
-        gd._fullData.forEach(function (tr) { if (tr.name.indexOf('too small') >= 0) return;
-          for (var i = 0; i + 2 < tr.x.length; i += 4) { var w = tr.x[i + 2] - tr.x[i];
-            if (!best || w > best.w) best = {w: w, x: tr.x[i + 1], y: tr.y[i + 1]}; } });
-        var xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        return [xa._offset + xa.l2p(best.x), ya._offset + ya.l2p(best.y)];""")
+def test_timeline_draws_with_webgl_and_loads_plotly_only_after(browser, server, store):
+    browser.get(f"{server}/timeline?run={store.npu}")
+    until(browser, TIMELINE_DRAWN)
+    assert browser.execute_script(TIMELINE)["gl"]                       # WebGL, not the 2D fallback
+    wait_text(browser, "timeline-info", "spans in view")
+    # plotly.js (for the other pages) starts only once the timeline has drawn, and then does load
+    until(browser, "return !!(window.Plotly && window.Plotly.newPlot);")
+    legend = browser.execute_script("return document.querySelector('#timeline-graph .tl-legend').innerText;")
+    assert "transfer" in legend and "too small to draw" in legend            # the ops drawn, and the buckets
+
+
+def _click_at(driver, x, y):
+    """A real mouse click at client coordinates (x, y), through the element under that point."""
+    el = driver.execute_script("return document.elementFromPoint(arguments[0], arguments[1]);", x, y)
+    r = driver.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];", el)
+    ActionChains(driver).move_to_element_with_offset(el, x - r[0] - r[2] / 2, y - r[1] - r[3] / 2) \
+        .pause(0.2).click().perform()
 
 
 def test_click_a_span_shows_its_details(browser, server, store):
     browser.get(f"{server}/timeline?run={store.npu}")
     until(browser, TIMELINE_DRAWN)
-    x, y = _widest_span_center(browser)
-    plot = browser.find_element(By.CSS_SELECTOR, "#timeline-graph .js-plotly-plot")
-    rect = plot.rect
-    ActionChains(browser).move_to_element_with_offset(plot, x - rect["width"] / 2, y - rect["height"] / 2) \
-        .pause(0.3).click().perform()
+    wide = browser.execute_script("return window.opscopeTimeline.widestSpanPoint();")
+    _click_at(browser, wide["x"], wide["y"])
     wait_text(browser, "timeline-details", "module path")
     details = text_of(browser, "timeline-details")
     for field in ("node", "input shapes", "output dtypes", "FLOPs", "source line"):
         assert field in details
+    assert f"{int(wide['key0'])} · {int(wide['key1'])}" in details        # step · seq of the span clicked
+    tip = browser.execute_script("var t = document.querySelector('.tl-tip'); return [t.style.display, t.innerText];")
+    assert tip[0] == "block" and "step" in tip[1]                          # the hover tooltip named it too
 
 
 def test_wasd_zooms_and_the_server_redraws(browser, server, store):
     browser.get(f"{server}/timeline?run={store.npu}")
     until(browser, TIMELINE_DRAWN)
     wait_text(browser, "timeline-info", "spans in view")
-    before_range = browser.execute_script(
-        "return document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range.slice();")
-    before = text_of(browser, "timeline-info")
+    before = browser.execute_script(TIMELINE)
     body = browser.find_element(By.TAG_NAME, "body")
     for _ in range(6):
         body.send_keys("w")
-    until(browser, "return document.getElementById('timeline-info').innerText !== arguments[0];", before)
-    after_range = browser.execute_script(
-        "return document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range.slice();")
-    assert after_range[1] - after_range[0] < (before_range[1] - before_range[0]) / 2
+    after = until(browser, "var s = window.opscopeTimeline.state();"
+                           "return s.shown && !s.busy && s.shown[1] - s.shown[0] < (arguments[0] - arguments[1]) / 2 && s;",
+                  before["t1"], before["t0"])
+    assert after["fetches"] > before["fetches"]                          # the server sent the new window's detail
     body.send_keys("d")
-    until(browser, "var r = document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range;"
-                   "return r[0] > arguments[0];", after_range[0])
+    until(browser, "var s = window.opscopeTimeline.state(); return s.shown && !s.busy && s.shown[0] > arguments[0];",
+          after["shown"][0])
+
+
+def test_drag_zooms_to_the_range_and_double_click_shows_the_whole_run(browser, server, store):
+    browser.get(f"{server}/timeline?run={store.npu}")
+    until(browser, TIMELINE_DRAWN)
+    whole = browser.execute_script(TIMELINE)
+    over = browser.find_element(By.CSS_SELECTOR, "#timeline-graph .tl-over")
+    r = over.rect
+    # from 40% to 60% of the plot (the plot starts 170 px in, after the track labels)
+    x0, x1 = 170 + 0.4 * (r["width"] - 182), 170 + 0.6 * (r["width"] - 182)
+    ActionChains(browser).move_to_element_with_offset(over, x0 - r["width"] / 2, 12 - r["height"] / 2) \
+        .click_and_hold().move_by_offset((x1 - x0) / 2, 0).move_by_offset((x1 - x0) / 2, 0).release().perform()
+    zoomed = until(browser, "var s = window.opscopeTimeline.state(); return s.shown && !s.busy && "
+                            "s.shown[1] - s.shown[0] < 0.3 * (arguments[0] - arguments[1]) && s;", whole["t1"], whole["t0"])
+    width = whole["t1"] - whole["t0"]
+    assert abs(zoomed["t0"] - (whole["t0"] + 0.4 * width)) < 0.02 * width
+    ActionChains(browser).double_click(over).perform()
+    until(browser, "var s = window.opscopeTimeline.state(); return s.shown && !s.busy && "
+                   "s.shown[1] - s.shown[0] >= 0.99 * (arguments[0] - arguments[1]);", whole["t1"], whole["t0"])
 
 
 def test_click_an_operator_row(browser, server, store):
@@ -167,9 +193,11 @@ def test_compare_switches_runs(browser, server, store):
         for (var i = 0; i < opts.length; i++) { var inp = opts[i].querySelector('input');
           if (inp && inp.value === arguments[0]) return opts[i]; } return null;""", store.cpu)
     option.click()
-    until(browser, "var t = document.getElementById('compare-summary').innerText;"
-                   "return t.indexOf(arguments[0]) >= 0 && t.indexOf('1.00×') >= 0;", store.cpu[:12])
-    assert store.npu[:12] not in text_of(browser, "compare-summary")
+    # wait for run B to be gone from the summary (the two runs' ratio alone may happen to read 1.00× too)
+    until(browser, "return document.getElementById('compare-summary').innerText.indexOf(arguments[0]) < 0;",
+          store.npu[:12])
+    summary = text_of(browser, "compare-summary")
+    assert summary.count(store.cpu[:12]) == 2 and "1.00×" in summary
 
 
 def test_runs_page_picks_two_runs_to_compare(browser, server, store):

@@ -1,13 +1,17 @@
 """Timeline: one track per backend/device/thread (and Python stacks when py-spy ran).
 
-Zoom with the mouse or W/S, pan with A/D (assets/opscope.js); every zoom asks the server for the
-window's level of detail, so the browser never holds more than a few thousand spans per track.
+The browser draws it (assets/timeline.js, WebGL): zoom with the wheel, W/S or a drag, pan with A/D
+or shift+drag, double-click for the whole run. Each view change redraws at once from the spans the
+browser holds, then asks `/_opscope/timeline` for the new window's level of detail, so the browser
+never holds more than a few thousand spans per track however long the run.
 """
 from __future__ import annotations
 
 import json
+import math
 
-from dash import Input, Output, Patch, State, ctx, dcc, html, no_update
+import orjson
+from dash import Input, Output, State, dcc, html, no_update
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, theme
@@ -15,58 +19,37 @@ from opscope.app.web import timeline as lod
 
 PATH = "/timeline"
 NAME = "Timeline"
-WINDOW = "timeline-window"     # dcc.Store: the zoom window in ns, or None for the whole run
-ZOOM = "timeline-zoom"         # dcc.Store: the x range the user zoomed to (ms), or "auto"
-DRAWN = "timeline-drawn"       # dcc.Store: which run state the figure shows ("id:events:status")
-PICKED = "timeline-picked"     # dcc.Store: the clicked vertex's customdata [key0, key1, us]
+ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
+VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step}; timeline.js follows it
+PICKED = "timeline-picked"        # dcc.Store: the clicked span [key0, key1, us] (timeline.js sets it)
 
-# Only real x-range changes reach the server: a resize or the first autosize also fires relayoutData,
-# and would otherwise cancel an in-flight render of the zoom that came just before it.
-_ZOOM_JS = """function (r) {
-  var skip = window.dash_clientside.no_update;
-  if (!r) return skip;
-  if (r['xaxis.autorange']) return 'auto';
-  var a = r['xaxis.range[0]'], b = r['xaxis.range[1]'];
-  if (r['xaxis.range']) { a = r['xaxis.range'][0]; b = r['xaxis.range'][1]; }
-  if (a === undefined || b === undefined) return skip;
-  return [a, b];
+# The browser's canvas follows VIEW: a new stamp (more events, a new status) redraws the same zoom window,
+# a new step or run starts from that step's or run's whole window.
+_FOLLOW_JS = """function (view) {
+  if (window.opscopeTimeline) window.opscopeTimeline.follow(view);
+  return window.dash_clientside.no_update;
 }"""
-
-# The figure ships typed arrays (timeline.typed), which clickData does not carry back; the decoded
-# customdata row lives in the plot's _fullData, so the browser picks it there.
-_PICK_JS = """function (click) {
-  var skip = window.dash_clientside.no_update;
-  if (!click || !click.points || !click.points.length) return skip;
-  var p = click.points[0], gd = document.querySelector('#timeline-graph .js-plotly-plot');
-  var tr = gd && gd._fullData && gd._fullData[p.curveNumber];
-  var row = tr && tr.customdata && tr.customdata[p.pointNumber];
-  return row ? Array.prototype.slice.call(row) : skip;
-}"""
-
-_GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": True,
-                 "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"]}
 
 
 def layout(run=None, step=None, **_query):
-    """The page with its first figure already drawn: no callback round trip before the first paint.
-
-    ?step=N opens on one step (the dropdown's choice, as a link)."""
+    """The page shell: the canvas fetches its spans itself (timeline.js), so this stays cheap for any run."""
     data = _data()
     shown = data.run(run) if data else None
     windows = data.step_windows(shown["run_id"]) if data and shown else []
-    window = next(([a, b] for s, a, b in windows if str(s) == str(step)), None)
-    fig, info, drawn = (theme.empty_figure("loading…"), "", None) if data is None else _draw(data, shown, window)
+    step = next((s for s, _, _ in windows if str(s) == str(step)), "all")
+    view = _view(data, shown, step) if data else None
     steps = [{"label": "all steps", "value": "all"}] + [{"label": f"step {s}", "value": s} for s, _, _ in windows]
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("step", className="label"),
-            dcc.Dropdown(id=ids.TL_STEP, options=steps, value=int(step) if window else "all", clearable=False,
-                         className="dropdown small"),
-            html.Span(info, id=ids.TL_INFO, className="muted info"),
-            html.Span([html.Kbd("W"), html.Kbd("S"), " zoom  ", html.Kbd("A"), html.Kbd("D"), " pan  ",
-                       " · click a span for details"], className="hint"),
-        ]), dcc.Graph(id=ids.TL_GRAPH, figure=fig, className="timeline-graph", config=_GRAPH_CONFIG),
-                dcc.Store(id=WINDOW, data=window), dcc.Store(id=ZOOM), dcc.Store(id=DRAWN, data=drawn), dcc.Store(id=PICKED)),
+            dcc.Dropdown(id=ids.TL_STEP, options=steps, value=step, clearable=False, className="dropdown small"),
+            html.Span("", id=ids.TL_INFO, className="muted info"),
+            html.Span([html.Kbd("W"), html.Kbd("S"), " or wheel: zoom  ", html.Kbd("A"), html.Kbd("D"),
+                       " pan · drag: zoom to a range · double-click: whole run · click a span for details"],
+                      className="hint"),
+        ]), html.Div(id=ids.TL_GRAPH, className="timeline-canvas",
+                     children=ui.note(_missing(run)) if shown is None else None),
+                dcc.Store(id=VIEW, data=view), dcc.Store(id=PICKED)),
         ui.card("Span", html.Div(ui.note("Click a span to see its op, shapes, dtypes, FLOPs, module and source."),
                                  id=ids.TL_DETAILS)),
     ])
@@ -81,73 +64,79 @@ def _data():
         return None
 
 
+def _missing(run_id) -> str:
+    if run_id:
+        return f"No run {run_id!r} in this store: the Runs page lists the runs there are."
+    return "No runs yet: `opscope profile MODEL` records one."
+
+
 def _stamp(data, run) -> str:
     return f"{run['run_id']}:{data.arrived(run)}:{run.get('status')}"
 
 
-def _step_options(data, run):
-    return [{"label": "all steps", "value": "all"}] + [
-        {"label": f"step {s}", "value": s} for s, _, _ in data.step_windows(run["run_id"])]
+def _view(data, run, step) -> dict | None:
+    return None if run is None else {"run": run["run_id"], "stamp": _stamp(data, run), "step": step}
 
 
-def _draw(data, run, window):
-    """(figure, info line, drawn stamp) for a run and a window in ns (None: the whole run)."""
+def window(data, query) -> tuple[dict, int]:
+    """The endpoint's answer for a query string: (JSON-able dict, HTTP status)."""
+    try:
+        px = int(query.get("px") or lod.PX)
+        t0, t1 = (float(query[k]) if query.get(k) not in (None, "") else None for k in ("t0", "t1"))
+    except ValueError:
+        return {"error": "t0, t1 (ns since the run's first span) and px (pixels) must be numbers"}, 400
+    if any(v is not None and not math.isfinite(v) for v in (t0, t1)):
+        return {"error": "t0 and t1 must be finite"}, 400
+    run = data.run(query.get("run") or None)
     if run is None:
-        return theme.empty_figure("No runs yet: `opscope profile MODEL` records one."), "", None
-    stamp = _stamp(data, run)
+        return {"run": None, "message": _missing(query.get("run"))}, 200
+    out = {"run": run["run_id"], "stamp": _stamp(data, run), "status": run.get("status")}
     spans = data.spans(run)
     if spans.count == 0:
-        msg = {"running": "The run has started; its first ops have not arrived yet.",
-               "failed": f"The run failed before its first op: {run.get('error') or ''}"}.get(
+        out["message"] = {"running": "The run has started; its first ops have not arrived yet.",
+                          "failed": f"The run failed before its first op: {run.get('error') or ''}"}.get(
             run.get("status"), "This run recorded no events.")
-        return theme.empty_figure(msg), "", stamp
-    t0, t1 = window if window else (spans.t_min, spans.t_max + max(1, (spans.t_max - spans.t_min) // 100))
-    view = lod.level_of_detail(spans, t0, t1)
-    info = (f"{view.visible:,} of {spans.count:,} spans in view · {len(view.shown):,} drawn"
-            + (f" · {len(view.b_track):,} pixel buckets" if len(view.b_track) else ""))
-    return lod.figure(spans, view), info, stamp
+        return out, 200
+    step = query.get("step")
+    if t0 is not None and t1 is not None and t1 > t0:
+        a, b = spans.t_min + int(t0), spans.t_min + int(math.ceil(t1))
+    elif step not in (None, "", "all"):
+        a, b = next(((s0, s1) for s, s0, s1 in data.step_windows(run["run_id"]) if str(s) == str(step)),
+                    (spans.t_min, spans.t_max))
+    else:
+        a, b = spans.t_min, spans.t_max + max(1, (spans.t_max - spans.t_min) // 100)
+    view = lod.level_of_detail(spans, a, b, px=min(max(px, 50), 8000))
+    out.update(lod.payload(spans, view))
+    out["info"] = (f"{view.visible:,} of {spans.count:,} spans in view · {len(view.shown):,} drawn"
+                   + (f" · {len(view.b_track):,} pixel buckets" if len(view.b_track) else ""))
+    return out, 200
 
 
 def register(app, data):
-    @app.callback(Output(ids.TL_STEP, "options"), Input(ids.RUN_STATUS, "data"), State(DRAWN, "data"),
+    from flask import Response, request
+
+    def endpoint():
+        body, status = window(data, request.args)
+        return Response(orjson.dumps(body), status=status, mimetype="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    app.server.add_url_rule(ENDPOINT, "opscope_timeline", endpoint)
+
+    @app.callback(Output(ids.TL_STEP, "options"), Output(VIEW, "data"),
+                  Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), State(VIEW, "data"),
                   prevent_initial_call=True)
-    def steps(status, drawn):
-        if not status or drawn == f"{status['run']}:{status['events']}:{status['status']}":
-            return no_update              # the layout listed this state's steps already
-        return _step_options(data, data.run(status["run"]))
-
-    app.clientside_callback(_ZOOM_JS, Output(ZOOM, "data"), Input(ids.TL_GRAPH, "relayoutData"))
-    app.clientside_callback(_PICK_JS, Output(PICKED, "data"), Input(ids.TL_GRAPH, "clickData"),
-                            prevent_initial_call=True)
-
-    @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"), Output(WINDOW, "data"),
-                  Output(DRAWN, "data"),
-                  Input(ids.RUN_STATUS, "data"), Input(ZOOM, "data"), Input(ids.TL_STEP, "value"),
-                  State(WINDOW, "data"), State(DRAWN, "data"), prevent_initial_call=True)
-    def render(status, zoom, step, window, drawn):
+    def follow(status, step, view):
         if not status:
-            return theme.empty_figure("No runs yet: `opscope profile MODEL` records one."), "", None, None
+            return no_update, None
         run = data.run(status["run"])
-        trigger = ctx.triggered_id
-        if trigger == ids.RUN_STATUS and run is not None and drawn == _stamp(data, run):
-            return no_update, no_update, no_update, no_update      # the layout drew this state already
-        spans = data.spans(run) if run is not None else None
-        if trigger == ids.TL_STEP:
-            window = None
-            if step not in (None, "all"):
-                window = next(([a, b] for s, a, b in data.step_windows(run["run_id"]) if s == step), None)
-        elif trigger == ZOOM and zoom and spans is not None and spans.count:
-            w = lod.window_from_relayout({"xaxis.range": zoom} if isinstance(zoom, list) else
-                                         {"xaxis.autorange": True}, spans)
-            window = list(w) if w else None
-        fig, info, stamp = _draw(data, run, window)
-        if trigger == ZOOM and stamp == drawn and fig.get("data"):
-            # A zoom changes the spans, not the axes or the tracks: send only the traces and the range.
-            patch = Patch()
-            patch["data"] = fig["data"]
-            patch["layout"]["xaxis"]["range"] = fig["layout"]["xaxis"]["range"]
-            fig = patch
-        return fig, info, window, stamp
+        new = _view(data, run, step if run and view and view.get("run") == run["run_id"] else "all")
+        if new == view:
+            return no_update, no_update       # the layout (or the last tick) showed this state already
+        options = [{"label": "all steps", "value": "all"}] + [
+            {"label": f"step {s}", "value": s} for s, _, _ in data.step_windows(run["run_id"])] if run else no_update
+        return options, new
+
+    app.clientside_callback(_FOLLOW_JS, Output(VIEW, "id"), Input(VIEW, "data"))
 
     @app.callback(Output(ids.TL_DETAILS, "children"), Input(PICKED, "data"), State(ids.RUN_STATUS, "data"),
                   prevent_initial_call=True)

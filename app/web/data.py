@@ -109,6 +109,7 @@ class WebData:
         label = np.asarray(cols["op_code"], np.int64)
         key0 = np.asarray(cols["step"], np.int64)
         key1 = np.asarray(cols["seq"], np.int64)
+        n_ops = len(names)
         if stacks:
             depths = sorted({r[2] for r in stacks})
             row_of = {d: len(labels) + i for i, d in enumerate(depths)}
@@ -121,7 +122,7 @@ class WebData:
             label = np.concatenate([label, [frames[r[3] or "?"] for r in stacks]]).astype(np.int64)
             key0 = np.concatenate([key0, np.full(len(stacks), timeline.STACK_KEY)])
             key1 = np.concatenate([key1, np.arange(len(stacks))])
-        return timeline.build(start, end, track, labels, label, names, key0, key1)
+        return timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops)
 
     def step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
         return [tuple(map(int, r)) for r in self.store.query(

@@ -1,4 +1,4 @@
-"""Component ids, in one place so pages, callbacks, tests and assets/opscope.js agree."""
+"""Component ids, in one place so pages, callbacks, tests and assets/timeline.js agree."""
 
 URL = "url"                          # dcc.Location of the shell (query string: ?run=ID&b=ID)
 NAV = "nav"                          # the page links in the header; their hrefs keep ?run=

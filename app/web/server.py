@@ -46,15 +46,15 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     """
     data = WebData(store, live=live)
     # NOTE: eager_loading=True (plotly.js as a blocking script) measured slower: the layout request then
-    # waits for plotly to parse. _index_with_early_plotly starts it async instead (no blocking, no waiting).
+    # waits for plotly to parse. _index_with_early_loads starts it async instead (no blocking, no waiting).
     app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                     suppress_callback_exceptions=True, title="opscope", update_title=None,
-                    assets_ignore=r"^plotly-gl2d")   # vendor/: _index_with_early_plotly loads it, not a blocking script
+                    assets_ignore=r"^plotly-gl2d")   # vendor/: _index_with_early_loads loads it, not a blocking script
     modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
     for order, m in enumerate(modules):
         dash.register_page(m.__name__, path=m.PATH, name=m.NAME, title=f"opscope · {m.NAME}", order=order,
                            layout=m.layout)
-    app.index_string = _index_with_early_plotly(app)
+    app.index_string = _index_with_early_loads(app)
     app.layout = _shell(modules)
     _register_shell(app, data, modules)
     for m in modules:
@@ -69,22 +69,43 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
 # The partial plotly.js bundle (assets/vendor/README.md): every trace type the pages draw, a third the size.
 PLOTLY_JS = "vendor/plotly-gl2d-3.7.0.min.js"
 
+# Started from <head>, before Dash's own scripts have even loaded:
+# - the timeline page's first window (app/pages/timeline.py), so the server builds the run's spans while
+#   the browser compiles the scripts; assets/timeline.js takes the answer from window.opscopeTimelineFirst.
+# - plotly.js, as an async script. dcc.Graph loads plotly only once it renders, after the Dash renderer,
+#   the layout and the page callback: a download and parse at the end of the critical path. dcc.Graph takes
+#   `window.Plotly` as a promise (Promise.resolve(window.Plotly || load())), so it waits for this one
+#   instead of loading a second copy; plotly.js replaces the promise with itself when it runs. The
+#   timeline draws without plotly, so there it loads once the timeline has drawn (parsing it would
+#   hold the main thread while the timeline waits).
+_EARLY = """<script>(function () {
+  var prefix = %(prefix)s, timeline = /\\/timeline\\/?$/.test(location.pathname), started = false;
+  function plotly(ok, fail) {
+    if (started) return; started = true;
+    var s = document.createElement("script"); s.src = %(plotly)s; s.async = true;
+    s.onload = function () { ok(); }; s.onerror = function (e) { fail(e); };
+    document.head.appendChild(s);
+  }
+  window.Plotly = new Promise(function (ok, fail) {
+    if (!timeline) return plotly(ok, fail);
+    document.addEventListener("opscope:timeline-drawn", function () { plotly(ok, fail); }, {once: true});
+    setTimeout(function () { plotly(ok, fail); }, 4000);
+  });
+  if (timeline) {
+    var q = new URLSearchParams(location.search), run = q.get("run"), step = q.get("step") || "all";
+    var px = Math.max(200, Math.min(window.innerWidth, 1680) - 40 - 34 - 170 - 12);
+    var url = prefix + "_opscope/timeline?px=" + Math.round(px) + (run ? "&run=" + encodeURIComponent(run) : "") +
+              (step !== "all" ? "&step=" + encodeURIComponent(step) : "");
+    window.opscopeTimelineFirst = {run: run, step: step, px: px, promise: fetch(url, {credentials: "same-origin"})
+      .then(function (r) { return r.json(); })};
+  }
+})();</script>"""
 
-def _plotly_url(app) -> str:
-    return app.get_asset_url(PLOTLY_JS)
 
-
-def _index_with_early_plotly(app) -> str:
-    """Dash's index page, starting plotly.js from <head> instead of after the page's first graph asks.
-
-    dcc.Graph loads plotly only once it renders, after the Dash renderer, the layout and the page callback:
-    a download and parse at the end of the critical path. An async script from <head> is
-    fetched and compiled off the main thread meanwhile. dcc.Graph takes `window.Plotly` as a promise
-    (Promise.resolve(window.Plotly || load())), so it waits for this one instead of loading a second copy;
-    plotly.js replaces the promise with itself when it runs."""
-    early = ("<script>(function(){var s=document.createElement('script');s.src=%s;s.async=true;"
-             "window.Plotly=new Promise(function(ok,fail){s.onload=function(){ok();};"
-             "s.onerror=function(e){fail(e);};});document.head.appendChild(s);})();</script>") % json.dumps(_plotly_url(app))
+def _index_with_early_loads(app) -> str:
+    """Dash's index page with _EARLY in <head>."""
+    early = _EARLY % {"prefix": json.dumps(app.config.requests_pathname_prefix),
+                      "plotly": json.dumps(app.get_asset_url(PLOTLY_JS))}
     return app.index_string.replace("{%css%}", "{%css%}\n        " + early, 1)
 
 

@@ -1,0 +1,624 @@
+// The timeline page's canvas: spans drawn with WebGL, labels, axis and selection on a 2D canvas on top.
+//
+// The server sends one window's level of detail at a time (GET /_opscope/timeline, app/pages/timeline.py):
+// spans at least a pixel wide as themselves, the rest summed into per-pixel buckets. A zoom or pan
+// redraws at once from what the browser holds, then asks for the new window; the answer replaces it.
+// Keys and mouse follow the trace viewers users know (chrome://tracing, Perfetto): W/S zoom, A/D pan,
+// wheel zooms at the pointer, drag zooms to a range, shift+drag pans, double-click shows the whole run.
+(function () {
+  "use strict";
+  var ROW = 28, PAD = 4, TOP = 4, GUTTER = 170, RIGHT = 12, AXIS = 34;
+  var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
+  var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
+  var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133];
+  var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked";
+  var T = null;           // the mounted timeline; null on other pages
+
+  function prefix() {
+    try { return JSON.parse(document.getElementById("_dash-config").textContent).requests_pathname_prefix || "/"; }
+    catch (e) { return "/"; }
+  }
+
+  // --- data --------------------------------------------------------------------------------
+  function typed(b64, Type) {
+    var s = atob(b64), u = new Uint8Array(s.length);
+    for (var i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+    return new Type(u.buffer);
+  }
+
+  function decode(p) {
+    var s = p.spans, b = p.buckets;
+    p.spans = {n: s.n, start: typed(s.start, Float64Array), end: typed(s.end, Float64Array),
+               track: typed(s.track, Int32Array), label: typed(s.label, Int32Array),
+               key0: typed(s.key0, Float64Array), key1: typed(s.key1, Float64Array)};
+    p.buckets = {n: b.n, start: typed(b.start, Float64Array), end: typed(b.end, Float64Array),
+                 track: typed(b.track, Int32Array), count: typed(b.count, Float64Array),
+                 busy: typed(b.busy, Float64Array)};
+    p.rgb = p.colors.map(hex);
+    return p;
+  }
+
+  function hex(c) { return [parseInt(c.slice(1, 3), 16), parseInt(c.slice(3, 5), 16), parseInt(c.slice(5, 7), 16)]; }
+
+  function query(view, t0, t1) {
+    var q = "run=" + encodeURIComponent(view.run) + "&px=" + Math.round(T ? T.px : estimatePx());
+    if (t0 !== undefined) q += "&t0=" + Math.floor(t0) + "&t1=" + Math.ceil(t1);
+    else if (view.step !== undefined && view.step !== null && view.step !== "all") q += "&step=" + view.step;
+    return q;
+  }
+
+  function estimatePx() { return Math.max(200, Math.min(window.innerWidth, 1680) - 40 - 34 - GUTTER - RIGHT); }
+
+  function load(q) {
+    if (T.inflight) T.inflight.abort();
+    var ctl = new AbortController();
+    T.inflight = ctl;
+    T.fetches++;
+    return fetch(prefix() + "_opscope/timeline?" + q, {signal: ctl.signal, credentials: "same-origin"})
+      .then(function (r) { return r.json(); })
+      .then(function (p) { if (T && T.inflight === ctl) T.inflight = null; return p; });
+  }
+
+  // --- the page follows the VIEW store: {run, stamp, step} ---------------------------------
+  function follow(view) {
+    var host = document.getElementById(HOST);
+    if (!view || !host) { T = null; return; }
+    if (!T || T.host !== host || !host.contains(T.wrap)) mount(host);
+    var prev = T.view;
+    T.view = view;
+    if (prev && prev.run === view.run && String(prev.step) === String(view.step)) {
+      if (prev.stamp === view.stamp) return;
+      // More events or a new status: the same window redrawn; a view of the whole run grows with the run.
+      if (T.data) return refetch(T.t0 <= 0 && T.t1 >= T.end);
+    }
+    reset(view);                           // a new run or step, or a run whose first spans just arrived
+  }
+
+  function reset(view) {
+    var token = ++T.seq;
+    T.data = null;
+    var first = window.opscopeTimelineFirst;     // started from <head> (app/web/server.py) while scripts loaded
+    window.opscopeTimelineFirst = null;
+    var got = first && first.step === String(view.step) && (!first.run || first.run === view.run)
+      ? first.promise : load(query(view));
+    got.then(function (p) {
+      if (!T || T.seq !== token) return;
+      if (p.run && p.run !== view.run) {          // the head's guess (no ?run=) named another run
+        load(query(view)).then(function (q) { if (T && T.seq === token) show(q, true); }).catch(failed);
+        return;
+      }
+      show(p, true);
+      if (T.data && (p.stamp !== T.view.stamp || Math.abs(T.px - (first ? first.px : T.px)) > 0.1 * T.px)) {
+        refetch(T.t0 <= 0 && T.t1 >= T.end);
+      }
+    }).catch(failed);
+  }
+
+  function refetch(whole) {
+    if (!T || !T.view) return;
+    var v = T.view, token = T.seq;
+    load(whole ? query(v) : query(v, T.t0, T.t1))
+      .then(function (p) { if (T && T.seq === token) show(p, !!whole); }).catch(failed);
+  }
+
+  function failed(e) {
+    if (e && e.name === "AbortError") return;
+    note("Could not load the timeline: " + (e && e.message ? e.message : e));
+  }
+
+  function show(p, reset) {
+    if (p.error || p.message) { note(p.error || p.message); info(""); return; }
+    if (!T.wrap.contains(T.canvas)) mountCanvases();
+    T.data = decode(p);
+    T.end = p.end;
+    if (reset) { T.t0 = p.t0; T.t1 = p.t1; }
+    upload();
+    legend();
+    resize();
+    draw();
+    info(p.info);
+    T.shown = [p.t0, p.t1];
+    if (!T.announced) {
+      T.announced = true;
+      document.dispatchEvent(new Event("opscope:timeline-drawn"));
+    }
+  }
+
+  function info(text) {
+    if (window.dash_clientside && window.dash_clientside.set_props) window.dash_clientside.set_props(INFO, {children: text});
+  }
+
+  function note(text) {
+    T.wrap.innerHTML = "";
+    var n = document.createElement("div");
+    n.className = "note";
+    n.textContent = text;
+    T.wrap.appendChild(n);
+    T.data = null;
+  }
+
+  // --- DOM ---------------------------------------------------------------------------------
+  function mount(host) {
+    var wrap = document.createElement("div");
+    wrap.className = "tl-wrap";
+    host.innerHTML = "";
+    host.appendChild(wrap);
+    T = {host: host, wrap: wrap, view: null, data: null, t0: 0, t1: 1, end: 1, px: estimatePx(), fetches: 0,
+         draws: 0, seq: 0, shown: null, hover: null, drag: null, mouse: null, inflight: null, timer: null,
+         announced: false, legendKey: ""};
+    T.canvas = document.createElement("canvas");
+    T.canvas.className = "tl-gl";
+    T.over = document.createElement("canvas");
+    T.over.className = "tl-over";
+    T.under = document.createElement("canvas");      // the grid, under the spans
+    T.under.className = "tl-under";
+    T.tip = document.createElement("div");
+    T.tip.className = "tl-tip";
+    T.legend = document.createElement("div");
+    T.legend.className = "tl-legend";
+    mountCanvases();
+    T.gl = T.canvas.getContext("webgl", {antialias: false, alpha: true, preserveDrawingBuffer: true});
+    if (T.gl) setupGl(T.gl); else T.ctx = T.canvas.getContext("2d");   // no WebGL: the same rects, 2D
+    T.over.addEventListener("wheel", onWheel, {passive: false});
+    T.over.addEventListener("mousedown", onDown);
+    T.over.addEventListener("mousemove", onHover);
+    T.over.addEventListener("mouseleave", function () { T.mouse = null; T.hover = null; T.tip.style.display = "none"; draw(); });
+    T.over.addEventListener("dblclick", function () { setView(0, T.end + Math.max(1, T.end / 100)); });
+  }
+
+  function mountCanvases() {
+    T.wrap.innerHTML = "";
+    T.wrap.appendChild(T.legend);
+    var stage = document.createElement("div");
+    stage.className = "tl-stage";
+    stage.appendChild(T.under);
+    stage.appendChild(T.canvas);
+    stage.appendChild(T.over);
+    stage.appendChild(T.tip);
+    T.wrap.appendChild(stage);
+    T.stage = stage;
+  }
+
+  function resize() {
+    var w = Math.max(300, T.stage.clientWidth || T.host.clientWidth || 1200);
+    var rows = T.data ? T.data.tracks.length : 1;
+    T.px = Math.max(100, w - GUTTER - RIGHT);
+    T.ph = TOP + rows * ROW + 2;                         // the plot's height
+    var dpr = window.devicePixelRatio || 1, h = T.ph + AXIS;
+    T.stage.style.height = h + "px";
+    T.canvas.style.left = GUTTER + "px";
+    T.canvas.style.width = T.px + "px";
+    T.canvas.style.height = T.ph + "px";
+    T.canvas.width = Math.round(T.px * dpr);
+    T.canvas.height = Math.round(T.ph * dpr);
+    [T.over, T.under].forEach(function (c) {
+      c.style.width = w + "px";
+      c.style.height = h + "px";
+      c.width = Math.round(w * dpr);
+      c.height = Math.round(h * dpr);
+    });
+    T.dpr = dpr;
+    T.w = w;
+  }
+
+  function legend() {
+    var d = T.data, seen = {}, items = [];
+    for (var i = 0; i < d.spans.n; i++) seen[d.spans.label[i]] = true;
+    Object.keys(seen).map(Number).sort(function (a, b) { return d.names[a] < d.names[b] ? -1 : 1; })
+      .forEach(function (k) { items.push([d.colors[k], k >= d.frames_from ? "python frame" : d.names[k]]); });
+    if (d.buckets.n) items.push(["#9aa5b1", "too small to draw: zoom in"]);
+    var seenName = {}, key;
+    items = items.filter(function (it) { if (seenName[it[1]]) return false; seenName[it[1]] = 1; return true; });
+    key = items.map(function (it) { return it[1]; }).join("|");
+    if (key === T.legendKey) return;
+    T.legendKey = key;
+    T.legend.innerHTML = "";
+    items.forEach(function (it) {
+      var s = document.createElement("span"), sw = document.createElement("i");
+      s.className = "tl-key";
+      sw.style.background = it[0];
+      s.appendChild(sw);
+      s.appendChild(document.createTextNode(it[1]));
+      T.legend.appendChild(s);
+    });
+  }
+
+  // --- WebGL -------------------------------------------------------------------------------
+  // A rect is two triangles; each vertex carries the span's [start, end] (ns since the data's first
+  // window start, float32) so zoom and pan only change two uniforms. Spans narrower than a pixel
+  // (after a client-side zoom out) are widened to one pixel in the shader rather than vanish.
+  var VS = "attribute vec2 a_span; attribute vec2 a_corner; attribute vec4 a_color;" +
+           "uniform vec2 u_x; uniform float u_h; uniform float u_px; varying vec4 v_color;" +
+           "void main() { float l = a_span.x * u_x.x + u_x.y, r = a_span.y * u_x.x + u_x.y;" +
+           " float c = 0.5 * (l + r), hw = max(0.5 * (r - l), u_px);" +
+           " gl_Position = vec4(a_corner.x < 0.5 ? c - hw : c + hw, 1.0 - 2.0 * a_corner.y / u_h, 0.0, 1.0);" +
+           " v_color = a_color; }";
+  var FS = "precision mediump float; varying vec4 v_color; void main() { gl_FragColor = v_color; }";
+
+  function setupGl(gl) {
+    function shader(type, src) {
+      var s = gl.createShader(type);
+      gl.shaderSource(s, src);
+      gl.compileShader(s);
+      return s;
+    }
+    var p = gl.createProgram();
+    gl.attachShader(p, shader(gl.VERTEX_SHADER, VS));
+    gl.attachShader(p, shader(gl.FRAGMENT_SHADER, FS));
+    gl.linkProgram(p);
+    T.prog = p;
+    T.buf = gl.createBuffer();
+    T.loc = {span: gl.getAttribLocation(p, "a_span"), corner: gl.getAttribLocation(p, "a_corner"),
+             color: gl.getAttribLocation(p, "a_color"), x: gl.getUniformLocation(p, "u_x"),
+             h: gl.getUniformLocation(p, "u_h"), px: gl.getUniformLocation(p, "u_px")};
+  }
+
+  var STRIDE = 20;           // bytes a vertex: span (2 f32), corner (2 f32), color (4 u8)
+  var CORNERS = [0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1];   // (right?, bottom?) for the six vertices
+
+  function upload() {
+    var d = T.data, s = d.spans, b = d.buckets, n = s.n + b.n;
+    T.base = d.t0;
+    T.nverts = 6 * n;
+    if (!T.gl) return;
+    var buf = new ArrayBuffer(T.nverts * STRIDE), f = new Float32Array(buf), u = new Uint8Array(buf);
+    var v = 0;
+    function rect(x0, x1, track, rgb, a) {
+      var top = TOP + track * ROW + PAD, bottom = top + ROW - 2 * PAD;
+      for (var j = 0; j < 6; j++, v++) {
+        var o = v * 5;
+        f[o] = x0 - T.base; f[o + 1] = x1 - T.base;
+        f[o + 2] = CORNERS[2 * j]; f[o + 3] = CORNERS[2 * j + 1] ? bottom : top;
+        u[o * 4 + 16] = rgb[0]; u[o * 4 + 17] = rgb[1]; u[o * 4 + 18] = rgb[2]; u[o * 4 + 19] = a;
+      }
+    }
+    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(b, i), 255);
+    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], d.rgb[s.label[i]], 255);
+    var gl = T.gl;
+    gl.bindBuffer(gl.ARRAY_BUFFER, T.buf);
+    gl.bufferData(gl.ARRAY_BUFFER, buf, gl.STATIC_DRAW);
+  }
+
+  // How busy a pixel bucket is sets its shade: a run of back-to-back tiny ops reads darker than a sparse one.
+  function bucketRgb(b, i) {
+    var f = Math.min(1, b.busy[i] / Math.max(1, b.end[i] - b.start[i]));
+    f = 0.25 + 0.75 * f;
+    return [0, 1, 2].map(function (c) { return Math.round(BUCKET_LIGHT[c] + (BUCKET_DARK[c] - BUCKET_LIGHT[c]) * f); });
+  }
+
+  // --- drawing -----------------------------------------------------------------------------
+  function draw() {
+    if (!T || !T.data || T.pending) return;
+    T.pending = true;
+    requestAnimationFrame(function () { T && (T.pending = false, paint()); });
+  }
+
+  function paint() {
+    if (!T.data) return;
+    T.draws++;
+    var span = T.t1 - T.t0;
+    if (T.gl) {
+      var gl = T.gl, L = T.loc;
+      gl.viewport(0, 0, T.canvas.width, T.canvas.height);
+      gl.clearColor(0, 0, 0, 0);
+      gl.clear(gl.COLOR_BUFFER_BIT);
+      gl.useProgram(T.prog);
+      gl.bindBuffer(gl.ARRAY_BUFFER, T.buf);
+      gl.enableVertexAttribArray(L.span);
+      gl.vertexAttribPointer(L.span, 2, gl.FLOAT, false, STRIDE, 0);
+      gl.enableVertexAttribArray(L.corner);
+      gl.vertexAttribPointer(L.corner, 2, gl.FLOAT, false, STRIDE, 8);
+      gl.enableVertexAttribArray(L.color);
+      gl.vertexAttribPointer(L.color, 4, gl.UNSIGNED_BYTE, true, STRIDE, 16);
+      // clip x = 2 * (base + x - t0) / span - 1
+      gl.uniform2f(L.x, 2 / span, 2 * (T.base - T.t0) / span - 1);
+      gl.uniform1f(L.h, T.ph);
+      gl.uniform1f(L.px, 1 / T.px);
+      gl.drawArrays(gl.TRIANGLES, 0, T.nverts);
+    } else {
+      paint2d();
+    }
+    overlay();
+  }
+
+  function paint2d() {
+    var c = T.ctx, d = T.data, s = d.spans, b = d.buckets;
+    c.setTransform(T.dpr, 0, 0, T.dpr, 0, 0);
+    c.clearRect(0, 0, T.px, T.ph);
+    function rect(x0, x1, track, rgb) {
+      var a = toPx(x0), z = Math.max(toPx(x1), a + 1);
+      c.fillStyle = "rgb(" + rgb.join(",") + ")";
+      c.fillRect(a, TOP + track * ROW + PAD, z - a, ROW - 2 * PAD);
+    }
+    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(b, i));
+    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], d.rgb[s.label[i]]);
+  }
+
+  function toPx(t) { return (t - T.t0) / (T.t1 - T.t0) * T.px; }
+  function toT(x) { return T.t0 + x / T.px * (T.t1 - T.t0); }
+
+  function overlay() {
+    var c = T.over.getContext("2d"), g = T.under.getContext("2d"), d = T.data, rows = d.tracks.length;
+    [c, g].forEach(function (x) { x.setTransform(T.dpr, 0, 0, T.dpr, 0, 0); x.clearRect(0, 0, T.w, T.ph + AXIS); });
+    c.font = "12px Inter, 'Segoe UI', system-ui, sans-serif";
+    c.textBaseline = "middle";
+    // tracks
+    for (var k = 0; k < rows; k++) {
+      var y = TOP + k * ROW;
+      if (k) { g.fillStyle = "#eef1f4"; g.fillRect(GUTTER, y, T.px, 1); }
+      c.fillStyle = INK;
+      c.textAlign = "right";
+      c.fillText(ellipsize(c, d.tracks[k], GUTTER - 14), GUTTER - 10, y + ROW / 2);
+    }
+    // axis and grid
+    var ticks = niceTicks(T.t0, T.t1, Math.max(2, Math.floor(T.px / 110)));
+    c.textAlign = "center";
+    c.textBaseline = "top";
+    ticks.values.forEach(function (t) {
+      var x = GUTTER + toPx(t);
+      if (x < GUTTER - 0.5 || x > GUTTER + T.px + 0.5) return;
+      g.fillStyle = GRID;
+      g.fillRect(Math.round(x), TOP, 1, T.ph - TOP);
+      c.fillStyle = MUTED;
+      c.fillText(fmtTime(t, ticks.step), x, T.ph + 4);
+    });
+    c.fillStyle = "#cbd2d9";
+    c.fillRect(GUTTER, T.ph, T.px, 1);
+    c.textAlign = "left";
+    c.fillStyle = MUTED;
+    c.fillText("time since first op · window " + fmtDur(T.t1 - T.t0), GUTTER, T.ph + 19);
+    labels(c);
+    // hover outline, drag selection
+    var h = T.hover;
+    if (h) {
+      var a = GUTTER + Math.max(0, toPx(h.start)), z = GUTTER + Math.min(T.px, Math.max(toPx(h.end), toPx(h.start) + 1));
+      c.strokeStyle = INK;
+      c.lineWidth = 1.5;
+      c.strokeRect(a - 1, TOP + h.track * ROW + PAD - 1, z - a + 2, ROW - 2 * PAD + 2);
+    }
+    if (T.drag && !T.drag.pan && Math.abs(T.drag.x1 - T.drag.x0) > 3) {
+      c.fillStyle = SEL;
+      var lo = Math.min(T.drag.x0, T.drag.x1), hi = Math.max(T.drag.x0, T.drag.x1);
+      c.fillRect(GUTTER + lo, TOP, hi - lo, T.ph - TOP);
+    }
+  }
+
+  // Names inside spans wide enough to hold them, the way trace viewers label slices.
+  function labels(c) {
+    var d = T.data, s = d.spans, drawn = 0;
+    c.save();
+    c.beginPath();
+    c.rect(GUTTER, 0, T.px, T.ph);
+    c.clip();
+    c.textAlign = "left";
+    c.textBaseline = "middle";
+    c.font = "11px Inter, 'Segoe UI', system-ui, sans-serif";
+    for (var i = 0; i < s.n && drawn < 600; i++) {
+      var a = Math.max(0, toPx(s.start[i])), z = Math.min(T.px, toPx(s.end[i]));
+      if (z - a < LABEL_MIN_PX) continue;
+      var rgb = d.rgb[s.label[i]], dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 150;
+      c.fillStyle = dark ? "#ffffff" : INK;
+      c.fillText(ellipsize(c, d.names[s.label[i]], z - a - 8), GUTTER + a + 4, TOP + s.track[i] * ROW + ROW / 2);
+      drawn++;
+    }
+    c.restore();
+  }
+
+  function ellipsize(c, text, width) {
+    if (c.measureText(text).width <= width) return text;
+    var lo = 0, hi = text.length;
+    while (lo < hi) {
+      var mid = (lo + hi + 1) >> 1;
+      if (c.measureText(text.slice(0, mid) + "…").width <= width) lo = mid; else hi = mid - 1;
+    }
+    return lo ? text.slice(0, lo) + "…" : "";
+  }
+
+  function niceTicks(t0, t1, n) {
+    var raw = (t1 - t0) / n, mag = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-9)))), step = mag;
+    [1, 2, 5, 10].some(function (m) { step = m * mag; return step >= raw; });
+    var out = [];
+    for (var t = Math.ceil(t0 / step) * step; t <= t1 && out.length < 200; t += step) out.push(t);
+    return {values: out, step: step};
+  }
+
+  function unit(step) {
+    return step >= 1e9 ? [1e9, "s"] : step >= 1e6 ? [1e6, "ms"] : step >= 1e3 ? [1e3, "us"] : [1, "ns"];
+  }
+
+  // Tick labels in the unit of the window's position, with the digits the tick step needs:
+  // a 20 us step 223 ms into the run reads "223.52 ms", not "223520 us".
+  function fmtTime(t, step) {
+    var u = unit(Math.max(Math.abs(T.t0), Math.abs(T.t1), step));
+    var digits = Math.max(0, Math.ceil(-Math.log10(step / u[0]) - 1e-9));
+    return (t / u[0]).toFixed(Math.min(digits, 9)) + " " + u[1];
+  }
+
+  function fmtDur(ns) {
+    var u = unit(ns);
+    return (ns / u[0]).toPrecision(3) + " " + u[1];
+  }
+
+  // --- the view: zoom and pan ---------------------------------------------------------------
+  function setView(t0, t1) {
+    var minW = 100, slack = T.end * 0.05 + 1;
+    if (t1 - t0 < minW) { var m = (t0 + t1) / 2; t0 = m - minW / 2; t1 = m + minW / 2; }
+    var w = t1 - t0;
+    if (w > T.end + 2 * slack) { t0 = -slack; t1 = T.end + slack; w = t1 - t0; }
+    if (t0 < -slack) { t0 = -slack; t1 = t0 + w; }
+    if (t1 > T.end + slack) { t1 = T.end + slack; t0 = t1 - w; }
+    T.t0 = t0;
+    T.t1 = t1;
+    T.hover = null;
+    T.tip.style.display = "none";
+    draw();
+    clearTimeout(T.timer);
+    T.timer = setTimeout(function () { refetch(false); }, FETCH_DELAY_MS);
+  }
+
+  function zoomAt(x, factor) {
+    var t = toT(x);
+    setView(t - (t - T.t0) * factor, t + (T.t1 - t) * factor);
+  }
+
+  function pan(fraction) {
+    var w = T.t1 - T.t0;
+    setView(T.t0 + w * fraction, T.t1 + w * fraction);
+  }
+
+  function plotX(e) {
+    var r = T.over.getBoundingClientRect();
+    return {x: e.clientX - r.left - GUTTER, y: e.clientY - r.top};
+  }
+
+  function onWheel(e) {
+    if (!T.data) return;
+    e.preventDefault();
+    var p = plotX(e), dy = e.deltaY * (e.deltaMode === 1 ? 30 : 1), dx = e.deltaX * (e.deltaMode === 1 ? 30 : 1);
+    if (e.shiftKey || Math.abs(dx) > Math.abs(dy)) pan((e.shiftKey ? dy : dx) / T.px);
+    else zoomAt(Math.min(Math.max(p.x, 0), T.px), Math.exp(dy * 0.0015));
+  }
+
+  function onDown(e) {
+    if (e.button !== 0 || !T.data) return;
+    var p = plotX(e);
+    if (p.x < 0 || p.x > T.px) return;
+    e.preventDefault();
+    T.drag = {x0: p.x, x1: p.x, pan: e.shiftKey, t0: T.t0, t1: T.t1};
+    window.addEventListener("mousemove", onDrag);
+    window.addEventListener("mouseup", onUp, {once: true});
+  }
+
+  function onDrag(e) {
+    var d = T && T.drag;
+    if (!d) return;
+    d.x1 = plotX(e).x;
+    if (d.pan) {
+      var dt = (d.x1 - d.x0) / T.px * (d.t1 - d.t0);
+      setView(d.t0 - dt, d.t1 - dt);
+    } else {
+      draw();
+    }
+  }
+
+  function onUp(e) {
+    window.removeEventListener("mousemove", onDrag);
+    var d = T && T.drag;
+    if (!d) return;
+    T.drag = null;
+    if (Math.abs(d.x1 - d.x0) <= 3) { pick(plotX(e)); draw(); return; }
+    if (!d.pan) {
+      var lo = Math.max(0, Math.min(d.x0, d.x1)), hi = Math.min(T.px, Math.max(d.x0, d.x1));
+      setView(toT(lo), toT(hi));
+    }
+  }
+
+  document.addEventListener("keydown", function (e) {
+    if (!T || !T.data || !document.body.contains(T.host)) return;
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var t = e.target;
+    if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.isContentEditable)) return;
+    var key = (e.key || "").toLowerCase();
+    if (key.length !== 1 || "wasd".indexOf(key) < 0) return;
+    e.preventDefault();
+    var x = T.mouse ? T.mouse.x : T.px / 2;
+    if (key === "w") zoomAt(x, ZOOM);
+    else if (key === "s") zoomAt(x, 1 / ZOOM);
+    else pan(key === "a" ? -PAN : PAN);
+  });
+
+  // --- hover and click ----------------------------------------------------------------------
+  function hit(p) {
+    var d = T.data;
+    if (!d || p.x < 0 || p.x > T.px) return null;
+    var track = Math.floor((p.y - TOP) / ROW);
+    if (track < 0 || track >= d.tracks.length) return null;
+    var t = toT(p.x), tol = 3 / T.px * (T.t1 - T.t0), best = null, bestD = Infinity;
+    function consider(kind, i, start, end) {
+      var dist = t < start ? start - t : t > end ? t - end : 0;
+      if (dist <= tol && (dist < bestD || dist === bestD && best && end - start < best.end - best.start)) {
+        bestD = dist;
+        best = {kind: kind, i: i, start: start, end: end, track: track};
+      }
+    }
+    var s = d.spans, b = d.buckets;
+    for (var i = 0; i < s.n; i++) if (s.track[i] === track) consider("span", i, s.start[i], s.end[i]);
+    if (!best || bestD > 0) for (i = 0; i < b.n; i++) if (b.track[i] === track) consider("bucket", i, b.start[i], b.end[i]);
+    return best;
+  }
+
+  function describe(h) {
+    var d = T.data;
+    if (h.kind === "bucket") {
+      var b = d.buckets;
+      return "<b>" + b.count[h.i].toLocaleString() + " spans too small to draw</b><br>busy " +
+        fmtDur(b.busy[h.i]) + " · zoom in to see them";
+    }
+    var s = d.spans, k = s.label[h.i], name = esc(d.names[k]), dur = fmtDur(s.end[h.i] - s.start[h.i]);
+    if (k >= d.frames_from) return "<b>" + name + "</b><br>" + dur + " · python frame";
+    return "<b>" + name + "</b><br>" + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];
+  }
+
+  function esc(text) {
+    return String(text).replace(/[&<>"]/g, function (ch) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[ch]; });
+  }
+
+  function onHover(e) {
+    if (!T.data || T.drag) return;
+    var p = plotX(e);
+    T.mouse = p;
+    var h = hit(p);
+    var same = h && T.hover && h.kind === T.hover.kind && h.i === T.hover.i;
+    T.hover = h;
+    if (!h) { T.tip.style.display = "none"; draw(); return; }
+    T.tip.innerHTML = describe(h);
+    T.tip.style.display = "block";
+    var left = GUTTER + p.x + 14, tw = T.tip.offsetWidth;
+    if (left + tw > T.w) left = GUTTER + p.x - tw - 14;
+    T.tip.style.left = left + "px";
+    T.tip.style.top = (TOP + h.track * ROW + ROW) + "px";
+    if (!same) draw();
+  }
+
+  function pick(p) {
+    var h = hit(p), d = T.data;
+    if (!h) return;
+    T.hover = h;
+    var row;
+    if (h.kind === "bucket") row = [-1, d.buckets.count[h.i], d.buckets.busy[h.i] / 1e3];
+    else row = [d.spans.key0[h.i], d.spans.key1[h.i], (d.spans.end[h.i] - d.spans.start[h.i]) / 1e3];
+    T.picked = row;
+    if (window.dash_clientside && window.dash_clientside.set_props) window.dash_clientside.set_props(PICKED, {data: row});
+  }
+
+  window.addEventListener("resize", function () {
+    if (!T || !T.data) return;
+    resize();
+    draw();
+    clearTimeout(T.timer);
+    T.timer = setTimeout(function () { refetch(false); }, 150);
+  });
+
+  // What the page, the tests and the benchmark read: the view, what was drawn, where a span lies on screen.
+  window.opscopeTimeline = {
+    follow: follow,
+    state: function () {
+      return T && {t0: T.t0, t1: T.t1, shown: T.shown, fetches: T.fetches, draws: T.draws, gl: !!T.gl,
+                   spans: T.data ? T.data.spans.n : 0, buckets: T.data ? T.data.buckets.n : 0,
+                   busy: !!T.inflight, picked: T.picked || null};
+    },
+    setView: function (t0, t1) { if (T && T.data) setView(t0, t1); },
+    // The client point at the middle of the widest span drawn (skipping Python frames), for a real click.
+    widestSpanPoint: function () {
+      var d = T && T.data, s = d && d.spans, best = -1, bw = -1;
+      for (var i = 0; s && i < s.n; i++) {
+        var w = Math.min(T.px, toPx(s.end[i])) - Math.max(0, toPx(s.start[i]));
+        if (s.label[i] < d.frames_from && w > bw) { bw = w; best = i; }
+      }
+      if (best < 0) return null;
+      var r = T.over.getBoundingClientRect(), a = Math.max(0, toPx(s.start[best])), z = Math.min(T.px, toPx(s.end[best]));
+      return {x: r.left + GUTTER + (a + z) / 2, y: r.top + TOP + s.track[best] * ROW + ROW / 2,
+              key0: s.key0[best], key1: s.key1[best]};
+    }
+  };
+})();
