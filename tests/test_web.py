@@ -6,6 +6,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from opscope.app.web import theme
 from opscope.app.web import timeline as lod
 from opscope.app.web.data import WebData
 from opscope.app.web.server import create_app, is_loopback, serve
@@ -89,6 +90,21 @@ def test_timeline_endpoint_answers_windows_and_refuses_bad_numbers(opscope_home)
     assert bad.status_code == 400 and "must be numbers" in bad.get_json()["error"]
     assert c.get(f"/_opscope/timeline?run={rid}&t0=nan&t1=3").status_code == 400
     assert "No run 'nope'" in c.get("/_opscope/timeline?run=nope").get_json()["message"]
+
+
+def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store, n=10, status=None)
+    store.add_stacks(rid, [(0, 5000, 1, 0, "train.py:12 main"), (0, 2500, 1, 1, "model.py:30 forward"),
+                           (2500, 2500, 1, 1, "model.py:41 loss")])
+    store.finish_run(rid, status="ok")
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    assert p["tracks"][-2:] == ["python stack 0", "python stack 1"]
+    frames = p["names"][p["frames_from"]:]
+    assert sorted(frames) == ["model.py:30 forward", "model.py:41 loss", "train.py:12 main"]
+    assert set(p["colors"][p["frames_from"]:]) == {theme.STACK} and theme.STACK not in p["colors"][:p["frames_from"]]
+    key0 = lod.unb64(p["spans"]["key0"], "f8")
+    assert (key0 == lod.STACK_KEY).sum() == 3                       # every frame drawn, marked as a frame
 
 
 def _run_with_events(store, n=20, description=None, status="ok"):
