@@ -92,6 +92,20 @@ def test_timeline_endpoint_answers_windows_and_refuses_bad_numbers(opscope_home)
     assert "No run 'nope'" in c.get("/_opscope/timeline?run=nope").get_json()["message"]
 
 
+def test_nested_ops_get_a_lane_per_depth_under_their_thread(opscope_home):
+    """An imported trace nests aten::linear > aten::addmm: drawn on one row, the child would hide under its parent."""
+    store = RunStore()
+    rid = store.create_run(model="m", backend="torch:cpu", device="cpu")
+    row = (lambda seq, depth, t0, t1, op: (0, seq, op, op, "", "", "torch:cpu", "cpu", 1, depth, t0, t1, "[]", "[]",
+                                           "[]", "[]", 0, 0, False, 0))
+    store.add_events(rid, [row(0, 0, 0, 1000, "linear"), row(1, 1, 100, 900, "addmm"), row(2, 0, 1000, 2000, "relu")])
+    store.finish_run(rid, status="ok")
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    assert p["tracks"] == ["torch:cpu", "↳ depth 1"]
+    lanes = dict(zip((p["names"][i] for i in lod.unb64(p["spans"]["label"], "i4")), lod.unb64(p["spans"]["track"], "i4")))
+    assert lanes == {"linear": 0, "relu": 0, "addmm": 1}
+
+
 def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):
     store = RunStore()
     rid = _run_with_events(store, n=10, status=None)

@@ -86,23 +86,25 @@ class WebData:
             cols = con.execute(
                 """WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
                               FROM (SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = $r)),
-                        k AS (SELECT b, d, t, (row_number() OVER (ORDER BY b, d, t)) - 1 AS track
-                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t FROM events
-                                    WHERE run_id = $r))
+                        k AS (SELECT b, d, t, p, (row_number() OVER (ORDER BY b, d, t, p)) - 1 AS track
+                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, coalesce(depth, 0) AS p
+                                    FROM events WHERE run_id = $r))
                    SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track
                    FROM events e JOIN o ON o.o = coalesce(e.op, '?')
                    JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
-                         AND k.t IS NOT DISTINCT FROM e.thread
+                         AND k.t IS NOT DISTINCT FROM e.thread AND k.p = coalesce(e.depth, 0)
                    WHERE e.run_id = $r""", {"r": rid}).fetchnumpy()
             names = [r[0] for r in con.execute(
                 "SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = ? ORDER BY o", [rid]).fetchall()]
-            tracks = con.execute("""SELECT DISTINCT backend, device, thread FROM events WHERE run_id = ?
-                                    ORDER BY backend, device, thread""", [rid]).fetchall()
+            # Nested ops (imports, the eager engine) get a lane per depth under their thread, as trace viewers stack them.
+            tracks = con.execute("""SELECT DISTINCT backend, device, thread, coalesce(depth, 0) FROM events
+                                    WHERE run_id = ? ORDER BY 1, 2, 3, 4""", [rid]).fetchall()
             stacks = con.execute(
                 f"""SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? AND depth < {_STACK_DEPTHS}
                     ORDER BY t_ns""", [rid]).fetchall()
-        by_thread = len({(b, d) for b, d, _ in tracks}) < len(tracks)   # name threads only when they differ
-        labels = [_track_label(b, d, t, by_thread) for b, d, t in tracks]
+        threads = {(b, d, t) for b, d, t, _ in tracks}
+        by_thread = len({(b, d) for b, d, _ in threads}) < len(threads)   # name threads only when they differ
+        labels = [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
         end = np.asarray(cols["end_ns"], np.int64)
         track = np.asarray(cols["track"], np.int64)
