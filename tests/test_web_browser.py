@@ -175,6 +175,23 @@ def test_drag_zooms_to_the_range_and_double_click_shows_the_whole_run(browser, s
                    "s.shown[1] - s.shown[0] >= 0.99 * (arguments[0] - arguments[1]);", whole["t1"], whole["t0"])
 
 
+def test_with_a_token_the_timeline_fetches_its_data_through_the_cookie(browser, store):
+    """?token= once: the page's own fetches (the timeline's windows) then pass the gate by the cookie."""
+    srv, url = start_in_thread(create_app(store=store, token="t0ken-for-the-test"))
+    try:
+        browser.get(f"{url}/timeline?run={store.npu}&token=t0ken-for-the-test")
+        until(browser, TIMELINE_DRAWN)
+        wait_text(browser, "timeline-info", "spans in view")
+        before = browser.execute_script(TIMELINE)
+        browser.find_element(By.TAG_NAME, "body").send_keys("w")
+        # a window is only 'shown' once the server's answer for it came back and was drawn
+        until(browser, "var s = window.opscopeTimeline.state();"
+                       "return s.fetches > 0 && !s.busy && s.shown[1] - s.shown[0] < arguments[0];",
+              before["shown"][1] - before["shown"][0])
+    finally:
+        srv.shutdown()
+
+
 def test_click_an_operator_row(browser, server, store):
     browser.get(f"{server}/operators?run={store.npu}")
     until(browser, ROWS, "ops-table")
