@@ -55,7 +55,7 @@
     T.inflight = ctl;
     T.fetches++;
     return fetch(prefix() + "_opscope/timeline?" + q, {signal: ctl.signal, credentials: "same-origin"})
-      .then(function (r) { return r.json(); })
+      .then(window.opscopeJson)     // app/web/server.py's <head> script: JSON, or the server's one line as the error
       .then(function (p) { if (T && T.inflight === ctl) T.inflight = null; return p; });
   }
 
@@ -103,6 +103,7 @@
 
   function failed(e) {
     if (e && e.name === "AbortError") return;
+    if (T) T.inflight = null;
     note("Could not load the timeline: " + (e && e.message ? e.message : e));
   }
 

@@ -91,13 +91,18 @@ _EARLY = """<script>(function () {
     document.addEventListener("opscope:timeline-drawn", function () { plotly(ok, fail); }, {once: true});
     setTimeout(function () { plotly(ok, fail); }, 4000);
   });
+  // A JSON answer (the endpoint's {error} included), else the server's one line (the token gate's 403) as the error.
+  window.opscopeJson = function (r) {
+    if ((r.headers.get("content-type") || "").indexOf("json") >= 0) return r.json();
+    return r.text().then(function (t) { throw new Error(r.status + " " + ((t || r.statusText).trim().split("\\n")[0])); });
+  };
   if (timeline) {
     var q = new URLSearchParams(location.search), run = q.get("run"), step = q.get("step") || "all";
     var px = Math.max(200, Math.min(window.innerWidth, 1680) - 40 - 34 - 170 - 12);
     var url = prefix + "_opscope/timeline?px=" + Math.round(px) + (run ? "&run=" + encodeURIComponent(run) : "") +
               (step !== "all" ? "&step=" + encodeURIComponent(step) : "");
     window.opscopeTimelineFirst = {run: run, step: step, px: px, promise: fetch(url, {credentials: "same-origin"})
-      .then(function (r) { return r.json(); })};
+      .then(window.opscopeJson)};
   }
 })();</script>"""
 
