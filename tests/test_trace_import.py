@@ -220,3 +220,184 @@ def test_a_failed_write_removes_the_partial_run(tmp_path):
     with pytest.raises(OSError):
         import_trace(trace, store=store)
     assert store.list_runs() == [] and store.query("SELECT count(*) FROM events")[0][0] == 0
+
+
+# --- GPU activity: a torch.profiler trace recorded with ProfilerActivity.CUDA, written by hand --------
+# (no GPU here). The layout is Kineto's: host events on pid = the process, tid = the thread; GPU events
+# on pid = the device, tid = the stream; a launch (cuda_runtime) and what it launched share
+# args.correlation, and carry the External id of the cpu_op around the launch; ac2g flows link them.
+T0_US = 1_700_000_000_000       # Kineto writes absolute microseconds with 3 decimals
+HOST, STREAM = 4242, 7
+SGEMM = "ampere_sgemm_32x32_sliced1x4_tn"
+_GELU_FN = ("at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::"
+            "operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}")
+GELU = (f"void at::native::vectorized_elementwise_kernel<4, {_GELU_FN}, at::detail::Array<char*, 2> >"
+        f"(int, {_GELU_FN}, at::detail::Array<char*, 2>)")
+SOFTMAX = ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 5, false, false>"
+           "(float*, float const*, int, int, int, bool const*, int, bool)")
+HTOD, DTOH, MEMSET = "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pageable)", "Memset (Device)"
+
+# what the import must make of the GPU side: (op, node, launching op, step, start us, dur us, bytes)
+GPU_ROWS = [
+    ("memcpy", HTOD, "aten::copy_", 0, 30, 8, 4096),
+    ("kernel", SGEMM, "aten::addmm", 0, 95, 30, None),
+    ("kernel", GELU, "aten::gelu", 0, 190, 4.5, None),
+    ("kernel", SOFTMAX, "aten::_softmax", 0, 402.5, 7.5, None),   # launched in step 1, runs in step 2's window
+    ("kernel", SGEMM, "aten::addmm", 1, 445, 30, None),
+    ("memset", MEMSET, "aten::zero_", 1, 535, 1.5, 512),
+    ("memcpy", DTOH, "aten::copy_", 1, 600, 1.25, 128),
+]
+
+
+def _x(cat, name, ts, dur, args, pid=HOST, tid=HOST):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": T0_US + ts, "dur": dur, "args": args}
+
+
+def _op(name, ext, ts, dur, dims=None):
+    args = {"External id": ext, "Record function id": 0, "Ev Idx": ext - 1}
+    if dims:
+        args.update({"Input Dims": dims, "Input type": ["float"] * len(dims)})
+    return _x("cpu_op", name, ts, dur, args)
+
+
+def _launched(api, ts, dur, corr, ext, cat, name, gpu_ts, gpu_dur, **extra):
+    """A launch on the host, the GPU work it queued on stream 7 of device 0, and the ac2g flow between them."""
+    gpu_args = {"External id": ext, "queued": 0, "device": 0, "context": 1, "stream": STREAM, "correlation": corr}
+    if cat == "kernel":
+        gpu_args.update({"registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "warps per SM": 4.0,
+                         "grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 6})
+    return [_x("cuda_runtime", api, ts, dur, {"cbid": 211, "correlation": corr, "External id": ext}),
+            _x(cat, name, gpu_ts, gpu_dur, dict(gpu_args, **extra), pid=0, tid=STREAM),
+            {"ph": "s", "id": corr, "pid": HOST, "tid": HOST, "ts": T0_US + ts, "cat": "ac2g", "name": "ac2g"},
+            {"ph": "f", "id": corr, "pid": 0, "tid": STREAM, "ts": T0_US + gpu_ts, "cat": "ac2g", "name": "ac2g",
+             "bp": "e"}]
+
+
+def kineto_gpu_trace() -> dict:
+    events = [
+        {"name": "process_name", "ph": "M", "ts": T0_US, "pid": HOST, "tid": 0, "args": {"name": "python3"}},
+        {"name": "thread_name", "ph": "M", "ts": T0_US, "pid": HOST, "tid": HOST,
+         "args": {"name": f"thread {HOST} (python3)"}},
+        {"name": "process_name", "ph": "M", "ts": T0_US, "pid": 0, "tid": 0, "args": {"name": "python3"}},
+        {"name": "process_labels", "ph": "M", "ts": T0_US, "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
+        {"name": "thread_name", "ph": "M", "ts": T0_US, "pid": 0, "tid": STREAM, "args": {"name": "stream 7 "}},
+        # step 1: copy the input in, linear, gelu, softmax, synchronize
+        _x("user_annotation", "ProfilerStep#1", 0, 400, {"External id": 1, "Record function id": 0, "Ev Idx": 0}),
+        _op("aten::to", 9, 5, 50), _op("aten::copy_", 10, 10, 40, [[8, 16], [8, 16]]),
+        *_launched("cudaMemcpyAsync", 20, 25, 100, 10, "gpu_memcpy", HTOD, 30, 8, bytes=4096,
+                   **{"memory bandwidth (GB/s)": 0.512}),
+        _op("aten::linear", 11, 60, 100, [[8, 16], [32, 16], [32]]), _op("aten::t", 12, 62, 4, [[32, 16]]),
+        _op("aten::addmm", 13, 70, 80, [[32], [8, 16], [16, 32]]),
+        *_launched("cudaLaunchKernel", 80, 10, 101, 13, "kernel", SGEMM, 95, 30),
+        _op("aten::gelu", 14, 170, 30, [[8, 32]]),
+        *_launched("cudaLaunchKernel", 175, 10, 102, 14, "kernel", GELU, 190, 4.5),
+        _op("aten::softmax", 15, 370, 29, [[8, 4]]), _op("aten::_softmax", 16, 375, 23, [[8, 4]]),
+        *_launched("cudaLaunchKernel", 385, 10, 103, 16, "kernel", SOFTMAX, 402.5, 7.5),
+        _x("cuda_runtime", "cudaStreamSynchronize", 399.25, 0.5, {"cbid": 131, "correlation": 104, "External id": 0}),
+        _x("cuda_sync", "Stream Sync", 399.25, 11, {"cuda_sync_kind": "stream_synchronize", "stream": STREAM,
+                                                   "device": 0, "correlation": 104}, pid=0, tid=STREAM),
+        # step 2: linear, zero a buffer, copy the result out
+        _x("user_annotation", "ProfilerStep#2", 400, 400, {"External id": 20, "Record function id": 0, "Ev Idx": 19}),
+        _op("aten::linear", 21, 410, 90, [[8, 16], [32, 16], [32]]), _op("aten::t", 22, 412, 4, [[32, 16]]),
+        _op("aten::addmm", 23, 420, 70, [[32], [8, 16], [16, 32]]),
+        *_launched("cudaLaunchKernel", 430, 10, 201, 23, "kernel", SGEMM, 445, 30),
+        _op("aten::zero_", 24, 510, 30, [[128]]),
+        *_launched("cudaMemsetAsync", 515, 15, 202, 24, "gpu_memset", MEMSET, 535, 1.5, bytes=512,
+                   **{"memory bandwidth (GB/s)": 0.341}),
+        _op("aten::copy_", 25, 550, 150, [[8, 4], [8, 4]]),
+        *_launched("cudaMemcpyAsync", 560, 130, 203, 25, "gpu_memcpy", DTOH, 600, 1.25, bytes=128,
+                   **{"memory bandwidth (GB/s)": 0.102}),
+        # the GPU timeline's copies of the step spans: not steps of their own
+        _x("gpu_user_annotation", "ProfilerStep#1", 30, 380, {"External id": 1, "device": 0, "stream": STREAM},
+           pid=0, tid=STREAM),
+        _x("gpu_user_annotation", "ProfilerStep#2", 445, 156.25, {"External id": 20, "device": 0, "stream": STREAM},
+           pid=0, tid=STREAM),
+        {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": T0_US + 800.5},
+    ]
+    return {"schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072,
+                                  "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
+                                  "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
+                                  "sharedMemPerBlock": 49152, "numSms": 132}],
+            "traceEvents": events, "traceName": "host_4242.1700000000000.pt.trace.json", "displayTimeUnit": "ms"}
+
+
+def _write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _ns(us):
+    return T0_US * 1000 + round(us * 1000)
+
+
+EVENT_COLS = ["step", "op", "node", "module", "backend", "device", "thread", "start_ns", "end_ns", "bytes"]
+
+
+def _rows(store, rid):
+    ev = store.events_frame(rid, columns=EVENT_COLS)
+    return [dict(zip(EVENT_COLS, r)) for r in zip(*(ev[c].tolist() for c in EVENT_COLS))]
+
+
+def test_kineto_gpu_kernels_and_copies_import_on_their_own_track(tmp_path):
+    doc = kineto_gpu_trace()
+    rid = import_trace(_write(tmp_path, "gpu.pt.trace.json", doc))
+    store = RunStore()
+    rows = _rows(store, rid)
+    gpu = [r for r in rows if r["backend"] == "cuda"]
+    # one track per device and stream, next to the host thread's
+    assert {(r["backend"], r["device"], r["thread"]) for r in rows} == {("torch:cpu", "cpu", HOST),
+                                                                       ("cuda", "cuda:0", STREAM)}
+    got = sorted((r["op"], r["node"], r["module"], r["step"], r["start_ns"], r["end_ns"], r["bytes"] or None)
+                 for r in gpu)
+    assert got == sorted((op, node, module, step, _ns(ts), _ns(ts + dur), nbytes)
+                         for op, node, module, step, ts, dur, nbytes in GPU_ROWS)
+
+    # the host side is what it was: every cpu_op once, nothing else (no cudaLaunchKernel, no Stream Sync)
+    cpu_ops = Counter(e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    assert Counter(r["node"] for r in rows if r["backend"] == "torch:cpu") == cpu_ops
+    assert {r["step"] for r in rows} == {0, 1}
+    by_node = {r["key"]: r["count"] for r in store.op_stats(rid, by="node")}
+    assert by_node == dict(cpu_ops + Counter(node for _, node, *_ in GPU_ROWS))
+
+    run = store.get_run(rid)
+    assert run["steps"] == 2                         # the GPU copies of ProfilerStep#N add no steps
+    assert run["config"]["imported"] == {"cpu_op": 13, "kernel": 4, "gpu_memcpy": 2, "gpu_memset": 1}
+    assert run["config"]["skipped"] == {"cuda_runtime": 8, "cuda_sync": 1, "gpu_user_annotation": 2, "ac2g": 14}
+
+
+def _slow(doc):
+    """The same trace with one time written as a string: the column parser hands it to the event-by-event one."""
+    doc = json.loads(json.dumps(doc))
+    sync = next(e for e in doc["traceEvents"] if e.get("name") == "cudaStreamSynchronize")
+    sync["ts"] = str(sync["ts"])
+    return doc
+
+
+def test_kineto_gpu_trace_imports_the_same_with_either_parser(tmp_path):
+    from opscope.profiler.importers import kineto
+    doc = kineto_gpu_trace()
+    kineto._parse_columns(doc["traceEvents"], None)                  # the fast one takes the trace as it is
+    with pytest.raises(kineto._Irregular):
+        kineto._parse_columns(_slow(doc)["traceEvents"], None)       # and leaves this one to the other
+    store = RunStore()
+    fast = import_trace(_write(tmp_path, "fast.json", doc))
+    slow = import_trace(_write(tmp_path, "slow.json", _slow(doc)))
+    assert _rows(store, fast) == _rows(store, slow)
+    assert store.get_run(fast)["config"] == store.get_run(slow)["config"]
+    assert store.op_stats(fast, by="node") == store.op_stats(slow, by="node")
+
+
+@pytest.mark.parametrize("parser", ["columns", "events"])
+def test_kernels_find_their_launching_op_without_external_ids(tmp_path, parser):
+    """Writers that leave out External id: correlation -> the launch -> the innermost cpu_op around it."""
+    doc = kineto_gpu_trace()
+    for e in doc["traceEvents"]:
+        if e.get("cat") != "cpu_op" and isinstance(e.get("args"), dict):
+            e["args"].pop("External id", None)
+    doc = _slow(doc) if parser == "events" else doc
+    rid = import_trace(_write(tmp_path, "no_external_ids.json", doc))
+    got = sorted((r["node"], r["start_ns"], r["module"], r["step"]) for r in _rows(RunStore(), rid)
+                 if r["backend"] == "cuda")
+    assert got == sorted((node, _ns(ts), module, step) for _, node, module, step, ts, _, _ in GPU_ROWS)

@@ -130,18 +130,25 @@ class EventTable:
         c["bytes"].append(bytes); c["flops"].append(flops); c["fallback"].append(bool(fallback))
 
     def extend(self, n: int, cols: dict) -> None:
-        """Fill an empty table with whole columns (lists or arrays of length n); missing ones get defaults."""
-        assert not len(self), "extend() fills an empty table"
+        """Append whole columns (lists or arrays of length n); missing ones get defaults."""
         for c in self.COLUMNS:
-            self.cols[c] = cols[c] if c in cols else [self._DEFAULTS.get(c)] * n
+            new, old = (cols[c] if c in cols else [self._DEFAULTS.get(c)] * n), self.cols[c]
+            if not len(old):
+                self.cols[c] = new
+            elif isinstance(old, np.ndarray) or isinstance(new, np.ndarray):   # times, steps: keep them arrays
+                self.cols[c] = np.concatenate([np.asarray(old), np.asarray(new, dtype=np.asarray(old).dtype)])
+            else:
+                self.cols[c] = list(old) + list(new)
 
-    def steps_from_spans(self, spans: list[tuple[int, int]]) -> None:
-        """Give each event the index of the step span (start_ns, end_ns) it starts in (or the last before it)."""
+    def steps_from_spans(self, spans: list[tuple[int, int]], at=None) -> None:
+        """Give each event the index of the step span (start_ns, end_ns) it starts in (or the last before it);
+        `at` (one time per event) replaces the start, e.g. for GPU work, whose step is the one it was launched in."""
         if not spans:
             return
         spans = sorted(spans)
         starts = np.asarray([s for s, _ in spans], dtype=np.int64)
-        idx = np.searchsorted(starts, np.asarray(self.cols["start_ns"], dtype=np.int64), side="right") - 1
+        at = self.cols["start_ns"] if at is None else at
+        idx = np.searchsorted(starts, np.asarray(at, dtype=np.int64), side="right") - 1
         self.cols["step"] = np.maximum(idx, 0)
 
     def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

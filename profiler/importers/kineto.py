@@ -3,8 +3,15 @@
 Kineto traces: every `cpu_op` event becomes an op event. Its name (`aten::linear`) is kept as the
 node, so `op_stats(by="node")` lines up with torch.profiler's `key_averages()` name for name; the
 op is the opscope op that ATen packet maps to (`linear`), or the ATen name when opscope has none.
-`ProfilerStep#N` spans (torch.profiler schedules) become steps. GPU-side events (kernels, memcpy,
-runtime calls) are counted in the run's config but not imported: they would count every op twice.
+`ProfilerStep#N` spans (torch.profiler schedules) become steps.
+
+What the GPU did (`kernel`, `gpu_memcpy`, `gpu_memset`) becomes op events of its own, on a track per
+device and stream: backend `cuda` (or the device kind the launch calls name: `xpu_runtime` -> `xpu`),
+device `cuda:<args.device>`, thread = `args.stream`, op `kernel` / `memcpy` / `memset`, node = the
+kernel's name as in the file, bytes = `args.bytes`, module = the cpu_op that launched it, step = the
+step it was *launched* in (see `_gpu_columns`). The host side of a launch (`cuda_runtime`,
+`cuda_driver`), flow arrows (`ac2g`), `gpu_user_annotation`, `overhead` and `cuda_sync` are counted in
+the run's config (`skipped`, next to `imported`) but not imported: the cpu_op already holds that time.
 
 Our own export (otherData.opscope): op events come back with their step, seq, node, module,
 shapes and FLOPs; step spans and stacks are skipped.
@@ -18,6 +25,7 @@ also the one that says, in one line, what is wrong with a bad file.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from operator import itemgetter
@@ -31,6 +39,8 @@ from .names import op_for_aten_name
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
              "overhead", "cuda_sync"}
+_GPU_OPS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}   # Kineto category -> op
+_FLOWS = {"s", "t", "f"}       # flow arrows (ac2g: launch -> kernel; fwdbwd): links, not spans
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
 
@@ -47,7 +57,11 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
     try:
         return _parse_columns(events, other)
     except _Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
-        pass
+        return _parse_events(events, other, source)
+
+
+def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
+    """Event by event: slower than `_parse_columns`, but takes B/E pairs and odd types, and says what is wrong."""
     if any(isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events):
         kind = "kineto"
     elif isinstance(other, dict) and other.get("opscope"):
@@ -57,14 +71,19 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
     procs, threads = _metadata(events, source)
     pids = sorted({e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") in ("X", "B", "E")},
                   key=str)
+    cpu_pids = {e.get("pid", 0) for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"}
     table = EventTable()
-    skipped: Counter = Counter()
+    imported: Counter = Counter()
+    skipped = _flows(events, [e.get("ph") if isinstance(e, dict) else None for e in events])
     step_spans: list[tuple[int, int]] = []
     t0 = int(other.get("t0_ns") or 0) if kind == "opscope" and isinstance(other, dict) else 0
     seqs = []
+    cpu, gpu, launches = _Spans(), _Spans(), _Spans()
 
     for i, ev in enumerate(_spans(events, source)):
         cat, name = ev.get("cat"), ev.get("name")
+        if not (cat is None or isinstance(cat, str)):
+            cat = str(cat)
         where = f"{source}: event {i} ({name!r})"
         ts = number(ev, "ts", where)
         dur = number(ev, "dur", where, 0)
@@ -72,17 +91,23 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
         end = start + round(dur * 1000)
         pid, tid = ev.get("pid", 0), ev.get("tid", 0)
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        if isinstance(name, str) and name.startswith("ProfilerStep#"):
+        if _is_step(name, cat):
             step_spans.append((start, end))
             continue
         if kind == "kineto":
-            if cat != "cpu_op":
+            if cat in _GPU_OPS:
+                gpu.add(ev, start, end)
+            elif cat != "cpu_op":
                 skipped[str(cat)] += 1
+                if _is_launch(cat):
+                    launches.add(ev, start, end)
                 continue
-            shapes, dtypes = _kineto_inputs(args)
-            table.add(op=op_for_aten_name(str(name)), node=str(name), backend="torch:cpu",
-                      device="cpu" if len(pids) < 2 else f"cpu pid {pid}", thread=_int(tid), start_ns=start,
-                      end_ns=end, input_shapes=shapes, input_dtypes=dtypes)
+            else:
+                shapes, dtypes = _kineto_inputs(args)
+                table.add(op=op_for_aten_name(str(name)), node=str(name), backend="torch:cpu",
+                          device="cpu" if len(cpu_pids) < 2 else f"cpu pid {pid}", thread=_int(tid), start_ns=start,
+                          end_ns=end, input_shapes=shapes, input_dtypes=dtypes)
+                cpu.add(ev, start, end)
         elif kind == "opscope":
             if cat in ("step", "stack"):
                 skipped[cat] += 1
@@ -104,15 +129,27 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
             device = f"pid {pid}" if len(pids) > 1 else "cpu"
             table.add(op=op_for_aten_name(str(name)), node=str(name), backend=backend, device=device,
                       thread=_int(tid), start_ns=start, end_ns=end)
+        imported[str(cat)] += 1
 
-    if kind == "opscope":
-        table.seq = seqs
+    _finish(table, step_spans, _gpu_columns(gpu, launches, cpu) if gpu.events else None,
+            seqs if kind == "opscope" else None)
+    return table, _run_fields(kind, table, other, pids, imported, skipped)
+
+
+def _finish(table: EventTable, step_spans: list, gpu=None, seq=None) -> None:
+    """Both parsers' last steps: the GPU rows after the host ones, then steps (or the file's own seq)."""
+    at = None
+    if gpu is not None:
+        n, cols, launched = gpu
+        at = np.concatenate([np.asarray(table.cols["start_ns"], dtype=np.int64), np.asarray(launched, dtype=np.int64)])
+        table.extend(n, cols)
+    if seq is not None:
+        table.seq = seq
     elif step_spans:
-        table.steps_from_spans(step_spans)
-    return table, _run_fields(kind, table, other, pids, skipped)
+        table.steps_from_spans(step_spans, at)
 
 
-def _run_fields(kind, table, other, pids, skipped) -> dict:
+def _run_fields(kind, table, other, pids, imported, skipped) -> dict:
     steps = len(set(np.asarray(table.cols["step"]).tolist())) if len(table) else 0
     if kind == "opscope":
         model = (other.get("model") or "import") if isinstance(other, dict) else "import"
@@ -120,7 +157,7 @@ def _run_fields(kind, table, other, pids, skipped) -> dict:
         device = other.get("device") or ""
     else:
         model, backend, device = "import", {"kineto": "torch.profiler", "chrome": "chrome-trace"}[kind], "cpu"
-    config = {"format": kind, "pids": [str(p) for p in pids], "skipped": dict(skipped)}
+    config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "skipped": dict(skipped)}
     if kind == "opscope" and isinstance(other, dict):
         config["exported_run"] = other.get("run_id")
     return {"model": model, "backend": backend, "device": device, "steps": steps, "config": config}
@@ -185,7 +222,11 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
     xs = [e for e, p in zip(events, phs) if p == "X"]
     fields = _fields(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
     cats, names, pid_list, tid_list = fields["cat"], fields["name"], fields["pid"], fields["tid"]
-    if "cpu_op" in set(cats):
+    try:
+        cat_set = set(cats)
+    except TypeError:      # a category that is a list or an object
+        raise _Irregular from None
+    if "cpu_op" in cat_set:
         kind = "kineto"
     elif isinstance(other, dict) and other.get("opscope"):
         kind = "opscope"
@@ -199,7 +240,7 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
     start = t0 + np.rint(ts * 1000).astype(np.int64)
     end = start + np.rint(dur * 1000).astype(np.int64)
 
-    is_step = [isinstance(n, str) and n.startswith("ProfilerStep#") for n in names]
+    is_step = [_is_step(n, c) for n, c in zip(names, cats)]
     if kind == "kineto":
         keep = [c == "cpu_op" and not st for c, st in zip(cats, is_step)]
     elif kind == "opscope":
@@ -207,10 +248,24 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
     else:
         keep = [c not in _GPU_CATS and not st for c, st in zip(cats, is_step)]
     skipped = Counter((c if kind == "opscope" else str(c)) for c, k, st in zip(cats, keep, is_step) if not k and not st)
+    if kinds_of_ph & _FLOWS:
+        skipped.update(_flows(events, phs))
     step_spans = [(int(start[i]), int(end[i])) for i in np.flatnonzero(is_step).tolist()]
     idx = np.flatnonzero(keep)
     pick = _picker(idx, len(xs))
     kept = pick(xs)
+    imported = Counter({str(c): k for c, k in Counter(pick(cats)).items()})
+    gpu = None
+    if kind == "kineto" and not cat_set.isdisjoint(_GPU_OPS):
+        def spans(mask):
+            at = np.flatnonzero(mask)
+            return _Spans(_picker(at, len(xs))(xs), start[at].tolist(), end[at].tolist())
+        launch_cats = {c for c in cat_set if _is_launch(c)}
+        gpu = _gpu_columns(spans([c in _GPU_OPS for c in cats]), spans([c in launch_cats for c in cats]),
+                           _Spans(kept, start[idx].tolist(), end[idx].tolist()))
+        for c in _GPU_OPS:              # `keep` keeps host ops only: GPU work was counted as skipped
+            if c in skipped:
+                imported[c] = skipped.pop(c)
     names = list(map(str, pick(names)))
     pid_list, tid_list = pick(pid_list), pick(tid_list)
     n = len(kept)
@@ -221,7 +276,7 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
         cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, op_for_aten_name(x)) for x in names]
         cols["node"] = names
         cols["backend"] = ["torch:cpu"] * n
-        cols["device"] = ["cpu"] * n if len(pids) < 2 else [f"cpu pid {p}" for p in pid_list]
+        cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
         cols["thread"] = [_int(t) for t in tid_list]
         io = [_kineto_inputs(e.get("args") if isinstance(e.get("args"), dict) else {}) for e in kept]
         cols["input_shapes"] = [a for a, _ in io]
@@ -262,11 +317,130 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
 
     table = EventTable()
     table.extend(n, cols)
-    if kind == "opscope":
-        table.seq = seq
-    elif step_spans:
-        table.steps_from_spans(step_spans)
-    return table, _run_fields(kind, table, other, pids, skipped)
+    _finish(table, step_spans, gpu, seq if kind == "opscope" else None)
+    return table, _run_fields(kind, table, other, pids, imported, skipped)
+
+
+def _is_step(name, cat) -> bool:
+    """A torch.profiler step span on the host; its copy on the GPU timeline (gpu_user_annotation) is not one."""
+    return isinstance(name, str) and name.startswith("ProfilerStep#") and cat not in _GPU_CATS
+
+
+def _is_launch(cat) -> bool:
+    """Host calls that launch GPU work and carry its correlation id: cuda_runtime, cuda_driver, and their
+    kin for other devices (xpu_runtime, mlu_runtime, ...)."""
+    return isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))
+
+
+def _flows(events: list, phs: list) -> Counter:
+    return Counter(str(e.get("cat")) for e, p in zip(events, phs) if p in _FLOWS)
+
+
+class _Spans:
+    """Events of one kind, as columns: the event objects and their start and end (ns)."""
+
+    def __init__(self, events=None, start=None, end=None):
+        self.events, self.start, self.end = events or [], start or [], end or []
+
+    def add(self, ev: dict, start: int, end: int) -> None:
+        self.events.append(ev)
+        self.start.append(start)
+        self.end.append(end)
+
+
+def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict, list]:
+    """Kineto's kernels, memcpys and memsets -> (n, event columns, launch time of each, for its step).
+
+    The launching op: Kineto gives every GPU event args "External id", copied from its launch, which
+    is the External id of the innermost op running on the host when it was launched; that names the
+    cpu_op directly. Where it is missing or 0 (other writers; launches inside a record_function that
+    is not a cpu_op), args "correlation" leads to the launch (cudaLaunchKernel, ...): its own External
+    id, else the innermost cpu_op around it on its thread. The step is the one the launch falls in
+    (the kernel itself may run after its ProfilerStep ended); without a launch, the kernel's own start.
+    A column at a time, like `_parse_columns`: a GPU trace has about as many kernels as cpu_ops.
+    """
+    ids = ("correlation", "External id")
+    cpu_ext = _ids([a.get("External id") for a in _arg_dicts(cpu.events)])
+    op_of_ext = {x: str(e.get("name")) for x, e in zip(cpu_ext, cpu.events) if x}
+    lf = _fields(launches.events, ("cat", "pid", "tid"), {"pid": 0, "tid": 0})
+    la = _fields(_arg_dicts(launches.events), ids, {})
+    lanes = zip(_ids(lf["pid"]), _ids(lf["tid"]))
+    launch_of = dict(zip(_ids(la["correlation"]), zip(_ids(la["External id"]), lanes, launches.start)))
+    launch_of.pop(None, None)
+    kinds = Counter(c.rsplit("_", 1)[0] for c in lf["cat"])
+    kind = kinds.most_common(1)[0][0] if kinds else "cuda"
+
+    n = len(gpu.events)
+    gf = _fields(gpu.events, ("cat", "name", "pid", "tid"), {"pid": 0, "tid": 0})
+    ga = _fields(_arg_dicts(gpu.events), ids + ("device", "stream", "bytes"), {})
+    links = [launch_of.get(c) for c in _ids(ga["correlation"])]
+    module = [op_of_ext.get(x) for x in _ids(ga["External id"])]
+    launched = [s if link is None else link[2] for s, link in zip(gpu.start, links)]
+    unlinked: dict = {}                 # the launch's (pid, tid) -> [(its time, row)]
+    for row in [i for i, (m, link) in enumerate(zip(module, links)) if m is None and link is not None]:
+        ext, lane, t = links[row]
+        module[row] = op_of_ext.get(ext)
+        if module[row] is None:
+            unlinked.setdefault(lane, []).append((t, row))
+    if unlinked:
+        ops: dict = {}
+        for ev, s, e in zip(cpu.events, cpu.start, cpu.end):
+            key = _lane(ev)
+            if key in unlinked:
+                ops.setdefault(key, []).append((s, e, str(ev.get("name"))))
+        for key, queries in unlinked.items():
+            for row, name in _innermost(ops.get(key, []), queries).items():
+                module[row] = name
+    devices = _ids([p if d is None else d for d, p in zip(ga["device"], gf["pid"])])    # args.device, else pid
+    device_of = {d: f"{kind}:{d if isinstance(d, str) else _int(d)}" for d in set(devices)}
+    cols = {"op": [_GPU_OPS[c] for c in gf["cat"]], "node": list(map(str, gf["name"])), "backend": [kind] * n,
+            "device": [device_of[d] for d in devices],
+            "thread": [_int(t if s is None else s) for s, t in zip(ga["stream"], gf["tid"])],
+            "start_ns": np.asarray(gpu.start, dtype=np.int64), "end_ns": np.maximum(gpu.end, gpu.start),
+            "module": module, "bytes": list(map(_size, ga["bytes"]))}
+    return n, cols, launched
+
+
+def _innermost(ops: list, queries: list) -> dict:
+    """ops: (start, end, name) on one thread; queries: (time, row) -> {row: the innermost op running at
+    that time}, in one sweep over both in time order (a stack of the ops open at each query)."""
+    ops.sort(key=lambda o: (o[0], -o[1]))
+    found, open_, k = {}, [], 0
+    for t, row in sorted(queries):
+        while k < len(ops) and ops[k][0] <= t:
+            while open_ and open_[-1][0] < ops[k][0]:
+                open_.pop()
+            open_.append((ops[k][1], ops[k][2]))
+            k += 1
+        while open_ and open_[-1][0] < t:
+            open_.pop()
+        if open_:
+            found[row] = open_[-1][1]
+    return found
+
+
+def _arg_dicts(events: list) -> list:
+    args = [e.get("args") for e in events]
+    return args if set(map(type, args)) <= {dict} else [a if isinstance(a, dict) else {} for a in args]
+
+
+def _lane(ev: dict) -> tuple:
+    return _id(ev.get("pid", 0)), _id(ev.get("tid", 0))
+
+
+def _id(v):
+    """An id (correlation, External id, pid, tid, device) as a dict key; None for what cannot be one."""
+    return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+
+
+def _ids(values: list) -> list:
+    return values if set(map(type, values)) <= {int, str, type(None)} else list(map(_id, values))
+
+
+def _size(v):
+    """A byte count, or None where the trace gives none (or nonsense)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return int(v) if ok else None
 
 
 def _spans(events, source):
