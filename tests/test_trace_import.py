@@ -401,3 +401,14 @@ def test_kernels_find_their_launching_op_without_external_ids(tmp_path, parser):
     got = sorted((r["node"], r["start_ns"], r["module"], r["step"]) for r in _rows(RunStore(), rid)
                  if r["backend"] == "cuda")
     assert got == sorted((node, _ns(ts), module, step) for _, node, module, step, ts, _, _ in GPU_ROWS)
+
+
+def test_a_gpu_only_trace_imports_its_kernels(tmp_path):
+    """torch.profiler with ProfilerActivity.CUDA alone: no cpu_op at all, still a Kineto trace."""
+    doc = kineto_gpu_trace()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cpu_op"]
+    rid = import_trace(_write(tmp_path, "gpu_only.json", doc))
+    rows = _rows(RunStore(), rid)
+    assert {r["backend"] for r in rows} == {"cuda"}
+    got = sorted((r["node"], r["start_ns"], r["step"]) for r in rows)
+    assert got == sorted((node, _ns(ts), step) for _, node, _, step, ts, _, _ in GPU_ROWS)

@@ -62,7 +62,7 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
 
 def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
     """Event by event: slower than `_parse_columns`, but takes B/E pairs and odd types, and says what is wrong."""
-    if any(isinstance(e, dict) and e.get("cat") == "cpu_op" for e in events):
+    if any(isinstance(e, dict) and _is_kineto_cat(e.get("cat")) for e in events):
         kind = "kineto"
     elif isinstance(other, dict) and other.get("opscope"):
         kind = "opscope"
@@ -226,7 +226,7 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
         cat_set = set(cats)
     except TypeError:      # a category that is a list or an object
         raise _Irregular from None
-    if "cpu_op" in cat_set:
+    if any(_is_kineto_cat(c) for c in cat_set):
         kind = "kineto"
     elif isinstance(other, dict) and other.get("opscope"):
         kind = "opscope"
@@ -346,6 +346,11 @@ class _Spans:
         self.events.append(ev)
         self.start.append(start)
         self.end.append(end)
+
+
+def _is_kineto_cat(cat) -> bool:
+    """A torch.profiler trace: host ops, or GPU activity alone (recorded with ProfilerActivity.CUDA only)."""
+    return cat == "cpu_op" or cat in _GPU_OPS
 
 
 def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict, list]:
