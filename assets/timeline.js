@@ -205,8 +205,8 @@
   function legend() {
     var d = T.data, seen = {}, items = [];
     for (var i = 0; i < d.spans.n; i++) seen[d.spans.label[i]] = true;
-    Object.keys(seen).map(Number).sort(function (a, b) { return d.names[a] < d.names[b] ? -1 : 1; })
-      .forEach(function (k) { items.push([d.colors[k], k >= d.frames_from ? "python frame" : d.names[k]]); });
+    Object.keys(seen).map(Number).sort(function (a, b) { return d.groups[a] < d.groups[b] ? -1 : 1; })
+      .forEach(function (k) { items.push([d.colors[k], d.groups[k]]); });   // a kernel's group is "kernel"
     if (d.buckets.n) items.push(["#9aa5b1", "too small to draw: zoom in"]);
     var seenName = {}, key;
     items = items.filter(function (it) { if (seenName[it[1]]) return false; seenName[it[1]] = 1; return true; });
@@ -557,7 +557,8 @@
     }
     var s = d.spans, k = s.label[h.i], name = esc(d.names[k]), dur = fmtDur(s.end[h.i] - s.start[h.i]);
     if (k >= d.frames_from) return "<b>" + name + "</b><br>" + dur + " · python frame";
-    return "<b>" + name + "</b><br>" + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];
+    var group = d.groups[k] !== d.names[k] ? esc(d.groups[k]) + " · " : "";
+    return "<b>" + name + "</b><br>" + group + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];
   }
 
   function esc(text) {

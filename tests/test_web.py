@@ -106,6 +106,27 @@ def test_nested_ops_get_a_lane_per_depth_under_their_thread(opscope_home):
     assert lanes == {"linear": 0, "relu": 0, "addmm": 1}
 
 
+def test_gpu_kernels_show_their_own_names_on_a_stream_track(opscope_home):
+    """An imported GPU trace: a track per stream, each kernel named as itself, colored and listed as 'kernel'."""
+    store = RunStore()
+    rid = store.create_run(model="m", backend="torch.profiler", device="cpu")
+    row = (lambda seq, op, node, backend, device, thread, t0: (0, seq, op, node, "aten::addmm", "", backend, device,
+                                                              thread, 0, t0, t0 + 500, "[]", "[]", "[]", "[]", 0, 0,
+                                                              False, 0))
+    store.add_events(rid, [row(0, "linear", "aten::linear", "torch:cpu", "cpu", 1, 0),
+                           row(1, "kernel", "ampere_sgemm_128x64_tn", "cuda", "cuda:0", 7, 100),
+                           row(2, "kernel", "vectorized_elementwise_kernel", "cuda", "cuda:0", 7, 700),
+                           row(3, "memcpy", "Memcpy HtoD (Pageable -> Device)", "cuda", "cuda:0", 7, 1300)])
+    store.finish_run(rid, status="ok")
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    assert p["tracks"] == ["cuda:0 · stream 7", "torch:cpu"]
+    group = dict(zip(p["names"], p["groups"]))
+    assert group == {"ampere_sgemm_128x64_tn": "kernel", "vectorized_elementwise_kernel": "kernel",
+                     "Memcpy HtoD (Pageable -> Device)": "memcpy", "linear": "linear"}
+    color = dict(zip(p["names"], p["colors"]))
+    assert color["ampere_sgemm_128x64_tn"] == color["vectorized_elementwise_kernel"] == theme.op_color("kernel")
+
+
 def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):
     store = RunStore()
     rid = _run_with_events(store, n=10, status=None)

@@ -16,6 +16,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from opscope.app.web import components as ui
 from opscope.app.web import ids, theme
 from opscope.app.web import timeline as lod
+from opscope.profiler.importers.kineto import DEVICE_OPS
 
 PATH = "/timeline"
 NAME = "Timeline"
@@ -160,7 +161,9 @@ def register(app, data):
             html.H4([html.Span(className="swatch", style={"background": theme.op_color(ev["op"])}), ev["op"],
                      html.Span(f"  {ui.fmt_ns(dur)}", className="muted")]),
             _fields([
-                ("node", ev["node"]), ("module path", ev["module"] or "(top level)"),
+                ("node", ev["node"]),
+                ("launched by", ev["module"] or "unknown") if ev["op"] in DEVICE_OPS else
+                ("module path", ev["module"] or "(top level)"),
                 ("source line", ev["source"] or "unknown"),
                 ("backend", f"{ev['backend']} · {ev['device'] or ''} · thread {ev['thread']}"),
                 ("step · seq", f"{ev['step']} · {ev['seq']}"),

@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from opscope.profiler.importers.kineto import DEVICE_OPS
 from opscope.profiler.store import run_description
 from opscope.runtime.errors import UsageError
 
@@ -83,19 +84,21 @@ class WebData:
         # Interning op names and tracks in SQL keeps a million strings out of Python.
         with self.store.connect() as con:
             # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
+            name = _span_name_sql()
             cols = con.execute(
-                """WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
-                              FROM (SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = $r)),
+                f"""WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
+                              FROM (SELECT DISTINCT {name} AS o FROM events WHERE run_id = $r)),
                         k AS (SELECT b, d, t, p, (row_number() OVER (ORDER BY b, d, t, p)) - 1 AS track
                               FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, coalesce(depth, 0) AS p
                                     FROM events WHERE run_id = $r))
                    SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track
-                   FROM events e JOIN o ON o.o = coalesce(e.op, '?')
+                   FROM events e JOIN o ON o.o = {_span_name_sql("e.")}
                    JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
                          AND k.t IS NOT DISTINCT FROM e.thread AND k.p = coalesce(e.depth, 0)
                    WHERE e.run_id = $r""", {"r": rid}).fetchnumpy()
-            names = [r[0] for r in con.execute(
-                "SELECT DISTINCT coalesce(op, '?') AS o FROM events WHERE run_id = ? ORDER BY o", [rid]).fetchall()]
+            named = con.execute(f"""SELECT {name} AS o, any_value(coalesce(op, '?')) FROM events WHERE run_id = ?
+                                    GROUP BY o ORDER BY o""", [rid]).fetchall()
+            names, groups = [r[0] for r in named], [r[1] for r in named]
             # Nested ops (imports, the eager engine) get a lane per depth under their thread, as trace viewers stack them.
             tracks = con.execute("""SELECT DISTINCT backend, device, thread, coalesce(depth, 0) FROM events
                                     WHERE run_id = ? ORDER BY 1, 2, 3, 4""", [rid]).fetchall()
@@ -118,13 +121,14 @@ class WebData:
             labels += [f"python stack {d}" for d in depths]
             frames = {f: len(names) + i for i, f in enumerate(sorted({r[3] or "?" for r in stacks}))}
             names = names + list(frames)
+            groups = groups + ["python frame"] * len(frames)
             start = np.concatenate([start, [r[0] for r in stacks]]).astype(np.int64)
             end = np.concatenate([end, [r[0] + r[1] for r in stacks]]).astype(np.int64)
             track = np.concatenate([track, [row_of[r[2]] for r in stacks]]).astype(np.int64)
             label = np.concatenate([label, [frames[r[3] or "?"] for r in stacks]]).astype(np.int64)
             key0 = np.concatenate([key0, np.full(len(stacks), timeline.STACK_KEY)])
             key1 = np.concatenate([key1, np.arange(len(stacks))])
-        return timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops)
+        return timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
 
     def step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
         return [tuple(map(int, r)) for r in self.store.query(
@@ -203,10 +207,22 @@ class WebData:
         return self.store.hardware_frame(run_id)
 
 
+def _span_name_sql(table: str = "") -> str:
+    """A span's name: its op; a GPU kernel's own name (node), grouped under its op ("kernel") for color and legend."""
+    device_ops = ", ".join(f"'{x}'" for x in sorted(DEVICE_OPS))
+    t = table
+    return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
+
+
 def _track_label(backend, device, thread, by_thread: bool) -> str:
     label = backend or "?"
-    if device and device not in label:
+    stream = bool(device) and device.split(":")[0] == backend      # "cuda" on "cuda:0": a GPU stream (imports)
+    if stream:
+        label = device
+    elif device and device not in label:
         label += f" · {device}"
-    if thread is not None and by_thread:
+    if thread is not None and stream:
+        label += f" · stream {int(thread)}"
+    elif thread is not None and by_thread:
         label += f" · t{int(thread) % 100000}"
     return label

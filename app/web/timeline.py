@@ -31,6 +31,7 @@ class Spans:
     label: np.ndarray          # int32 index into names
     names: list[str]           # op names, then Python frames
     frames_from: int           # names[frames_from:] are Python frames
+    groups: list[str]          # per name, what colors it and names it in the legend: the op (a kernel's is "kernel")
     key0: np.ndarray           # step (or STACK_KEY for a Python frame)
     key1: np.ndarray           # seq (or the frame's row)
     maxdur: np.ndarray         # per track: the longest span, to find spans that began before t0
@@ -42,7 +43,8 @@ class Spans:
         return len(self.start)
 
 
-def build(start, end, track, tracks, label, names, key0, key1, frames_from: int | None = None) -> Spans:
+def build(start, end, track, tracks, label, names, key0, key1, frames_from: int | None = None,
+          groups: list[str] | None = None) -> Spans:
     start = np.asarray(start, dtype=np.int64)
     end = np.maximum(np.asarray(end, dtype=np.int64), start)
     track = np.asarray(track, dtype=np.int64)
@@ -54,6 +56,7 @@ def build(start, end, track, tracks, label, names, key0, key1, frames_from: int 
     return Spans(tracks=list(tracks), offsets=offsets, start=start, end=end,
                  label=np.asarray(label, dtype=np.int32)[order], names=list(names),
                  frames_from=len(names) if frames_from is None else frames_from,
+                 groups=list(names) if groups is None else list(groups),
                  key0=np.asarray(key0, dtype=np.int64)[order], key1=np.asarray(key1, dtype=np.int64)[order],
                  maxdur=maxdur, t_min=int(start.min()) if len(start) else 0,
                  t_max=int(end.max()) if len(end) else 1)
@@ -133,10 +136,11 @@ def payload(spans: Spans, lod: Lod) -> dict:
     origin = spans.t_min
     shown = lod.shown
     rel = (lambda a: (np.asarray(a, np.int64) - origin).astype(np.float64))
-    colors = [theme.STACK if i >= spans.frames_from else theme.op_color(n) for i, n in enumerate(spans.names)]
+    colors = [theme.STACK if i >= spans.frames_from else theme.op_color(g) for i, g in enumerate(spans.groups)]
     return {
         "origin": str(origin), "t0": lod.t0 - origin, "t1": lod.t1 - origin, "end": spans.t_max - origin,
-        "tracks": spans.tracks, "names": spans.names, "colors": colors, "frames_from": spans.frames_from,
+        "tracks": spans.tracks, "names": spans.names, "colors": colors, "groups": spans.groups,
+        "frames_from": spans.frames_from,
         "count": spans.count, "visible": lod.visible,
         "spans": {"n": len(shown), "start": b64(rel(spans.start[shown]), "f8"), "end": b64(rel(spans.end[shown]), "f8"),
                   "track": b64(_track_of(spans, shown), "i4"), "label": b64(spans.label[shown], "i4"),

@@ -40,6 +40,7 @@ from .names import op_for_aten_name
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
              "overhead", "cuda_sync"}
 _GPU_OPS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}   # Kineto category -> op
+DEVICE_OPS = frozenset(_GPU_OPS.values())   # ops that ran on a device stream; their module is the op that launched them
 _FLOWS = {"s", "t", "f"}       # flow arrows (ac2g: launch -> kernel; fwdbwd): links, not spans
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
