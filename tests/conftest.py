@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 
@@ -26,3 +27,11 @@ def run_cli(*args, timeout=300, env=None, input=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def ctrl_c_able():
+    """preexec_fn for a child the test will Ctrl-C (SIGINT): as a terminal's foreground job gets it.
+
+    A shell runs a background job (`.ci/run &`, nohup) with SIGINT ignored, every descendant inherits
+    that, and Python then installs no KeyboardInterrupt handler: the Ctrl-C tests would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,6 +12,8 @@ from opscope.app.web.data import WebData
 from opscope.app.web.server import create_app, is_loopback, serve
 from opscope.profiler.store import RunStore
 
+from conftest import ctrl_c_able
+
 
 def spans_of(n_small=200_000, n_wide=50, tracks=2, seed=0):
     rng = np.random.default_rng(seed)
@@ -252,7 +254,7 @@ def test_profile_web_ctrl_c_mid_run_stops_the_runner_and_keeps_the_run(opscope_h
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "--backend", "sim:npu-a1",
                              "--steps", "500", "--web", "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=ctrl_c_able,
                             env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
     try:
         first = proc.stdout.readline()
