@@ -63,7 +63,9 @@ def shoot(driver, url, name, before=None):
         before(driver)
         settle(driver)
     height = driver.execute_script("return Math.min(2400, document.body.scrollHeight)")
-    driver.set_window_size(1500, max(800, height))
+    # the window's height counts the browser's own bars too: the page gets what is left
+    bars = driver.execute_script("return window.outerHeight - window.innerHeight")
+    driver.set_window_size(1500, max(800, height) + bars)
     time.sleep(0.4)
     out = HERE / f"web-{name}.png"
     driver.save_screenshot(str(out))
@@ -87,7 +89,9 @@ def click_span(driver):
 def click_cell(table_id, row=0, col=0):
     def do(driver):
         from selenium.webdriver.common.by import By
-        cells = driver.find_elements(By.CSS_SELECTOR, f"#{table_id} td.dash-cell")
+        # a cell of the row, not the runs table's tick box
+        cells = driver.find_elements(By.CSS_SELECTOR,
+                                     f"#{table_id} .ag-row .ag-cell:not([col-id=ag-Grid-SelectionColumn])")
         if cells:
             cells[0].click()
     return do

@@ -6,15 +6,13 @@ import math
 
 import numpy as np
 from dash import Input, Output, dcc, html
-from dash.dash_table.Format import Format, Scheme
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, theme
 
 PATH = "/compare"
 NAME = "Compare"
-_F3 = {"type": "numeric", "format": Format(precision=3, scheme=Scheme.fixed)}
-_E = {"type": "numeric", "format": Format(precision=2, scheme=Scheme.exponent)}
+_F3, _E = ui.num(".3f"), ui.num(".2e")
 TOLERANCE = 1e-3     # relative difference of a summary statistic that counts as a numerical divergence
 
 
@@ -32,9 +30,9 @@ def layout(run=None, b=None, **_query):
             ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
                                                    config={"displaylogo": False})),
             ui.card("Per op", ui.table(ids.CMP_TABLE, [
-                ("op", "op"), ("a_ms", "A ms", _F3), ("b_ms", "B ms", _F3), ("ratio", "B / A", {"type": "numeric", "format": Format(precision=3, scheme=Scheme.decimal_or_exponent)}),
-                ("a_count", "A calls", {"type": "numeric"}), ("b_count", "B calls", {"type": "numeric"})], [],
-                page_size=15)),
+                ("op", "op", ui.SWATCH), ("a_ms", "A ms", _F3), ("b_ms", "B ms", _F3),
+                ("ratio", "B / A", ui.num(".3g")), ("a_count", "A calls", ui.NUM), ("b_count", "B calls", ui.NUM)],
+                [], page_size=15)),
         ]),
         ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR)),
     ])
@@ -62,13 +60,13 @@ def register(app, data):
         return opts, opts, a, b
 
     @app.callback(Output(ids.CMP_SUMMARY, "children"), Output(ids.CMP_GRAPH, "figure"),
-                  Output(ids.CMP_TABLE, "data"), Output(ids.CMP_TABLE, "style_data_conditional"),
-                  Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"), Input(ids.CMP_B, "value"))
+                  Output(ids.CMP_TABLE, "rowData"), Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"),
+                  Input(ids.CMP_B, "value"))
     def render(a, b):
         ra, rb = data.run(a) if a else None, data.run(b) if b else None
         if not ra or not rb:
             return ui.note("Compare needs two runs: profile the model on two backends."), \
-                theme.empty_figure("pick two runs"), [], [], ""
+                theme.empty_figure("pick two runs"), [], ""
         sa = {s["key"]: s for s in data.store.op_stats(ra["run_id"])}
         sb = {s["key"]: s for s in data.store.op_stats(rb["run_id"])}
         rows = []
@@ -83,8 +81,7 @@ def register(app, data):
             _head("A", ra, total_a), _head("B", rb, total_b),
             html.Div(className="ratio", children=[html.Span("B / A", className="muted"),
                                                   html.B(f"{total_b / total_a:.2f}×" if total_a and total_b else "n/a")])])
-        return summary, _ratio_figure(rows), rows, ui.op_swatch_rows([r["op"] for r in rows]), \
-            _errors(data, ra, rb)
+        return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), _errors(data, ra, rb)
 
 
 def _resolve(data, rid):
@@ -145,9 +142,9 @@ def _errors(data, ra, rb):
                     f"step {first['step']}, rel {first['rel']:.2e}", "warn") if first else
             ui.note(f"Every shared op output agrees within {TOLERANCE:g} (relative, on min/max/mean/std).", "ok"))
     return html.Div([head, ui.table("compare-error-table", [
-        ("node", "node"), ("op", "op"), ("slot", "slot"), ("step", "step", {"type": "numeric"}),
-        ("abs", "max |Δ stat|", _E), ("rel", "relative", _E), ("nan", "NaN A / B")], rows, page_size=12,
-        style_rows=[{"if": {"filter_query": f"{{rel}} > {TOLERANCE}"}, "backgroundColor": "#fef2f2"}])])
+        ("node", "node"), ("op", "op"), ("slot", "slot"), ("step", "step", ui.NUM),
+        ("abs", "max |Δ stat|", _E), ("rel", "relative", _E), ("nan", "NaN A / B", ui.RIGHT)], rows, page_size=12,
+        row_classes={"row-bad": f"params.data.rel > {TOLERANCE!r}"})])
 
 
 def _d(x, y):

@@ -17,23 +17,22 @@ def layout(**_query):
         ui.card("Live bytes", dcc.Graph(id=ids.MEM_GRAPH, figure=theme.empty_figure("loading…"),
                                         config={"displaylogo": False})),
         ui.card("Ops that allocate most", html.Div(id="memory-table-box", children=ui.table(
-            ids.MEM_TABLE, [("op", "op"), ("count", "calls", {"type": "numeric"}), ("alloc", "allocated"),
-                            ("peak", "live at its peak")], []))),
+            ids.MEM_TABLE, [("op", "op", ui.SWATCH), ("count", "calls", ui.NUM), ("alloc", "allocated", ui.RIGHT),
+                            ("peak", "live at its peak", ui.RIGHT)], []))),
     ])
 
 
 def register(app, data):
-    @app.callback(Output(ids.MEM_GRAPH, "figure"), Output(ids.MEM_TABLE, "data"),
-                  Output(ids.MEM_TABLE, "style_data_conditional"), Input(ids.RUN_STATUS, "data"))
+    @app.callback(Output(ids.MEM_GRAPH, "figure"), Output(ids.MEM_TABLE, "rowData"), Input(ids.RUN_STATUS, "data"))
     def render(status):
         if not status:
-            return theme.empty_figure("No runs yet."), [], []
+            return theme.empty_figure("No runs yet."), []
         rid = status["run"]
         series = data.memory_series(rid)
         top = data.top_allocators(rid)
         rows = [{"id": t["op"], "op": t["op"], "count": t["count"], "alloc": ui.fmt_bytes(t["alloc_bytes"]),
                  "peak": ui.fmt_bytes(t["peak_live"])} for t in top]
-        return figure(series), rows, ui.op_swatch_rows([t["op"] for t in top])
+        return figure(series), ui.op_swatch_rows(rows)
 
 
 def figure(series: dict) -> dict:

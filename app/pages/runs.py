@@ -20,19 +20,17 @@ def layout(**_query):
         ui.card("Runs", html.P("Click a run to open it; tick two to compare them.", className="muted"),
                 ui.table(ids.RUNS_TABLE, [
                     ("run_id", "run"), ("model", "model"), ("backend", "backend"), ("engine", "engine"),
-                    ("status", "status"), ("started", "started"), ("duration", "duration"),
-                    ("events", "events", {"type": "numeric"}), ("dropped", "dropped", {"type": "numeric"})],
-                    [], selectable="multi", page_size=30,
-                    style_rows=[{"if": {"filter_query": '{status} = "failed"', "column_id": "status"},
-                                 "color": "#b91c1c", "fontWeight": "600"},
-                                {"if": {"filter_query": '{status} = "running"', "column_id": "status"},
-                                 "color": "#2563eb", "fontWeight": "600"}])),
+                    ("status", "status", {"cellClassRules": {"cell-failed": "params.value === 'failed'",
+                                                             "cell-running": "params.value === 'running'"}}),
+                    ("started", "started"), ("duration", "duration", ui.RIGHT), ("events", "events", ui.NUM),
+                    ("dropped", "dropped", ui.NUM)],
+                    [], select="rows", page_size=30)),
         html.Div(id=ids.RUNS_ACTIONS, className="actions"),
     ])
 
 
 def register(app, data):
-    @app.callback(Output(ids.RUNS_TABLE, "data"), Input(ids.RUN_STATUS, "data"))
+    @app.callback(Output(ids.RUNS_TABLE, "rowData"), Input(ids.RUN_STATUS, "data"))
     def rows(_status):
         out = []
         for r in data.runs():
@@ -44,11 +42,11 @@ def register(app, data):
                         "dropped": int(r.get("dropped") or 0)})
         return out
 
-    @app.callback(Output(ids.RUNS_ACTIONS, "children"), Input(ids.RUNS_TABLE, "active_cell"),
-                  Input(ids.RUNS_TABLE, "selected_row_ids"), State(ids.RUNS_TABLE, "data"))
+    @app.callback(Output(ids.RUNS_ACTIONS, "children"), Input(ids.RUNS_TABLE, "cellClicked"),
+                  Input(ids.RUNS_TABLE, "selectedRows"), State(ids.RUNS_TABLE, "rowData"))
     def actions(cell, selected, rows):
-        selected = list(selected or [])
-        picked = (cell or {}).get("row_id") or (selected[-1] if selected else None)
+        selected = [r["id"] for r in selected or []]       # in the order they were ticked
+        picked = (cell or {}).get("rowId") or (selected[-1] if selected else None)
         if not picked and rows:
             picked = rows[0]["id"]
         if not picked:

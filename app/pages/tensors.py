@@ -5,24 +5,23 @@ from __future__ import annotations
 import json
 
 from dash import Input, Output, State, dcc, html
-from dash.dash_table.Format import Format, Scheme
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, theme
 
 PATH = "/tensors"
 NAME = "Tensors"
-_G = {"type": "numeric", "format": Format(precision=4, scheme=Scheme.decimal_or_exponent)}
+_G = ui.num(".4g")
 
 
 def layout(**_query):
     return html.Div([
         html.Div(id=ids.TEN_FIRST_BAD),
         ui.card("Op outputs (latest step)", ui.table(ids.TEN_TABLE, [
-            ("node", "node"), ("op", "op"), ("slot", "slot"), ("shape", "shape"), ("dtype", "dtype"),
-            ("steps", "steps", {"type": "numeric"}), ("min", "min", _G), ("max", "max", _G), ("mean", "mean", _G),
-            ("std", "std", _G), ("nan", "NaN", {"type": "numeric"}), ("inf", "Inf", {"type": "numeric"})], [],
-            page_size=15)),
+            ("node", "node"), ("op", "op", ui.SWATCH), ("slot", "slot"), ("shape", "shape"), ("dtype", "dtype"),
+            ("steps", "steps", ui.NUM), ("min", "min", _G), ("max", "max", _G), ("mean", "mean", _G),
+            ("std", "std", _G), ("nan", "NaN", ui.NUM), ("inf", "Inf", ui.NUM)], [], page_size=15, select="row",
+            row_classes={"row-bad": "params.data.nan > 0 || params.data.inf > 0"})),
         html.Div(className="grid-2", children=[
             ui.card("Over the steps", dcc.Graph(id=ids.TEN_STATS, figure=theme.empty_figure("Click a row."),
                                                 config={"displaylogo": False})),
@@ -33,15 +32,15 @@ def layout(**_query):
 
 
 def register(app, data):
-    @app.callback(Output(ids.TEN_TABLE, "data"), Output(ids.TEN_FIRST_BAD, "children"),
-                  Output(ids.TEN_TABLE, "style_data_conditional"), Input(ids.RUN_STATUS, "data"))
+    @app.callback(Output(ids.TEN_TABLE, "rowData"), Output(ids.TEN_FIRST_BAD, "children"),
+                  Input(ids.RUN_STATUS, "data"))
     def render(status):
         if not status:
-            return [], ui.note("No runs yet."), []
+            return [], ui.note("No runs yet.")
         rows = data.tensor_rows(status["run"])
         if not rows:
             return [], ui.note("This run recorded no tensor values: profile it with --values to see each op's "
-                               "output statistics."), []
+                               "output statistics.")
         latest, steps = {}, {}
         for r in rows:
             k = f"{r['node'] or r['seq']}/{r['slot']}"
@@ -54,16 +53,14 @@ def register(app, data):
         head = (ui.note(f"First NaN/Inf: {bad['node']} ({bad['op']}) {bad['slot']} at step {bad['step']}: "
                         f"{bad['nan'] or 0} NaN, {bad['inf'] or 0} Inf", "warn") if bad else
                 ui.note(f"No NaN or Inf in {len(rows):,} recorded tensors.", "ok"))
-        style = ui.op_swatch_rows([r["op"] for r in table if r["op"]]) + [
-            {"if": {"filter_query": "{nan} > 0 || {inf} > 0"}, "backgroundColor": "#fef2f2"}]
-        return table, head, style
+        return ui.op_swatch_rows(table), head
 
     @app.callback(Output(ids.TEN_STATS, "figure"), Output(ids.TEN_HIST, "figure"),
-                  Input(ids.TEN_TABLE, "active_cell"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+                  Input(ids.TEN_TABLE, "cellClicked"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def select(cell, status):
         if not cell or not status:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
-        key = cell.get("row_id")
+        key = cell.get("rowId")
         rows = [r for r in data.tensor_rows(status["run"]) if f"{r['node'] or r['seq']}/{r['slot']}" == key]
         if not rows:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")

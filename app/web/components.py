@@ -1,15 +1,18 @@
 """Small building blocks every page uses: cards, notes, status pills, tables, number formats."""
 from __future__ import annotations
 
+import json
 import time
 
-from dash import dash_table, html
+import dash_ag_grid as dag
+from dash import html
 
 from opscope.app.cli.common import fmt_bytes, fmt_flops, fmt_ns
 
 from . import theme
 
-__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "table", "run_title"]
+__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "run_title",
+           "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "num"]
 
 
 def card(title, *children, className="card", **kw):
@@ -50,34 +53,80 @@ def run_badge(run: dict, arrived: int):
     return parts
 
 
-def table(id, columns, rows, *, sort=True, page_size=25, style_rows=None, selectable=None, **kw):
-    """A DataTable in the house style. columns: (id, name) or (id, name, type/format dict)."""
-    cols = []
+# The grid's look, from the theme's constants: the page font, a quiet header, compact 30 px rows, no
+# wrapper border (a card already frames it). Row tints and status colors are classes in opscope.css.
+_GRID_THEME = {"function": "themeQuartz.withParams(" + json.dumps({
+    "fontFamily": theme.FONT, "fontSize": 13, "foregroundColor": theme.INK, "accentColor": theme.ACCENT,
+    "headerFontSize": 12, "headerFontWeight": 600, "headerTextColor": theme.MUTED, "headerBackgroundColor": "#f5f7fa",
+    "headerHeight": 32, "rowHeight": 30, "cellHorizontalPadding": 10, "borderColor": "#e3e7ec",
+    "rowBorder": {"color": "#eef1f4"}, "wrapperBorder": False, "wrapperBorderRadius": 0,
+    "rowHoverColor": "#f3f6fa", "selectedRowBackgroundColor": "#e8f0fe", "headerColumnResizeHandleColor": "#dfe4ea"})
+    + ")"}
+
+# Columns as wide as what they show, widened to fill the card when there is room (a narrower card scrolls
+# sideways): AG Grid does it for the first rows; these listeners redo it for new rows (a live run, another
+# grouping) and when the card changes width.
+_FIT = {"type": "fitCellContents", "scaleUpToFitGridWidth": True}
+_REFIT = ["params.api.autoSizeAllColumns({scaleUpToFitGridWidth: true})"]
+_REFIT_ON = {"rowDataUpdated": _REFIT, "gridSizeChanged": _REFIT}
+
+# Column kinds for table()'s third column element: numbers right-aligned (and formatted in the browser with
+# d3-format, so they still sort as numbers), text left.
+NUM = {"type": "numericColumn"}
+RIGHT = {"type": "rightAligned"}      # numbers the server already formatted with their unit ("1.5 MiB")
+
+
+def num(d3_format: str) -> dict:
+    """A number column shown with d3-format: ".3f" fixed, ".2e" exponent, ".4g" significant digits."""
+    return {"type": "numericColumn", "valueFormatter": {
+        "function": f"params.value == null ? '' : d3.format('{d3_format}')(params.value)"}}
+
+
+# The op column's left edge in its op's color (the rows carry it: op_swatch_rows), the timeline's colors.
+SWATCH = {"cellStyle": {"function": "params.data && params.data.swatch ? "
+                                    "{boxShadow: 'inset 4px 0 0 ' + params.data.swatch} : null"}}
+
+
+def table(id, columns, rows, *, sort=True, page_size=25, select=None, row_classes=None, sort_by=None):
+    """An AG Grid in the house style, as tall as its rows (paged past page_size).
+
+    columns: (field, header) or (field, header, column options: NUM, num(...), RIGHT, SWATCH, or AG Grid's own).
+    rows: dicts with a unique "id" (the row id callbacks get in cellClicked["rowId"]).
+    select: "row" highlights the row clicked; "rows" adds checkboxes to pick several (selectedRows).
+    row_classes: AG Grid rowClassRules, {css class: JS condition on params.data}; the colors live in opscope.css.
+    sort_by: (field, "asc" | "desc"), the order before the user clicks a header.
+    """
+    options = {"theme": _GRID_THEME, "domLayout": "autoHeight", "pagination": True, "paginationPageSize": page_size,
+               "paginationPageSizeSelector": False, "autoSizeStrategy": _FIT, "enableBrowserTooltips": True}
+    if select == "rows":
+        options["rowSelection"] = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False,
+                                   "enableClickSelection": False}
+    elif select == "row":
+        options["rowSelection"] = {"mode": "singleRow", "checkboxes": False, "enableClickSelection": True}
+    return dag.AgGrid(
+        id=id, columnDefs=column_defs(columns, sort_by), rowData=rows, getRowId="params.data.id",
+        defaultColDef={"sortable": sort, "resizable": True, "suppressMovable": True, "cellDataType": False,
+                       "minWidth": 60},
+        rowClassRules=row_classes or {}, dashGridOptions=options, eventListeners=_REFIT_ON, className="grid",
+        style={"width": "100%"})
+
+
+def column_defs(columns, sort_by=None) -> list[dict]:
+    """table()'s column list as AG Grid columnDefs (a callback that changes the columns sends these)."""
+    defs = []
     for c in columns:
-        d = {"id": c[0], "name": c[1]}
-        if len(c) > 2:
-            d.update(c[2])
-        cols.append(d)
-    return dash_table.DataTable(
-        id=id, columns=cols, data=rows, sort_action="native" if sort else "none", page_size=page_size,
-        row_selectable=selectable, cell_selectable=True,
-        style_as_list_view=True,
-        style_table={"overflowX": "auto"},
-        style_header={"fontWeight": "600", "backgroundColor": "#f5f7fa", "color": theme.INK,
-                      "borderBottom": "1px solid #d9dee5", "fontFamily": theme.FONT, "fontSize": "12px"},
-        style_cell={"fontFamily": theme.FONT, "fontSize": "13px", "padding": "6px 10px", "color": theme.INK,
-                    "border": "none", "borderBottom": "1px solid #eef1f4", "textAlign": "right",
-                    "maxWidth": "360px", "overflow": "hidden", "textOverflow": "ellipsis"},
-        style_cell_conditional=[{"if": {"column_id": c[0]}, "textAlign": "left"} for c in columns
-                                if c[0] in ("key", "op", "node", "model", "backend", "run_id", "status", "module",
-                                            "slot", "engine", "started", "shape", "dtype", "what")],
-        style_data_conditional=(style_rows or []) + [
-            {"if": {"state": "active"}, "backgroundColor": "#e8f0fe", "border": "none"},
-            {"if": {"state": "selected"}, "backgroundColor": "#e8f0fe", "border": "none"}],
-        **kw)
+        extra = c[2] if len(c) > 2 else {}
+        d = {"field": c[0], "headerName": c[1], **extra}
+        if "type" not in extra:
+            d["tooltipField"] = c[0]      # a text cut short (a narrow card) shows itself whole on hover
+        if sort_by and sort_by[0] == c[0]:
+            d["initialSort"] = sort_by[1]      # initial: a later columnDefs update keeps the user's sort
+        defs.append(d)
+    return defs
 
 
-def op_swatch_rows(ops, column="op") -> list[dict]:
-    """Color the op column by op type, the same colors as the timeline."""
-    return [{"if": {"filter_query": f'{{op}} = "{op}"', "column_id": column},
-             "borderLeft": f"4px solid {theme.op_color(op)}"} for op in sorted(set(ops))]
+def op_swatch_rows(rows: list[dict]) -> list[dict]:
+    """Give each row its op's color (the timeline's), for the SWATCH column."""
+    for r in rows:
+        r["swatch"] = theme.op_color(r["op"]) if r.get("op") else None
+    return rows
