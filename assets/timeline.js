@@ -10,8 +10,8 @@
   var ROW = 28, PAD = 4, TOP = 4, GUTTER = 170, RIGHT = 12, AXIS = 34;
   var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
   var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
-  var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133];
-  var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked";
+  var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133], HIT = [225, 29, 72], MARK = "rgba(225,29,72,0.18)";
+  var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked", FIND = "timeline-find";
   var T = null;           // the mounted timeline; null on other pages
 
   function prefix() {
@@ -34,7 +34,10 @@
     p.buckets = {n: b.n, start: typed(b.start, Float64Array), end: typed(b.end, Float64Array),
                  track: typed(b.track, Int32Array), count: typed(b.count, Float64Array),
                  busy: typed(b.busy, Float64Array)};
+    if (b.hits) p.buckets.hits = typed(b.hits, Float64Array);
     p.rgb = p.colors.map(hex);
+    p.hit = {};                                   // label codes matching the search, when there is one
+    (p.matched || []).forEach(function (k) { p.hit[k] = true; });
     return p;
   }
 
@@ -42,6 +45,7 @@
 
   function query(view, t0, t1) {
     var q = "run=" + encodeURIComponent(view.run) + "&px=" + Math.round(T ? T.px : estimatePx());
+    if (view.find) q += "&find=" + encodeURIComponent(view.find);
     if (t0 !== undefined) q += "&t0=" + Math.floor(t0) + "&t1=" + Math.ceil(t1);
     else if (view.step !== undefined && view.step !== null && view.step !== "all") q += "&step=" + view.step;
     return q;
@@ -67,7 +71,8 @@
     var prev = T.view;
     T.view = view;
     if (prev && prev.run === view.run && String(prev.step) === String(view.step)) {
-      if (prev.stamp === view.stamp) return;
+      if (prev.stamp === view.stamp && prev.find === view.find) return;
+      if (T.mark && T.mark.find !== view.find) T.mark = null;   // (Enter may have marked the new text's first match)
       // More events or a new status: the same window redrawn; a view of the whole run grows with the run.
       if (T.data) return refetch(T.t0 <= 0 && T.t1 >= T.end);
     }
@@ -208,6 +213,9 @@
     Object.keys(seen).map(Number).sort(function (a, b) { return d.groups[a] < d.groups[b] ? -1 : 1; })
       .forEach(function (k) { items.push([d.colors[k], d.groups[k]]); });   // a kernel's group is "kernel"
     if (d.buckets.n) items.push(["#9aa5b1", "too small to draw: zoom in"]);
+    if (d.find && d.buckets.hits && Array.prototype.some.call(d.buckets.hits, function (h) { return h > 0; })) {
+      items.push(["rgb(" + HIT.join(",") + ")", "holds a match for \u201c" + d.find + "\u201d"]);
+    }
     var seenName = {}, key;
     items = items.filter(function (it) { if (seenName[it[1]]) return false; seenName[it[1]] = 1; return true; });
     key = items.map(function (it) { return it[1]; }).join("|");
@@ -273,19 +281,30 @@
         u[o * 4 + 16] = rgb[0]; u[o * 4 + 17] = rgb[1]; u[o * 4 + 18] = rgb[2]; u[o * 4 + 19] = a;
       }
     }
-    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(b, i), 255);
-    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], d.rgb[s.label[i]], 255);
+    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i), 255);
+    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i), 255);
     var gl = T.gl;
     gl.bindBuffer(gl.ARRAY_BUFFER, T.buf);
     gl.bufferData(gl.ARRAY_BUFFER, buf, gl.STATIC_DRAW);
   }
 
   // How busy a pixel bucket is sets its shade: a run of back-to-back tiny ops reads darker than a sparse one.
-  function bucketRgb(b, i) {
+  // With a search, a bucket holding a match is drawn in the match color, and everything else fades.
+  function bucketRgb(d, i) {
+    var b = d.buckets;
+    if (d.find && b.hits && b.hits[i] > 0) return HIT;
     var f = Math.min(1, b.busy[i] / Math.max(1, b.end[i] - b.start[i]));
     f = 0.25 + 0.75 * f;
-    return [0, 1, 2].map(function (c) { return Math.round(BUCKET_LIGHT[c] + (BUCKET_DARK[c] - BUCKET_LIGHT[c]) * f); });
+    var rgb = [0, 1, 2].map(function (c) { return Math.round(BUCKET_LIGHT[c] + (BUCKET_DARK[c] - BUCKET_LIGHT[c]) * f); });
+    return d.find ? faded(rgb) : rgb;
   }
+
+  function spanRgb(d, i) {
+    var k = d.spans.label[i];
+    return d.find && !d.hit[k] ? faded(d.rgb[k]) : d.rgb[k];
+  }
+
+  function faded(rgb) { return rgb.map(function (c) { return Math.round(0.25 * c + 0.75 * 255); }); }
 
   // --- drawing -----------------------------------------------------------------------------
   function draw() {
@@ -331,8 +350,8 @@
       c.fillStyle = "rgb(" + rgb.join(",") + ")";
       c.fillRect(a, TOP + track * ROW + PAD, z - a, ROW - 2 * PAD);
     }
-    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(b, i));
-    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], d.rgb[s.label[i]]);
+    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i));
+    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i));
   }
 
   function toPx(t) { return (t - T.t0) / (T.t1 - T.t0) * T.px; }
@@ -377,6 +396,13 @@
       c.lineWidth = 1.5;
       c.strokeRect(a - 1, TOP + h.track * ROW + PAD - 1, z - a + 2, ROW - 2 * PAD + 2);
     }
+    if (T.mark) {                           // the match Enter went to: a band, so a 50 ns span can be found
+      var ma = toPx(T.mark.start), mz = Math.max(toPx(T.mark.end), ma + 2);
+      if (mz > 0 && ma < T.px) {
+        c.fillStyle = MARK;
+        c.fillRect(GUTTER + Math.max(0, ma - 2), TOP, Math.min(T.px, mz + 2) - Math.max(0, ma - 2), T.ph - TOP);
+      }
+    }
     if (T.drag && !T.drag.pan && Math.abs(T.drag.x1 - T.drag.x0) > 3) {
       c.fillStyle = SEL;
       var lo = Math.min(T.drag.x0, T.drag.x1), hi = Math.max(T.drag.x0, T.drag.x1);
@@ -396,7 +422,7 @@
     c.font = "11px Inter, 'Segoe UI', system-ui, sans-serif";
     for (var i = 0; i < s.n && drawn < 600; i++) {
       var a = Math.max(0, toPx(s.start[i])), z = Math.min(T.px, toPx(s.end[i]));
-      if (z - a < LABEL_MIN_PX) continue;
+      if (z - a < LABEL_MIN_PX || d.find && !d.hit[s.label[i]]) continue;
       var rgb = d.rgb[s.label[i]], dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 150;
       c.fillStyle = dark ? "#ffffff" : INK;
       c.fillText(ellipsize(c, d.names[s.label[i]], z - a - 8), GUTTER + a + 4, TOP + s.track[i] * ROW + ROW / 2);
@@ -514,7 +540,29 @@
     }
   }
 
+  // Enter in the find box: the next match (Shift+Enter: the previous), centered and zoomed to be seen,
+  // its details shown. Asked of the server, which holds every span, not only the drawn ones.
+  function gotoMatch(text, forward) {
+    if (!T || !T.view || !text.trim()) return;
+    var from = T.mark && T.mark.find === text ? T.mark.start : (forward ? T.t0 : T.t1);
+    var q = "run=" + encodeURIComponent(T.view.run) + "&find=" + encodeURIComponent(text) +
+            "&goto=" + (forward ? "next" : "prev") + "&at=" + Math.round(from);
+    T.gotos = (T.gotos || 0) + 1;
+    fetch(prefix() + "_opscope/timeline?" + q, {credentials: "same-origin"}).then(window.opscopeJson).then(function (p) {
+      if (!T || !p.goto) { if (T && p.goto === null) info("no span matches " + JSON.stringify(text)); return; }
+      var g = p.goto, dur = g.end - g.start, w = T.t1 - T.t0, mid = (g.start + g.end) / 2;
+      if (dur > 0.8 * w) w = dur * 1.25;
+      else if (dur / w * T.px < 2) w = Math.max(dur * 60, 2000);     // too small to see here: zoom in on it
+      T.mark = {start: g.start, end: g.end, find: text, key: g.key};
+      T.picked = g.key;
+      setView(mid - w / 2, mid + w / 2);
+      if (window.dash_clientside && window.dash_clientside.set_props) window.dash_clientside.set_props(PICKED, {data: g.key});
+    }).catch(failed);
+  }
+
   document.addEventListener("keydown", function (e) {
+    var t0 = e.target;
+    if (t0 && t0.id === FIND && e.key === "Enter") { gotoMatch(t0.value, !e.shiftKey); return; }
     if (!T || !T.data || !document.body.contains(T.host)) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     var t = e.target;
@@ -607,7 +655,8 @@
     state: function () {
       return T && {t0: T.t0, t1: T.t1, shown: T.shown, fetches: T.fetches, draws: T.draws, gl: !!T.gl,
                    spans: T.data ? T.data.spans.n : 0, buckets: T.data ? T.data.buckets.n : 0,
-                   busy: !!T.inflight, picked: T.picked || null};
+                   busy: !!T.inflight, picked: T.picked || null, find: T.data ? T.data.find || "" : "",
+                   mark: T.mark || null};
     },
     setView: function (t0, t1) { if (T && T.data) setView(t0, t1); },
     // The client point at the middle of the widest span drawn (skipping Python frames), for a real click.

@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     print(f"synthetic run: {n:,} events inserted in {time.perf_counter() - t0:.1f} s")
 
     data = WebData(store)
-    cold, warm_full, warm_zoom = [], [], []
+    cold, warm_full, warm_zoom, warm_find = [], [], [], []
     for _ in range(repeat):
         data._spans.clear()
         run = data.run(rid)
@@ -185,10 +185,18 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         orjson.dumps(lod.payload(spans, lod.level_of_detail(spans, mid - w, mid + w)))
         warm_zoom.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        match = lod.matching(spans, "softmax")
+        found = lod.level_of_detail(spans, spans.t_min, spans.t_max, match=match)
+        orjson.dumps(lod.payload(spans, found))
+        lod.next_match(spans, match, mid)
+        warm_find.append(time.perf_counter() - t0)
     print(f"server: load + intern spans (cold) {statistics.median(cold) * 1e3:8.1f} ms")
     print(f"server: LOD + payload, whole run   {statistics.median(warm_full) * 1e3:8.1f} ms  "
           f"({len(view.shown):,} spans + {len(view.b_track):,} buckets, {len(body) / 1e3:.0f} kB)")
     print(f"server: LOD + payload, 0.1% window {statistics.median(warm_zoom) * 1e3:8.1f} ms")
+    print(f"server: search 'softmax', whole run + next match {statistics.median(warm_find) * 1e3:8.1f} ms "
+          f"({found.hits:,} matches)")
 
     app = create_app(store=store)
     srv, url = start_in_thread(app)

@@ -54,6 +54,42 @@ def test_lod_keeps_spans_that_began_before_the_window():
     assert view.shown.tolist() == [0]
 
 
+def test_search_counts_matches_even_in_buckets():
+    s = spans_of()
+    match = lod.matching(s, "GEL")                                  # case-insensitive: 'gelu'
+    assert match.tolist() == [False, False, True]
+    view = lod.level_of_detail(s, s.t_min, s.t_max, px=1000, max_spans=500, match=match)
+    is_hit = match[s.label]
+    assert view.hits == int(is_hit.sum())                            # every span is in the whole-run view
+    assert int(view.b_hits.sum()) + int(is_hit[view.shown].sum()) == view.hits
+    assert (view.b_hits <= view.b_count).all()
+    first = lod.next_match(s, match, s.t_min - 1)
+    assert s.label[first] == 2 and s.start[first] == s.start[is_hit].min()
+    assert lod.next_match(s, match, s.start[first], forward=False) is None
+    assert lod.next_match(s, lod.matching(s, "no such op"), s.t_min) is None
+
+
+def test_timeline_endpoint_finds_and_goes_to_matches(opscope_home):
+    store = RunStore()
+    rid = _run_with_events(store, n=20)                            # linear (odd seq) and relu (even), 1 us apart
+    c = create_app(store=store).server.test_client()
+    p = c.get(f"/_opscope/timeline?run={rid}&px=800&find=Lin").get_json()
+    assert [p["names"][k] for k in p["matched"]] == ["linear"]
+    assert "10 matches for 'Lin' (10 in view)" in p["info"]
+    hits = []
+    at = ""
+    for _ in range(11):                                             # ten matches, then around again
+        g = c.get(f"/_opscope/timeline?run={rid}&find=linear&goto=next&at={at}").get_json()["goto"]
+        hits.append(g["key"][1])
+        at = g["start"]
+    assert hits == [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 1]
+    back = c.get(f"/_opscope/timeline?run={rid}&find=linear&goto=prev&at=5000").get_json()["goto"]
+    assert back["key"][:2] == [0, 3] and back["name"] == "linear"
+    assert c.get(f"/_opscope/timeline?run={rid}&find=conv&goto=next").get_json()["goto"] is None
+    assert c.get(f"/_opscope/timeline?run={rid}&goto=next").status_code == 400     # nothing to find
+    assert c.get(f"/_opscope/timeline?run={rid}&find=x&goto=sideways").status_code == 400
+
+
 def test_payload_carries_every_drawn_span_with_its_event_keys():
     s = spans_of(n_small=1000, n_wide=5)
     view = lod.level_of_detail(s, s.t_min, s.t_max)

@@ -22,6 +22,8 @@ from opscope.profiler import profile                            # noqa: E402
 from opscope.profiler.store import RunStore                     # noqa: E402
 from opscope.runtime.models import load                         # noqa: E402
 
+from conftest import ctrl_c_able                                # noqa: E402
+
 TIMEOUT = 90          # the test machine is shared; this bounds a hang, it is not a speed check
 
 
@@ -81,7 +83,7 @@ def wait_text(driver, id_, needle, timeout=TIMEOUT):
 TIMELINE_DRAWN = """var s = window.opscopeTimeline && window.opscopeTimeline.state();
 return !!(s && s.draws > 0 && s.spans + s.buckets > 0 && !s.busy);"""
 TIMELINE = "return window.opscopeTimeline.state();"
-ROWS = "return document.querySelectorAll('#' + arguments[0] + ' td.dash-cell').length > 0;"
+ROWS = "return document.querySelectorAll('#' + arguments[0] + ' .ag-row .ag-cell').length > 0;"
 GRAPH = """var gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
 return !!(gd && gd.data && gd.data.length);"""
 
@@ -195,9 +197,47 @@ def test_with_a_token_the_timeline_fetches_its_data_through_the_cookie(browser, 
 def test_click_an_operator_row(browser, server, store):
     browser.get(f"{server}/operators?run={store.npu}")
     until(browser, ROWS, "ops-table")
-    browser.find_elements(By.CSS_SELECTOR, "#ops-table td.dash-cell")[0].click()
+    browser.find_elements(By.CSS_SELECTOR, "#ops-table .ag-row .ag-cell")[0].click()
     wait_text(browser, "ops-detail", "calls")
     assert "arithmetic intensity" in text_of(browser, "ops-detail")
+
+
+def test_find_an_op_from_its_row_then_walk_its_calls_on_the_timeline(browser, server, store):
+    """Operators row -> 'Find every <op> on the timeline' -> the search marks its calls; Enter goes to each in turn."""
+    from selenium.webdriver.common.keys import Keys
+    browser.get(f"{server}/operators?run={store.npu}")
+    until(browser, ROWS, "ops-table")
+    cell = until(browser, """var cells = document.querySelectorAll('#ops-table .ag-row .ag-cell[col-id=key]');
+        for (var i = 0; i < cells.length; i++) if (cells[i].innerText.trim() === 'linear') return cells[i];""")
+    cell.click()
+    until(browser, "return document.getElementById('ops-find');").click()
+    until(browser, "var s = window.opscopeTimeline && window.opscopeTimeline.state();"
+                   "return !!(s && s.find === 'linear' && s.draws && !s.busy);")
+    assert browser.find_element(By.ID, "timeline-find").get_attribute("value") == "linear"
+    wait_text(browser, "timeline-info", "matches for 'linear'")
+    box = browser.find_element(By.ID, "timeline-find")
+    seen = []
+    for _ in range(3):
+        box.send_keys(Keys.ENTER)
+        mark = until(browser, "var s = window.opscopeTimeline.state(); return s.mark && !s.busy &&"
+                              "(!arguments[0] || s.mark.key[1] !== arguments[0][1]) && s.mark;", seen[-1] if seen else None)
+        assert mark["start"] >= browser.execute_script(TIMELINE)["t0"]           # the view holds the match
+        wait_text(browser, "timeline-details", f"{int(mark['key'][0])} · {int(mark['key'][1])}")
+        assert "linear" in text_of(browser, "timeline-details")
+        seen.append(mark["key"])
+    assert [k[1] for k in seen] == sorted(k[1] for k in seen)                      # forward, call after call
+
+
+def test_click_a_tensor_row_shows_its_steps_and_histogram(browser, server, store):
+    browser.get(f"{server}/tensors?run={store.npu}")
+    until(browser, ROWS, "tensors-table")
+    cell = browser.find_elements(By.CSS_SELECTOR, "#tensors-table .ag-row[row-index='1'] .ag-cell[col-id=node]")[0]
+    node = cell.text
+    cell.click()
+    until(browser, GRAPH, "tensors-hist")
+    until(browser, GRAPH, "tensors-stats")
+    title = browser.execute_script("return document.querySelector('#tensors-stats .js-plotly-plot').layout.xaxis.title.text;")
+    assert node and node in title                                         # the steps of the row clicked
 
 
 def test_compare_switches_runs(browser, server, store):
@@ -220,7 +260,12 @@ def test_compare_switches_runs(browser, server, store):
 def test_runs_page_picks_two_runs_to_compare(browser, server, store):
     browser.get(server + "/")
     until(browser, ROWS, "runs-table")
-    boxes = browser.find_elements(By.CSS_SELECTOR, "#runs-table input[type=checkbox]")
+    second = browser.find_elements(By.CSS_SELECTOR, "#runs-table .ag-row[row-index='1'] .ag-cell[col-id=run_id]")[0]
+    picked = second.text
+    second.click()                                                       # a row's click shows that run's pages
+    until(browser, "var e = document.querySelector('#runs-actions .picked');"
+                   "return !!(e && e.innerText.indexOf(arguments[0]) >= 0);", picked)
+    boxes = browser.find_elements(By.CSS_SELECTOR, "#runs-table .ag-row input[type=checkbox]")
     assert len(boxes) >= 2
     boxes[0].click()
     boxes[1].click()
@@ -279,7 +324,7 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "--backend", "sim:npu-a1",
                              "--steps", "20", "--web", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_able,
                             env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
     lines, url = [], None
     try:

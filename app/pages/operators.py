@@ -1,9 +1,10 @@
 """Operators: where the time goes, per op type or per module, and how close each op gets to the roofs."""
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import numpy as np
 from dash import Input, Output, State, dcc, html
-from dash.dash_table.Format import Format, Scheme
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, theme
@@ -11,12 +12,12 @@ from opscope.app.web import ids, theme
 PATH = "/operators"
 NAME = "Operators"
 
-_F3 = {"type": "numeric", "format": Format(precision=3, scheme=Scheme.fixed)}
-_F1 = {"type": "numeric", "format": Format(precision=1, scheme=Scheme.fixed)}
-_COLUMNS = [("key", "op"), ("count", "count", {"type": "numeric"}), ("total_ms", "total ms", _F3),
+_F3, _F1 = ui.num(".3f"), ui.num(".1f")
+_COLUMNS = [("key", "op"), ("count", "count", ui.NUM), ("total_ms", "total ms", _F3),
             ("self_ms", "self ms", _F3), ("mean_us", "mean us", _F1), ("p95_us", "p95 us", _F1),
             ("share", "share %", _F1), ("gflops", "achieved GFLOP/s", _F1), ("pct_peak", "% of peak", _F1),
             ("fallback", "fell back")]
+_SORT = ("total_ms", "desc")
 
 
 def layout(**_query):
@@ -27,8 +28,7 @@ def layout(**_query):
                                                        {"label": "module", "value": "module"},
                                                        {"label": "node", "value": "node"}],
                            value="op", inline=True, className="radio")]),
-                ui.table(ids.OPS_TABLE, _COLUMNS, [], page_size=20, sort_by=[{"column_id": "total_ms",
-                                                                             "direction": "desc"}])),
+                ui.table(ids.OPS_TABLE, columns("op"), [], page_size=20, select="row", sort_by=_SORT)),
         html.Div(className="grid-2", children=[
             ui.card("Roofline", dcc.Graph(id=ids.OPS_ROOFLINE, figure=theme.empty_figure("loading…"),
                                           config={"displaylogo": False})),
@@ -38,30 +38,27 @@ def layout(**_query):
 
 
 def register(app, data):
-    @app.callback(Output(ids.OPS_TABLE, "data"), Output(ids.OPS_TABLE, "columns"),
-                  Output(ids.OPS_TABLE, "style_data_conditional"), Output(ids.OPS_ROOFLINE, "figure"),
-                  Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "active_cell"),
-                  State(ids.OPS_TABLE, "style_data_conditional"))
-    def render(status, by, cell, style):
+    @app.callback(Output(ids.OPS_TABLE, "rowData"), Output(ids.OPS_TABLE, "columnDefs"),
+                  Output(ids.OPS_ROOFLINE, "figure"),
+                  Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "cellClicked"))
+    def render(status, by, cell):
         if not status:
-            return [], no_columns(by), style, theme.empty_figure("No runs yet.")
+            return [], ui.column_defs(columns(by), _SORT), theme.empty_figure("No runs yet.")
         run = data.run(status["run"])
         stats = data.op_table(run, by or "op")
-        rows = [_row(i, s) for i, s in enumerate(stats)]
-        selected = (cell or {}).get("row_id")
-        keep = [s for s in (style or []) if "state" in s.get("if", {})]
-        return rows, no_columns(by), ui.op_swatch_rows([s["op"] for s in stats], "key" if by == "op" else "op") + keep, \
-            roofline(run, data, stats, selected)
+        rows = ui.op_swatch_rows([_row(i, s) for i, s in enumerate(stats)])
+        selected = (cell or {}).get("rowId")
+        return rows, ui.column_defs(columns(by), _SORT), roofline(run, data, stats, selected)
 
-    @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "active_cell"),
-                  State(ids.OPS_TABLE, "data"), prevent_initial_call=True)
-    def detail(cell, rows):
+    @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "cellClicked"),
+                  State(ids.OPS_TABLE, "rowData"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+    def detail(cell, rows, status):
         if not cell or not rows:
             return ui.note("Click a row for the op's numbers.")
-        r = next((x for x in rows if x["id"] == cell.get("row_id")), None)
+        r = next((x for x in rows if x["id"] == cell.get("rowId")), None)
         if r is None:
             return ui.note("Click a row for the op's numbers.")
-        return html.Dl(className="fields", children=[x for k, v in [
+        fields = html.Dl(className="fields", children=[x for k, v in [
             ("key", r["key"]), ("op", r["op"]), ("calls", f"{r['count']:,}"), ("total", f"{r['total_ms']:.3f} ms"),
             ("self", f"{r['self_ms']:.3f} ms"), ("mean · p95", f"{r['mean_us']:.1f} us · {r['p95_us']:.1f} us"),
             ("share of run", f"{r['share']:.1f} %"), ("FLOPs", f"{r['flops']:,}"), ("bytes", ui.fmt_bytes(r["bytes"])),
@@ -69,19 +66,20 @@ def register(app, data):
             ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
             ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
             ("fell back", r["fallback"])] for x in (html.Dt(k), html.Dd(str(v)))])
+        if not status:
+            return fields
+        # Every call of this op on the timeline: its search marks them, Enter walks through them.
+        href = f"/timeline?{urlencode({'run': status['run'], 'find': r['op']})}"
+        return html.Div([fields, dcc.Link(f"Find every {r['op']} on the timeline →", href=href, id=ids.OPS_FIND,
+                                          className="button")])
 
 
-def no_columns(by):
-    cols = []
-    for c in _COLUMNS:
-        d = {"id": c[0], "name": {"op": "op", "module": "module", "node": "node"}.get(by, "op") if c[0] == "key"
-             else c[1]}
-        if len(c) > 2:
-            d.update(c[2])
-        cols.append(d)
-    if by != "op":
-        cols.insert(1, {"id": "op", "name": "op type"})
-    return cols
+def columns(by):
+    """The columns grouped by op type, module or node: the op type's color on the op column."""
+    rest = _COLUMNS[1:]
+    if by in ("module", "node"):
+        return [("key", by), ("op", "op type", ui.SWATCH), *rest]
+    return [("key", "op", ui.SWATCH), *rest]
 
 
 def _row(i, s):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import orjson
 from dash import Input, Output, State, dcc, html, no_update
 
@@ -32,18 +33,20 @@ _FOLLOW_JS = """function (view) {
 }"""
 
 
-def layout(run=None, step=None, **_query):
+def layout(run=None, step=None, find=None, **_query):
     """The page shell: the canvas fetches its spans itself (timeline.js), so this stays cheap for any run."""
     data = _data()
     shown = data.run(run) if data else None
     windows = data.step_windows(shown["run_id"]) if data and shown else []
     step = next((s for s, _, _ in windows if str(s) == str(step)), "all")
-    view = _view(data, shown, step) if data else None
+    view = _view(data, shown, step, find) if data else None
     steps = [{"label": "all steps", "value": "all"}] + [{"label": f"step {s}", "value": s} for s, _, _ in windows]
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("step", className="label"),
             dcc.Dropdown(id=ids.TL_STEP, options=steps, value=step, clearable=False, className="dropdown small"),
+            dcc.Input(id=ids.TL_FIND, type="search", value=find or "", debounce=True, className="find",
+                      placeholder="find an op or kernel · Enter: next"),
             html.Span("", id=ids.TL_INFO, className="muted info"),
             html.Span([html.Kbd("W"), html.Kbd("S"), " or wheel: zoom  ", html.Kbd("A"), html.Kbd("D"),
                        " pan · drag: zoom to a range · double-click: whole run · click a span for details"],
@@ -75,19 +78,23 @@ def _stamp(data, run) -> str:
     return f"{run['run_id']}:{data.arrived(run)}:{run.get('status')}"
 
 
-def _view(data, run, step) -> dict | None:
-    return None if run is None else {"run": run["run_id"], "stamp": _stamp(data, run), "step": step}
+def _view(data, run, step, find="") -> dict | None:
+    return None if run is None else {"run": run["run_id"], "stamp": _stamp(data, run), "step": step,
+                                     "find": (find or "").strip()}
 
 
 def window(data, query) -> tuple[dict, int]:
     """The endpoint's answer for a query string: (JSON-able dict, HTTP status)."""
     try:
         px = int(query.get("px") or lod.PX)
-        t0, t1 = (float(query[k]) if query.get(k) not in (None, "") else None for k in ("t0", "t1"))
+        t0, t1, at = (float(query[k]) if query.get(k) not in (None, "") else None for k in ("t0", "t1", "at"))
     except ValueError:
-        return {"error": "t0, t1 (ns since the run's first span) and px (pixels) must be numbers"}, 400
-    if any(v is not None and not math.isfinite(v) for v in (t0, t1)):
-        return {"error": "t0 and t1 must be finite"}, 400
+        return {"error": "t0, t1, at (ns since the run's first span) and px (pixels) must be numbers"}, 400
+    if any(v is not None and not math.isfinite(v) for v in (t0, t1, at)):
+        return {"error": "t0, t1 and at must be finite"}, 400
+    find, goto = (query.get("find") or "").strip(), query.get("goto")
+    if goto not in (None, "", "next", "prev"):
+        return {"error": "goto is next or prev"}, 400
     run = data.run(query.get("run") or None)
     if run is None:
         return {"run": None, "message": _missing(query.get("run"))}, 200
@@ -98,6 +105,10 @@ def window(data, query) -> tuple[dict, int]:
                           "failed": f"The run failed before its first op: {run.get('error') or ''}"}.get(
             run.get("status"), "This run recorded no events.")
         return out, 200
+    match = lod.matching(spans, find) if find else None
+    if goto:
+        return (_goto(spans, match, at, goto == "next", out), 200) if match is not None else \
+            ({"error": "goto needs find: the text to search for"}, 400)
     step = query.get("step")
     if t0 is not None and t1 is not None and t1 > t0:
         a, b = spans.t_min + int(t0), spans.t_min + int(math.ceil(t1))
@@ -106,11 +117,30 @@ def window(data, query) -> tuple[dict, int]:
                     (spans.t_min, spans.t_max))
     else:
         a, b = spans.t_min, spans.t_max + max(1, (spans.t_max - spans.t_min) // 100)
-    view = lod.level_of_detail(spans, a, b, px=min(max(px, 50), 8000))
+    view = lod.level_of_detail(spans, a, b, px=min(max(px, 50), 8000), match=match)
     out.update(lod.payload(spans, view))
     out["info"] = (f"{view.visible:,} of {spans.count:,} spans in view · {len(view.shown):,} drawn"
                    + (f" · {len(view.b_track):,} pixel buckets" if len(view.b_track) else ""))
+    if match is not None:
+        out["find"] = find
+        out["matched"] = np.flatnonzero(match).tolist()
+        total = int(match[spans.label].sum())
+        out["info"] += f" · {total:,} match{'es' if total != 1 else ''} for {find!r} ({view.hits:,} in view)"
     return out, 200
+
+
+def _goto(spans, match, at, forward: bool, out: dict) -> dict:
+    """The next (or previous) span matching the search, from `at` ns since the first span; the client centers it."""
+    after = spans.t_min + int(at) if at is not None else (spans.t_min - 1 if forward else spans.t_max + 1)
+    i = lod.next_match(spans, match, after, forward)
+    if i is None:           # past the last one: wrap around, the way an editor's find does
+        i = lod.next_match(spans, match, spans.t_min - 1 if forward else spans.t_max + 1, forward)
+    if i is None:
+        return {**out, "goto": None}
+    return {**out, "goto": {"start": int(spans.start[i] - spans.t_min), "end": int(spans.end[i] - spans.t_min),
+                            "key": [int(spans.key0[i]), int(spans.key1[i]),
+                                    (int(spans.end[i]) - int(spans.start[i])) / 1e3],
+                            "name": spans.names[spans.label[i]]}}
 
 
 def register(app, data):
@@ -124,13 +154,13 @@ def register(app, data):
     app.server.add_url_rule(ENDPOINT, "opscope_timeline", endpoint)
 
     @app.callback(Output(ids.TL_STEP, "options"), Output(VIEW, "data"),
-                  Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), State(VIEW, "data"),
-                  prevent_initial_call=True)
-    def follow(status, step, view):
+                  Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), Input(ids.TL_FIND, "value"),
+                  State(VIEW, "data"), prevent_initial_call=True)
+    def follow(status, step, find, view):
         if not status:
             return no_update, None
         run = data.run(status["run"])
-        new = _view(data, run, step if run and view and view.get("run") == run["run_id"] else "all")
+        new = _view(data, run, step if run and view and view.get("run") == run["run_id"] else "all", find)
         if new == view:
             return no_update, no_update       # the layout (or the last tick) showed this state already
         options = [{"label": "all steps", "value": "all"}] + [

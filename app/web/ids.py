@@ -15,12 +15,14 @@ TL_GRAPH = "timeline-graph"
 TL_DETAILS = "timeline-details"
 TL_STEP = "timeline-step"
 TL_INFO = "timeline-info"
+TL_FIND = "timeline-find"
 
 # operators
 OPS_GROUP = "ops-group"
 OPS_TABLE = "ops-table"
 OPS_ROOFLINE = "ops-roofline"
 OPS_DETAIL = "ops-detail"
+OPS_FIND = "ops-find"                # the detail's link to the timeline, searching for the op
 
 # memory
 MEM_GRAPH = "memory-graph"

@@ -73,14 +73,19 @@ class Lod:
     b_end: np.ndarray
     b_count: np.ndarray
     b_busy: np.ndarray
+    b_hits: np.ndarray         # per bucket: how many of its spans match the search (0 without one)
     visible: int               # spans overlapping the window
+    hits: int = 0              # spans in the window that match the search
 
 
-def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int = MAX_SPANS) -> Lod:
+def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int = MAX_SPANS,
+                    match: np.ndarray | None = None) -> Lod:
+    """match: per name (label code), whether it matches the user's search; its spans too small to draw
+    are counted per bucket, so a search finds a 50 ns kernel in a whole-run view."""
     t0, t1 = int(t0), int(max(t1, t0 + 1))
     width = (t1 - t0) / px
-    shown, bt, bs, be, bc, bb = [], [], [], [], [], []
-    visible = 0
+    shown, bt, bs, be, bc, bb, bh = [], [], [], [], [], [], []
+    visible = hits = 0
     for k in range(len(spans.tracks)):
         a, b = int(spans.offsets[k]), int(spans.offsets[k + 1])
         starts = spans.start[a:b]
@@ -89,6 +94,8 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
         idx = np.arange(lo, hi)
         idx = idx[spans.end[lo:hi] >= t0]
         visible += len(idx)
+        if match is not None:
+            hits += int(match[spans.label[idx]].sum())
         dur = spans.end[idx] - spans.start[idx]
         big = dur >= width
         if big.sum() > max_spans:        # keep the widest; the rest join the buckets
@@ -111,9 +118,13 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
             be.append(t0 + np.ceil((used + 1) * width).astype(np.int64))
             bc.append(count[used])
             bb.append(busy[used])
+            if match is not None:
+                bh.append(np.bincount(bucket, weights=match[spans.label[small]], minlength=px)[used])
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     return Lod(t0=t0, t1=t1, shown=cat(shown, np.int64), b_track=cat(bt, np.int64), b_start=cat(bs, np.int64),
-               b_end=cat(be, np.int64), b_count=cat(bc, np.int64), b_busy=cat(bb, np.float64), visible=visible)
+               b_end=cat(be, np.int64), b_count=cat(bc, np.int64), b_busy=cat(bb, np.float64),
+               b_hits=cat(bh, np.int64) if bh else np.zeros(sum(len(x) for x in bt), np.int64), visible=visible,
+               hits=hits)
 
 
 def b64(a, dtype) -> str:
@@ -146,8 +157,28 @@ def payload(spans: Spans, lod: Lod) -> dict:
                   "track": b64(_track_of(spans, shown), "i4"), "label": b64(spans.label[shown], "i4"),
                   "key0": b64(spans.key0[shown], "f8"), "key1": b64(spans.key1[shown], "f8")},
         "buckets": {"n": len(lod.b_track), "start": b64(rel(lod.b_start), "f8"), "end": b64(rel(lod.b_end), "f8"),
-                    "track": b64(lod.b_track, "i4"), "count": b64(lod.b_count, "f8"), "busy": b64(lod.b_busy, "f8")},
+                    "track": b64(lod.b_track, "i4"), "count": b64(lod.b_count, "f8"), "busy": b64(lod.b_busy, "f8"),
+                    "hits": b64(lod.b_hits, "f8")},
     }
+
+
+def matching(spans: Spans, text: str) -> np.ndarray:
+    """Per name: does it contain the search text (case-insensitive)? Op names, kernel names and Python frames."""
+    needle = text.strip().lower()
+    return np.array([needle in n.lower() for n in spans.names], dtype=bool)
+
+
+def next_match(spans: Spans, match: np.ndarray, after: int, forward: bool = True) -> int | None:
+    """The index of the first matching span starting after `after` (ns), or the last one before it."""
+    idx = np.flatnonzero(match[spans.label])
+    if not len(idx):
+        return None
+    starts = spans.start[idx]
+    pick = idx[starts > after] if forward else idx[starts < after]
+    if not len(pick):
+        return None
+    s = spans.start[pick]
+    return int(pick[np.argmin(s)] if forward else pick[np.argmax(s)])
 
 
 def _track_of(spans: Spans, idx: np.ndarray) -> np.ndarray:
