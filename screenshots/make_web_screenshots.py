@@ -86,6 +86,17 @@ def click_span(driver):
         .pause(0.2).click().perform()
 
 
+def find_next(times=2):
+    """Enter in the timeline's find box, as a user walks the matches."""
+    def do(driver):
+        from selenium.webdriver.common.keys import Keys
+        box = driver.find_element("id", "timeline-find")
+        for _ in range(times):
+            box.send_keys(Keys.ENTER)
+            time.sleep(0.8)
+    return do
+
+
 def click_cell(table_id, row=0, col=0):
     def do(driver):
         from selenium.webdriver.common.by import By
@@ -116,6 +127,7 @@ def main(argv=None) -> int:
     try:
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
         shoot(driver, f"{url}/timeline?run={a}&step=1", "timeline", click_span)    # one step: ops, not idle
+        shoot(driver, f"{url}/timeline?run={a}&find=linear", "timeline-find", find_next())
         shoot(driver, f"{url}/operators?run={a}", "operators", click_cell("ops-table"))
         shoot(driver, f"{url}/memory?run={a}", "memory")
         shoot(driver, f"{url}/compare?run={b}&b={a}", "compare")
