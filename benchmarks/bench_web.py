@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import plotly.io
 
 OPS = ["linear", "matmul", "layer_norm", "gelu", "add", "softmax", "scaled_dot_product_attention", "transfer",
        "view", "mul"]
@@ -191,12 +192,17 @@ def main(argv=None) -> int:
         orjson.dumps(lod.payload(spans, found))
         lod.next_match(spans, match, mid)
         warm_find.append(time.perf_counter() - t0)
+    from opscope.app.pages import memory
+    t0 = time.perf_counter()
+    mem = plotly.io.to_json(memory.figure(data.memory_series(rid)), validate=False)     # as Dash sends it
+    t_mem = time.perf_counter() - t0
     print(f"server: load + intern spans (cold) {statistics.median(cold) * 1e3:8.1f} ms")
     print(f"server: LOD + payload, whole run   {statistics.median(warm_full) * 1e3:8.1f} ms  "
           f"({len(view.shown):,} spans + {len(view.b_track):,} buckets, {len(body) / 1e3:.0f} kB)")
     print(f"server: LOD + payload, 0.1% window {statistics.median(warm_zoom) * 1e3:8.1f} ms")
     print(f"server: search 'softmax', whole run + next match {statistics.median(warm_find) * 1e3:8.1f} ms "
           f"({found.hits:,} matches)")
+    print(f"server: memory chart of the run        {t_mem * 1e3:8.1f} ms  ({len(mem) / 1e3:.0f} kB for {n:,} samples)")
 
     app = create_app(store=store)
     srv, url = start_in_thread(app)

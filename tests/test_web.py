@@ -215,6 +215,34 @@ def test_op_table_with_a_peak_gives_percent_and_roofs(opscope_home):
     assert any(t["name"] == "roof" for t in fig["data"])
 
 
+def test_memory_series_of_a_long_run_keeps_every_spike_in_a_few_points(opscope_home):
+    store = RunStore()
+    n = 30_000
+    rng = np.random.default_rng(1)
+    live = rng.integers(1 << 20, 1 << 22, n)
+    live[12_345] = 1 << 30                                       # one op's spike: the peak
+    live[23_456] = 1                                             # and a dip
+    rid = store.create_run(model="m", backend="torch:cpu", device="cpu")
+    store.add_event_columns(rid, {
+        "step": np.zeros(n, np.int64), "seq": np.arange(n), "op": np.full(n, "add", dtype=object),
+        "node": np.full(n, "add", dtype=object), "module": np.full(n, "", dtype=object),
+        "source": np.full(n, "", dtype=object), "backend": np.full(n, "torch:cpu", dtype=object),
+        "device": np.full(n, "cpu", dtype=object), "thread": np.ones(n, np.int64), "depth": np.zeros(n, np.int64),
+        "start_ns": np.arange(n) * 1000, "end_ns": np.arange(n) * 1000 + 900,
+        "input_shapes": np.full(n, "[]", dtype=object), "input_dtypes": np.full(n, "[]", dtype=object),
+        "output_shapes": np.full(n, "[]", dtype=object), "output_dtypes": np.full(n, "[]", dtype=object),
+        "bytes": np.zeros(n, np.int64), "flops": np.zeros(n, np.int64), "fallback": np.zeros(n, bool),
+        "live_bytes": live})
+    store.finish_run(rid, status="ok")
+    data = WebData(store)
+    t, v = data.memory_series(rid, buckets=500)["torch:cpu"]
+    assert len(t) <= 1000 and t == sorted(t)
+    assert max(v) == 1 << 30 and t[v.index(1 << 30)] == 12_345 * 1000 + 900      # the peak, at its own time
+    assert min(v) == 1
+    t_all, v_all = data.memory_series(rid, buckets=n)["torch:cpu"]               # few enough: every sample
+    assert len(t_all) == n and v_all == live.tolist()
+
+
 def test_spans_cache_follows_a_streaming_run(opscope_home):
     store = RunStore()
     rid = _run_with_events(store, n=5, status=None)

@@ -19,6 +19,7 @@ from . import timeline
 
 _CACHE_RUNS = 4
 _STACK_DEPTHS = 8      # Python-stack rows drawn under the op tracks
+MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
 
 
 class WebData:
@@ -160,19 +161,30 @@ class WebData:
         return rows
 
     # --- memory --------------------------------------------------------------------------
-    def memory_series(self, run_id: str) -> dict:
-        """Live bytes over time per backend: the memory table, else the events' live_bytes column."""
-        rows = self.store.query("""SELECT backend, t_ns, live_bytes FROM memory WHERE run_id = ?
-                                   ORDER BY backend, t_ns""", [run_id])
-        if not rows:
-            rows = self.store.query("""SELECT backend, end_ns, live_bytes FROM events
-                                       WHERE run_id = ? AND live_bytes IS NOT NULL ORDER BY backend, end_ns""",
-                                    [run_id])
+    def memory_series(self, run_id: str, buckets: int = MEMORY_BUCKETS) -> dict:
+        """Live bytes over time per backend: the memory table, else the events' live_bytes column.
+
+        A long run has a sample per op: past `buckets` samples the series becomes, per time bucket, its
+        lowest and highest sample (each at its own time), so the chart keeps every spike and the exact
+        peak while the browser gets a few thousand points instead of a million."""
+        src = """SELECT backend, t_ns AS t, live_bytes AS v FROM memory WHERE run_id = $r"""
+        if not self.store.query("SELECT count(*) FROM memory WHERE run_id = ?", [run_id])[0][0]:
+            src = """SELECT backend, end_ns AS t, live_bytes AS v FROM events
+                     WHERE run_id = $r AND live_bytes IS NOT NULL"""
+        with self.store.connect() as con:
+            rows = con.execute(
+                f"""WITH s AS ({src}), r AS (SELECT min(t) AS lo, max(t) - min(t) + 1 AS span, count(*) AS n FROM s)
+                    SELECT backend, t, v FROM s, r WHERE r.n <= $k
+                    UNION ALL
+                    SELECT backend, unnest([arg_min(t, v), arg_max(t, v)]), unnest([min(v), max(v)])
+                    FROM s, r WHERE r.n > $k
+                    GROUP BY backend, floor((t - r.lo) * $k / r.span)
+                    ORDER BY 1, 2""", {"r": run_id, "k": int(buckets)}).fetchall()
         out: dict = {}
-        for b, t, v in rows:
-            s = out.setdefault(b or "?", ([], []))
-            s[0].append(t)
-            s[1].append(v)
+        for backend, t, v in rows:
+            series = out.setdefault(backend or "?", ([], []))
+            series[0].append(t)
+            series[1].append(v)
         return out
 
     def top_allocators(self, run_id: str, limit: int = 15) -> list[dict]:
