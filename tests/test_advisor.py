@@ -116,3 +116,46 @@ def test_apply_refuses_advice_it_cannot_apply(tmp_path):
         apply_advice(run_id, "nonsense")
     with pytest.raises(UsageError, match="cannot be applied automatically"):
         apply_advice(run_id, "dominant-op")
+
+
+def _imported(tmp_path, doc):
+    from opscope.profiler.importers import import_trace
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    return import_trace(path)
+
+
+def test_an_imported_gpu_trace_whose_gpu_waits_is_told_to_launch_fewer_kernels(tmp_path):
+    """torch.profiler with CUDA: kernels are what the GPU did; the rest of each step it waited for the host."""
+    from test_trace_import import GPU_ROWS, kineto_gpu_trace
+    run_id = _imported(tmp_path, kineto_gpu_trace())
+    a = analyze(load(run_id))
+    steps = a["run"]["steps"]
+    busy_us = 0.0                                         # the kernels' union per step, from the fixture itself
+    for step in {r[3] for r in GPU_ROWS}:
+        end = None
+        for ts, dur in sorted((r[4], r[5]) for r in GPU_ROWS if r[3] == step):
+            lo = ts if end is None else max(ts, end)
+            busy_us += max(ts + dur - lo, 0.0)
+            end = ts + dur if end is None else max(end, ts + dur)
+    dev = a["device"]
+    assert dev["kernels"] == len(GPU_ROWS) // steps and dev["name"] == "cuda:0"
+    assert dev["busy_seconds"] == pytest.approx(busy_us / 1e6 / steps, rel=1e-9)
+    assert dev["idle_seconds"] == pytest.approx(dev["step_seconds"] - dev["busy_seconds"])
+    first = advise(run_id)[0]
+    assert first.rule == "device-idle" and "CUDA graph" in first.message
+    assert first.estimated_gain["seconds"] == pytest.approx(dev["idle_seconds"] / 2)
+    # the step's busy time counts top-level host ops once (aten::linear, not also the addmm inside it)
+    events = load(run_id).events
+    top = sum(e["seconds"] for e in events if not e["on_device"] and e["depth"] == 0) / steps
+    assert a["time"]["seconds"] == pytest.approx(top)
+    assert all(x.rule != "cpu-tune" for x in advise(run_id))     # nothing here to tune: an imported trace
+
+
+def test_a_cpu_only_trace_has_no_device_advice(tmp_path):
+    from test_trace_import import kineto_gpu_trace
+    doc = kineto_gpu_trace()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    run_id = _imported(tmp_path, doc)
+    assert analyze(load(run_id))["device"]["kernels"] == 0
+    assert all(x.rule != "device-idle" for x in advise(run_id))

@@ -2,8 +2,12 @@
 
 `analyze(run, events, description)` returns a plain dict of sections (`time`, `roofline`,
 `overhead`, `fallback`, `transfers`, `dtype`, `layout`, `memory`, `gaps`, `fusion`, `dominant`,
-`whatif`, `hw`, `run`); rule expressions name its values (`fallback.seconds`, `hw.kind`).
+`whatif`, `device`, `hw`, `run`); rule expressions name its values (`fallback.seconds`, `hw.kind`).
 All times are seconds per step; shares are fractions of the step's busy time.
+
+Imported torch.profiler traces nest ops (aten::linear holds aten::addmm) and carry what the GPU ran
+(kernels, copies): the step's busy time counts top-level host ops once, the op analyses see host ops
+only, and `device` says how much of each step the GPU streams were busy.
 """
 from __future__ import annotations
 
@@ -15,13 +19,14 @@ import numpy as np
 from opscope.runtime.description import Description
 from opscope.runtime.ops import OPS
 from opscope.runtime.roofline import bound as roofline_bound
+from opscope.profiler.importers.kineto import DEVICE_OPS
 from opscope.profiler.store import run_description
 
 from . import whatif
 
 # the sections every analysis dict has: rule files are checked against these names at load time
 SECTIONS = ("run", "hw", "time", "roofline", "overhead", "fallback", "transfers", "dtype", "layout", "memory",
-            "gaps", "fusion", "dominant", "whatif")
+            "gaps", "fusion", "dominant", "whatif", "device")
 
 _FUSABLE = ("elementwise", "activation")
 _CONV = ("conv2d", "conv1d", "conv3d", "convolution", "conv_transpose2d")
@@ -41,8 +46,8 @@ def load(run_id: str, store=None) -> RunData:
     from opscope.profiler.store import RunStore
     store = store or RunStore()
     run = store.get_run(run_id)
-    cols = ["step", "seq", "op", "node", "backend", "start_ns", "end_ns", "input_dtypes", "output_dtypes",
-            "bytes", "flops", "fallback", "live_bytes"]
+    cols = ["step", "seq", "op", "node", "backend", "device", "depth", "start_ns", "end_ns", "input_dtypes",
+            "output_dtypes", "bytes", "flops", "fallback", "live_bytes"]
     frame = store.events_frame(run["run_id"], columns=cols)
     return from_frame(run, frame)
 
@@ -58,7 +63,10 @@ def from_frame(run: dict, frame: dict) -> RunData:
             "start": int(frame["start_ns"][i]), "end": int(frame["end_ns"][i]),
             "seconds": max(int(frame["end_ns"][i]) - int(frame["start_ns"][i]), 0) / 1e9,
             "bytes": _int(frame["bytes"][i]), "flops": _int(frame["flops"][i]),
-            "fallback": bool(frame["fallback"][i]), "live_bytes": _int(frame["live_bytes"][i]), "dtype": dt})
+            "fallback": bool(frame["fallback"][i]), "live_bytes": _int(frame["live_bytes"][i]), "dtype": dt,
+            "depth": _int(frame["depth"][i]) if "depth" in frame else 0,
+            "device": str(frame["device"][i]) if "device" in frame else "",
+            "on_device": str(frame["op"][i]) in DEVICE_OPS})
     steps = len({e["step"] for e in events}) or 1
     return RunData(run, events, description_of(run), steps)
 
@@ -96,10 +104,14 @@ def _first_float(text) -> str | None:
 def analyze(data: RunData) -> dict:
     run, evs, d, steps = data.run, data.events, data.description, data.steps
     d = d or Description(name=run.get("backend") or "?", implementation="unknown")
-    busy = sum(e["seconds"] for e in evs) / steps
+    kernels = [e for e in evs if e.get("on_device")]
+    evs = [e for e in evs if not e.get("on_device")]
+    busy = sum(e["seconds"] for e in evs if not e.get("depth")) / steps
     a = {
         "run": {"id": run.get("run_id"), "model": run.get("model"), "backend": run.get("backend"),
-                "steps": steps, "ops": len(evs) // steps, "simulated": d.implementation == "sim"},
+                "steps": steps, "ops": len(evs) // steps, "simulated": d.implementation == "sim",
+                # an imported trace: no model here to re-run, tune or apply advice to
+                "imported": run.get("engine") == "import"},
         "hw": _hw(d),
         "time": {"seconds": busy, "wall_seconds": _wall(evs) / steps},
     }
@@ -113,7 +125,34 @@ def analyze(data: RunData) -> dict:
     a["fusion"] = _fusion(evs, d, busy, steps, a["overhead"]["per_op_seconds"])
     a["dominant"] = _dominant(evs, busy, steps)
     a["whatif"] = _whatif(evs, d, busy, steps)
+    a["device"] = _device(kernels, evs, steps)
     return a
+
+
+def _device(kernels, host, steps) -> dict:
+    """How busy the GPU streams were (an imported torch.profiler trace): their kernels' union over each
+    step's wall time, host ops and kernels together. Idle time there is time the GPU waited for the host."""
+    if not kernels:
+        return {"kernels": 0, "name": "", "busy_seconds": 0.0, "step_seconds": 0.0, "idle_seconds": 0.0,
+                "idle_share": 0.0, "busy_share": 0.0}
+    busy = wall = 0
+    for step in sorted({e["step"] for e in kernels}):
+        ks = sorted((e["start"], e["end"]) for e in kernels if e["step"] == step)
+        every = ks + [(e["start"], e["end"]) for e in host if e["step"] == step]
+        wall += max(e for _, e in every) - min(s for s, _ in every)
+        end = None
+        for s, e in ks:                               # the union: streams may overlap
+            if end is None or s > end:
+                busy += e - s
+                end = e
+            elif e > end:
+                busy += e - end
+                end = e
+    names = sorted({e["device"] or e["backend"] for e in kernels})
+    busy_s, wall_s = busy / 1e9 / steps, wall / 1e9 / steps
+    return {"kernels": len(kernels) // steps, "name": ", ".join(names), "busy_seconds": busy_s,
+            "step_seconds": wall_s, "idle_seconds": max(wall_s - busy_s, 0.0),
+            "busy_share": _share(busy_s, wall_s), "idle_share": _share(max(wall_s - busy_s, 0.0), wall_s)}
 
 
 def _hw(d: Description) -> dict:
