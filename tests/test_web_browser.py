@@ -158,6 +158,33 @@ def test_wasd_zooms_and_the_server_redraws(browser, server, store):
           after["shown"][0])
 
 
+def _pick_option(driver, dropdown_id, label):
+    driver.find_element(By.ID, dropdown_id).click()
+    until(driver, """var opts = document.querySelectorAll('[role=option]');
+        for (var i = 0; i < opts.length; i++) if (opts[i].innerText.trim() === arguments[0]) return opts[i];""",
+          label).click()
+
+
+def test_the_step_dropdown_shows_that_step_and_back(browser, server, store):
+    from opscope.app.web.data import WebData
+    model, inputs = load("demo:mlp")
+    rid = profile("demo:mlp", "numpy", steps=3, store=store, model=model, inputs=inputs)
+    windows = WebData(store).step_windows(rid)
+    first = min(a for _, a, _ in windows)
+    browser.get(f"{server}/timeline?run={rid}")
+    until(browser, TIMELINE_DRAWN)
+    whole = browser.execute_script(TIMELINE)["shown"]
+    _pick_option(browser, "timeline-step", "step 1")
+    shown = until(browser, "var s = window.opscopeTimeline.state();"
+                           "return s.shown && !s.busy && s.shown[1] - s.shown[0] < arguments[0] && s.shown;",
+                  whole[1] - whole[0])
+    _, a1, b1 = windows[1]
+    assert shown == [a1 - first, b1 - first]                     # exactly step 1's window, in ns since the run's start
+    _pick_option(browser, "timeline-step", "all steps")
+    until(browser, "var s = window.opscopeTimeline.state(); return s.shown && !s.busy && s.shown[0] === arguments[0]"
+                   " && s.shown[1] === arguments[1];", *whole)
+
+
 def test_drag_zooms_to_the_range_and_double_click_shows_the_whole_run(browser, server, store):
     browser.get(f"{server}/timeline?run={store.npu}")
     until(browser, TIMELINE_DRAWN)
