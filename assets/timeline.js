@@ -120,6 +120,7 @@
     if (reset) { T.t0 = p.t0; T.t1 = p.t1; }
     upload();
     legend();
+    inView();
     resize();
     draw();
     info(p.info);
@@ -162,6 +163,14 @@
     T.tip.className = "tl-tip";
     T.legend = document.createElement("div");
     T.legend.className = "tl-legend";
+    T.summary = document.createElement("div");
+    T.summary.className = "tl-summary";
+    T.summary.addEventListener("click", function (e) {      // a row searches for its op
+      var row = e.target.closest && e.target.closest("tr[data-name]");
+      if (row && window.dash_clientside && window.dash_clientside.set_props) {
+        window.dash_clientside.set_props(FIND, {value: row.getAttribute("data-name")});
+      }
+    });
     mountCanvases();
     T.gl = T.canvas.getContext("webgl", {antialias: false, alpha: true, preserveDrawingBuffer: true});
     if (T.gl) setupGl(T.gl); else T.ctx = T.canvas.getContext("2d");   // no WebGL: the same rects, 2D
@@ -183,6 +192,7 @@
     stage.appendChild(T.tip);
     T.wrap.appendChild(stage);
     T.stage = stage;
+    T.wrap.appendChild(T.summary);
   }
 
   function resize() {
@@ -230,6 +240,21 @@
       s.appendChild(document.createTextNode(it[1]));
       T.legend.appendChild(s);
     });
+  }
+
+  // What the window holds, by op: calls and time inside it (server-side, over every span, not only the
+  // drawn ones), so a zoom answers "what is this stretch made of" without leaving the timeline.
+  function inView() {
+    var d = T.data, top = d.top;
+    if (!top || !top.label.length) { T.summary.innerHTML = ""; return; }
+    var rows = top.label.map(function (k, i) {
+      return '<tr data-name="' + esc(d.names[k]) + '" title="search for it"><td><i style="background:' + d.colors[k] +
+        '"></i>' + esc(d.names[k]) + '</td><td>' + top.count[i].toLocaleString() + '</td><td>' + fmtDur(top.total[i]) +
+        '</td><td>' + (100 * top.total[i] / Math.max(1, top.busy)).toFixed(1) + ' %</td></tr>';
+    });
+    T.summary.innerHTML = '<div class="tl-sum-head">In this window, by time (nested ops count in their parents too)</div>' +
+      '<table><thead><tr><th>op</th><th>calls</th><th>time</th><th>share</th></tr></thead><tbody>' + rows.join("") +
+      '</tbody></table>';
   }
 
   // --- WebGL -------------------------------------------------------------------------------

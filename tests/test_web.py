@@ -90,6 +90,16 @@ def test_timeline_endpoint_finds_and_goes_to_matches(opscope_home):
     assert c.get(f"/_opscope/timeline?run={rid}&find=x&goto=sideways").status_code == 400
 
 
+def test_in_window_sums_time_inside_the_window_by_op():
+    #            add: 0-1000 (ends at the window's start), mul: 500-2500, add: 1200-1300, frame: 1000-2000
+    s = lod.build([0, 500, 1200, 1000], [1000, 2500, 1300, 2000], [0, 0, 0, 1], ["cpu", "python stack 0"],
+                  [0, 1, 0, 2], ["add", "mul", "main.py:1 f"], [0, 0, 0, lod.STACK_KEY], [0, 1, 2, 0], frames_from=2)
+    top = lod.in_window(s, 1000, 2000)
+    got = {s.names[k]: (c, t) for k, c, t in zip(top["label"], top["count"], top["total"])}
+    assert got == {"mul": (1, 1000.0), "add": (1, 100.0)}        # mul cut to the window; no Python frame
+    assert top["label"][0] == 1 and top["busy"] == 1100.0
+
+
 def test_payload_carries_every_drawn_span_with_its_event_keys():
     s = spans_of(n_small=1000, n_wide=5)
     view = lod.level_of_detail(s, s.t_min, s.t_max)

@@ -119,26 +119,26 @@ def test_timeline_draws_with_webgl_and_loads_plotly_only_after(browser, server, 
     assert "transfer" in legend and "too small to draw" in legend            # the ops drawn, and the buckets
 
 
-def _click_at(driver, x, y):
-    """A real mouse click at client coordinates (x, y), through the element under that point."""
+def _hover_at(driver, x, y):
+    """A real mouse move to client coordinates (x, y), through the element under that point."""
     el = driver.execute_script("return document.elementFromPoint(arguments[0], arguments[1]);", x, y)
     r = driver.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];", el)
-    ActionChains(driver).move_to_element_with_offset(el, x - r[0] - r[2] / 2, y - r[1] - r[3] / 2) \
-        .pause(0.2).click().perform()
+    ActionChains(driver).move_to_element_with_offset(el, x - r[0] - r[2] / 2, y - r[1] - r[3] / 2).pause(0.2).perform()
 
 
 def test_click_a_span_shows_its_details(browser, server, store):
     browser.get(f"{server}/timeline?run={store.npu}")
     until(browser, TIMELINE_DRAWN)
     wide = browser.execute_script("return window.opscopeTimeline.widestSpanPoint();")
-    _click_at(browser, wide["x"], wide["y"])
+    _hover_at(browser, wide["x"], wide["y"])
+    tip = browser.execute_script("var t = document.querySelector('.tl-tip'); return [t.style.display, t.innerText];")
+    assert tip[0] == "block" and f"#{int(wide['key1'])}" in tip[1]      # hovering names the span
+    ActionChains(browser).click().perform()
     wait_text(browser, "timeline-details", "module path")
     details = text_of(browser, "timeline-details")
     for field in ("node", "input shapes", "output dtypes", "FLOPs", "source line"):
         assert field in details
     assert f"{int(wide['key0'])} · {int(wide['key1'])}" in details        # step · seq of the span clicked
-    tip = browser.execute_script("var t = document.querySelector('.tl-tip'); return [t.style.display, t.innerText];")
-    assert tip[0] == "block" and "step" in tip[1]                          # the hover tooltip named it too
 
 
 def test_wasd_zooms_and_the_server_redraws(browser, server, store):
@@ -253,6 +253,17 @@ def test_find_an_op_from_its_row_then_walk_its_calls_on_the_timeline(browser, se
         assert "linear" in text_of(browser, "timeline-details")
         seen.append(mark["key"])
     assert [k[1] for k in seen] == sorted(k[1] for k in seen)                      # forward, call after call
+
+
+def test_in_window_lists_what_the_view_holds_and_a_row_searches_for_it(browser, server, store):
+    browser.get(f"{server}/timeline?run={store.npu}")
+    until(browser, TIMELINE_DRAWN)
+    rows = until(browser, "var r = document.querySelectorAll('#timeline-graph .tl-summary tr[data-name]');"
+                          "return r.length ? Array.prototype.map.call(r, function (x) { return x.getAttribute('data-name'); }) : null;")
+    assert "gelu" in rows                                          # demo:gpt's fallback op holds the most time
+    browser.find_element(By.CSS_SELECTOR, f"#timeline-graph .tl-summary tr[data-name='{rows[1]}']").click()
+    until(browser, "var s = window.opscopeTimeline.state(); return s.find === arguments[0] && !s.busy;", rows[1])
+    assert browser.find_element(By.ID, "timeline-find").get_attribute("value") == rows[1]
 
 
 def test_click_a_tensor_row_shows_its_steps_and_histogram(browser, server, store):

@@ -87,12 +87,7 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
     shown, bt, bs, be, bc, bb, bh = [], [], [], [], [], [], []
     visible = hits = 0
     for k in range(len(spans.tracks)):
-        a, b = int(spans.offsets[k]), int(spans.offsets[k + 1])
-        starts = spans.start[a:b]
-        lo = a + int(np.searchsorted(starts, t0 - spans.maxdur[k], "left"))
-        hi = a + int(np.searchsorted(starts, t1, "right"))
-        idx = np.arange(lo, hi)
-        idx = idx[spans.end[lo:hi] >= t0]
+        idx = _overlapping(spans, k, t0, t1)
         visible += len(idx)
         if match is not None:
             hits += int(match[spans.label[idx]].sum())
@@ -127,6 +122,37 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
                hits=hits)
 
 
+def _overlapping(spans: Spans, k: int, t0: int, t1: int) -> np.ndarray:
+    """Indices of track k's spans that overlap [t0, t1] (those that began before t0 included)."""
+    a, b = int(spans.offsets[k]), int(spans.offsets[k + 1])
+    starts = spans.start[a:b]
+    lo = a + int(np.searchsorted(starts, t0 - spans.maxdur[k], "left"))
+    hi = a + int(np.searchsorted(starts, t1, "right"))
+    idx = np.arange(lo, hi)
+    return idx[spans.end[lo:hi] >= t0]
+
+
+def in_window(spans: Spans, t0: int, t1: int, top: int = 12) -> dict:
+    """What the window holds, by name: calls and time inside it (spans cut at its edges), biggest first.
+
+    Time is inclusive: a nested op's time is also in its parent's, as in every trace viewer's summary.
+    Python frames are left out (they are samples of the host, not work)."""
+    n = len(spans.names)
+    total, count = np.zeros(n), np.zeros(n, np.int64)
+    for k in range(len(spans.tracks)):
+        idx = _overlapping(spans, k, t0, t1)
+        cut = (np.minimum(spans.end[idx], t1) - np.maximum(spans.start[idx], t0)).astype(np.float64)
+        inside = (cut > 0) | (spans.start[idx] >= t0)        # not the ones that only touch the window's start
+        idx, cut = idx[inside], cut[inside]
+        total += np.bincount(spans.label[idx], weights=cut, minlength=n)
+        count += np.bincount(spans.label[idx], minlength=n)
+    total[spans.frames_from:] = 0
+    count[spans.frames_from:] = 0
+    order = [int(i) for i in np.argsort(-total, kind="stable")[:top] if count[i]]
+    return {"label": order, "count": count[order].tolist(), "total": total[order].tolist(),
+            "busy": float(total.sum())}
+
+
 def b64(a, dtype) -> str:
     """A numpy array as base64 little-endian bytes: what the browser turns into a typed array in one step."""
     return base64.b64encode(np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()).decode("ascii")
@@ -148,11 +174,12 @@ def payload(spans: Spans, lod: Lod) -> dict:
     shown = lod.shown
     rel = (lambda a: (np.asarray(a, np.int64) - origin).astype(np.float64))
     colors = [theme.STACK if i >= spans.frames_from else theme.op_color(g) for i, g in enumerate(spans.groups)]
+    top = in_window(spans, lod.t0, lod.t1)
     return {
         "origin": str(origin), "t0": lod.t0 - origin, "t1": lod.t1 - origin, "end": spans.t_max - origin,
         "tracks": spans.tracks, "names": spans.names, "colors": colors, "groups": spans.groups,
         "frames_from": spans.frames_from,
-        "count": spans.count, "visible": lod.visible,
+        "count": spans.count, "visible": lod.visible, "top": top,
         "spans": {"n": len(shown), "start": b64(rel(spans.start[shown]), "f8"), "end": b64(rel(spans.end[shown]), "f8"),
                   "track": b64(_track_of(spans, shown), "i4"), "label": b64(spans.label[shown], "i4"),
                   "key0": b64(spans.key0[shown], "f8"), "key1": b64(spans.key1[shown], "f8")},
