@@ -487,6 +487,7 @@
   }
 
   function fmtDur(ns) {
+    if (!ns) return "0";                  // views cost nothing on a simulated clock
     var u = unit(ns);
     return (ns / u[0]).toPrecision(3) + " " + u[1];
   }
