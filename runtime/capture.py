@@ -15,7 +15,7 @@ import torch
 from torch.export import ExportGraphSignature
 
 from .dtypes import name_of
-from .errors import ModelError
+from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref, TensorMeta
 from .ops import op_for_target
 
@@ -32,8 +32,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> Gr
         with torch.no_grad():
             ep = torch.export.export(model, tuple(example_inputs), strict=False)
     except Exception as e:  # torch raises many types here; the user needs the first line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: {first}") from e
+        raise ModelError(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: {first_line(e)}") from e
     return _translate(ep, name or type(model).__name__)
 
 
@@ -90,8 +89,6 @@ def _translate(ep, model_name: str) -> Graph:
         if isinstance(a, (list, tuple)):
             return type(a)(sub(x, inputs) for x in a) if not isinstance(a, torch.fx.immutable_collections.immutable_list) \
                 else [sub(x, inputs) for x in a]
-        if isinstance(a, torch.device):
-            return a
         return a
 
     for fx in ep.graph.nodes:

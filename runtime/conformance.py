@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .dtypes import name_of, to_torch
-from .errors import UnsupportedOpError, UsageError
+from .dtypes import FLOATS, name_of, to_torch
+from .errors import UnsupportedOpError, UsageError, first_line
 from .executor import Executor, compile_plan
 from .graph import Graph, Node, Ref, TensorMeta
 from .ops import OPS, op_for_target
@@ -122,7 +122,7 @@ def check_cell(backend, op: str, dtype: str) -> Cell:
             outcome = run_case(backend, op, sample, case, dtype)
         except Exception as e:  # a kernel that raises is a failure of that kernel, reported in the table
             cell.status = "fail"
-            cell.message = cell.message or f"case {i}: {type(e).__name__}: {_first(e)}"
+            cell.message = cell.message or f"case {i}: {type(e).__name__}: {first_line(e)[:200]}"
             continue
         if isinstance(outcome, str):
             unsupported.append(outcome)
@@ -319,7 +319,7 @@ def _compare(actual: np.ndarray, expected: torch.Tensor, meta: TensorMeta, value
         return True, 0.0, 0.0, ""
     e = expected.detach().to(torch.float64).numpy() if expected.dtype != torch.bool else expected.numpy()
     a = actual.astype(np.float64) if actual.dtype != np.bool_ else actual
-    if not meta.dtype.startswith(("float", "bfloat")):
+    if meta.dtype not in FLOATS:
         bad = np.asarray(a != e)
         n = int(bad.sum())
         diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if n else 0.0
@@ -337,6 +337,3 @@ def _compare(actual: np.ndarray, expected: torch.Tensor, meta: TensorMeta, value
         why = "NaN/Inf where the reference has none (or the other way round)"
     return ok, max_abs, max_rel, why
 
-
-def _first(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:200]

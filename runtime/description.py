@@ -74,8 +74,7 @@ class Description:
         return float(self.peak_flops.get(dtype) or self.peak_flops.get("float32") or 0.0)
 
     def as_dict(self) -> dict:
-        d = {k: v for k, v in vars(self).items() if k not in ("path",)}
-        return d
+        return {k: v for k, v in vars(self).items() if k != "path"}
 
 
 def load(path: str | Path) -> Description:
@@ -123,6 +122,12 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
     for key in ("memory_bandwidth", "memory_capacity", "host_bandwidth"):
         if key in hw and hw[key] <= 0:
             bad(f"hardware.{key}", f"expected a positive number of {SCHEMA['hardware'][key][2]}, got {hw[key]!r}")
+    for key in ("launch_overhead", "cores"):
+        if key in hw and hw[key] < 0:
+            bad(f"hardware.{key}", f"expected {SCHEMA['hardware'][key][2]}, >= 0, got {hw[key]!r}")
+    for n in data.get("tuning", {}).get("threads", []):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            bad("tuning.threads", f"expected thread counts (positive integers), got {n!r}")
     if "supported" in ops and "unsupported" in ops:
         bad("operators", "give supported or unsupported, not both")
     from .ops import OPS

@@ -19,6 +19,8 @@ def name_of(dtype) -> str:
     """'float32' for torch.float32, np.float32, np.dtype('float32') or 'float32'."""
     if isinstance(dtype, torch.dtype):
         return _TORCH[dtype]
+    if isinstance(dtype, str) and dtype in _FROM_NAME:
+        return dtype          # a name already; numpy has no 'bfloat16' to parse it
     return np.dtype(dtype).name
 
 

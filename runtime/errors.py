@@ -1,6 +1,11 @@
 """Errors a user can cause, and the exit code each one maps to (DESIGN.md: exit codes)."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (torch and numpy messages run to pages)."""
+    return (str(e).strip().splitlines() or [""])[0]
+
+
 class OpscopeError(Exception):
     """Base class: the message is one line that says what, where, and what to do."""
 

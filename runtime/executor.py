@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import ModelError, OpscopeError
+from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref
 from .hdi import Backend
 from .placement import Placement, place
@@ -272,7 +272,8 @@ class Executor:
         hooks = self.hooks
         before = [h.before_op for h in hooks if hasattr(h, "before_op")]
         after = [h.after_op for h in hooks if hasattr(h, "after_op")]
-        info = RunInfo(self.step, self.plan, time.perf_counter_ns())
+        step = self.step
+        info = RunInfo(step, self.plan, time.perf_counter_ns())
         for h in hooks:
             if hasattr(h, "on_run_start"):
                 h.on_run_start(info)
@@ -281,7 +282,7 @@ class Executor:
         try:
             for seq, st in enumerate(self.plan.steps):
                 args, kwargs = self._call(st, env)
-                call = OpCall(self.step, seq, st.node, st.backend, args, st.fallback)
+                call = OpCall(step, seq, st.node, st.backend, args, st.fallback)
                 for f in before:
                     f(call)
                 clock = st.backend.clock
@@ -305,10 +306,7 @@ class Executor:
                 for s in st.free_after:
                     env[s] = None
                 live -= st.free_bytes
-        except OpscopeError as e:
-            error = e
-            raise
-        except BaseException as e:  # KeyboardInterrupt, a hook that raised: still end the run
+        except BaseException as e:  # an op that failed, KeyboardInterrupt, a hook that raised: still end the run
             error = e
             raise
         finally:
@@ -344,6 +342,5 @@ class OpFailed(ModelError):
 def _op_failed(st: Step, e: Exception, call=None) -> OpFailed:
     n = st.node
     where = f" in {n.module_path}" if n.module_path else ""
-    first = (str(e).strip().splitlines() or [""])[0]
-    return OpFailed(f"op {n.op} (node {n.name}{where}) failed on {st.backend.name}: {type(e).__name__}: {first}",
+    return OpFailed(f"op {n.op} (node {n.name}{where}) failed on {st.backend.name}: {type(e).__name__}: {first_line(e)}",
                     n, call)

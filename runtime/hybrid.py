@@ -17,6 +17,7 @@ is an estimate for real devices -- and exact for sim devices, whose clocks are s
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,13 +46,15 @@ class HybridStrategy:
         if not self.ratios:
             raise UsageError("HybridStrategy needs ratios, e.g. {'torch:cpu': 0.7, 'sim:npu-a1': 0.3}")
         total = sum(self.ratios.values())
-        if any(r < 0 for r in self.ratios.values()) or total <= 0:
-            raise UsageError(f"HybridStrategy ratios must be >= 0 and sum to more than 0, got {self.ratios}")
+        if not all(math.isfinite(r) and r >= 0 for r in self.ratios.values()) or total <= 0:
+            raise UsageError(f"HybridStrategy ratios must be finite, >= 0 and sum to more than 0, got {self.ratios}")
         self.ratios = {k: v / total for k, v in self.ratios.items()}
 
     @classmethod
     def parse(cls, text: str, switch_threshold: int = 0) -> "HybridStrategy":
         """'torch:cpu=0.7,sim:npu-a1=0.3' (the CLI's --hybrid)."""
+        usage = UsageError(f"--hybrid {text!r}: expected BACKEND=SHARE[,BACKEND=SHARE...], e.g. "
+                           "torch:cpu=0.7,sim:npu-a1=0.3")
         ratios = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             spec, sep, share = part.rpartition("=")
@@ -60,8 +63,9 @@ class HybridStrategy:
             except ValueError:
                 spec = ""
             if not sep or not spec:
-                raise UsageError(f"--hybrid {text!r}: expected BACKEND=SHARE[,BACKEND=SHARE...], e.g. "
-                                 "torch:cpu=0.7,sim:npu-a1=0.3")
+                raise usage
+        if not ratios:
+            raise usage
         return cls(ratios=ratios, switch_threshold=switch_threshold)
 
     def split(self, rows: int, length: int) -> list[tuple[str, int]]:
@@ -96,6 +100,9 @@ class HybridResult:
 
 def run_hybrid(model: torch.nn.Module, inputs: tuple, strategy: HybridStrategy, *, _cache=None) -> HybridResult:
     """Run one step split by `strategy`; pass the same `_cache` dict to reuse captured plans."""
+    if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() >= 1 for x in inputs):
+        raise UsageError("a hybrid run splits dim 0 of every input: the model's example inputs must all be "
+                         "tensors with at least one dimension")
     rows = int(inputs[0].shape[0])
     length = int(inputs[0].shape[1]) if inputs[0].dim() > 1 else 0
     cache = _cache if _cache is not None else {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UsageError
+from .errors import UsageError, first_line
 
 DEMOS = ("mlp", "cnn", "gpt")
 
@@ -34,7 +34,7 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple]:
         sys.modules[mod_name] = module
         module_spec.loader.exec_module(module)
     except Exception as e:
-        raise UsageError(f"importing {path} failed: {type(e).__name__}: {_first(e)}") from e
+        raise UsageError(f"importing {path} failed: {type(e).__name__}: {first_line(e)}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"{path} has no function {attr!r}: define {attr}() returning (model, example_inputs)")
@@ -45,14 +45,13 @@ def _call(factory, spec):
     try:
         result = factory()
     except Exception as e:
-        raise UsageError(f"model factory {spec} raised {type(e).__name__}: {_first(e)}") from e
+        raise UsageError(f"model factory {spec} raised {type(e).__name__}: {first_line(e)}") from e
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
         raise UsageError(f"model factory {spec} must return (nn.Module, example_inputs_tuple), got {type(result).__name__}")
     model, inputs = result
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)):
+        raise UsageError(f"model factory {spec} must return (nn.Module, example_inputs_tuple); got example inputs "
+                         f"of type {type(inputs).__name__}")
     return model.eval(), tuple(inputs)
-
-
-def _first(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [""])[0]

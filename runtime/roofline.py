@@ -6,6 +6,7 @@ roofline chart, so the three can never disagree.
 from __future__ import annotations
 
 from .description import Description
+from .dtypes import FLOATS
 
 
 def op_seconds(flops: int, nbytes: int, dtype: str, d: Description, *, transfer: bool = False) -> float:
@@ -21,7 +22,7 @@ def op_seconds(flops: int, nbytes: int, dtype: str, d: Description, *, transfer:
 def node_dtype(node) -> str:
     """The dtype an op computes in: its first floating input, else its first output."""
     for m in node.input_meta:
-        if m is not None and m.dtype.startswith(("float", "bfloat")):
+        if m is not None and m.dtype in FLOATS:
             return m.dtype
     for m in node.output_meta:
         if m is not None:

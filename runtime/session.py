@@ -34,10 +34,15 @@ class Session:
 
     def eager(self) -> list[np.ndarray]:
         """The model's own outputs in eager PyTorch, flattened like the graph's outputs."""
-        with torch.no_grad():
-            out = self.model(*self.inputs)
-        return [t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
-                for t in _flat_tensors(out)]
+        return eager_outputs(self.model, self.inputs)
+
+
+def eager_outputs(model: torch.nn.Module, inputs: tuple) -> list[np.ndarray]:
+    """`model(*inputs)` in eager PyTorch, flattened like a graph's outputs, as numpy arrays."""
+    with torch.no_grad():
+        out = model(*inputs)
+    return [t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
+            for t in _flat_tensors(out)]
 
 
 def _flat_tensors(out):

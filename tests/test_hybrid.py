@@ -29,10 +29,21 @@ def test_hybrid_run_matches_eager_and_reports_each_share():
     assert result.step_seconds == max(s["seconds"] for s in result.shares) > 0
 
 
-@pytest.mark.parametrize("text", ["torch:cpu", "torch:cpu=x", "=0.5", "a=-1,b=1"])
+@pytest.mark.parametrize("text", ["torch:cpu", "torch:cpu=x", "=0.5", "a=-1,b=1", "a=nan", "a=inf,b=1", ","])
 def test_bad_hybrid_specs_are_usage_errors(text):
     with pytest.raises(UsageError):
         HybridStrategy.parse(text)
+
+
+def test_hybrid_run_needs_tensor_inputs_with_a_batch_dim():
+    with pytest.raises(UsageError, match="dim 0"):
+        run_hybrid(torch.nn.Identity(), (3,), HybridStrategy.parse("numpy=1"))
+
+
+def test_factory_whose_inputs_are_not_a_tuple_is_a_usage_error(tmp_path):
+    (tmp_path / "net.py").write_text("import torch\ndef f():\n    return torch.nn.Linear(2, 2), 5\n")
+    with pytest.raises(UsageError, match="example inputs of type int"):
+        models.load(f"{tmp_path}/net.py:f")
 
 
 def test_cli_hybrid(cli):

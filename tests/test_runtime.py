@@ -146,3 +146,12 @@ def test_op_failure_names_op_and_node():
     st.kernel = broken
     with pytest.raises(OpFailed, match=r"op relu \(node .*\) failed on numpy: ValueError: boom"):
         s.run()
+
+
+def test_dtype_names_include_bfloat16_which_numpy_cannot_parse():
+    """`opscope tune` on a bfloat16-capable chip and `advise --apply` pass the name 'bfloat16' around."""
+    import torch
+    from opscope.runtime import dtypes
+    assert dtypes.name_of("bfloat16") == "bfloat16" and dtypes.to_torch("bfloat16") is torch.bfloat16
+    assert dtypes.name_of(torch.bfloat16) == "bfloat16" and dtypes.name_of("float32") == "float32"
+    assert dtypes.to_numpy("bfloat16") == np.dtype("float32")

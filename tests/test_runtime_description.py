@@ -43,6 +43,8 @@ def test_good_description_loads(tmp_path):
     (GOOD + "\n[extras]\nx = 1\n", "extras", "unknown section"),
     (GOOD.replace('implementation = "sim"', 'implementation = "magic"'), "backend.implementation", "expected"),
     ("[backend\nname=", "", "TOML"),
+    (GOOD.replace("launch_overhead = 2.0e-6", "launch_overhead = -1.0"), "hardware.launch_overhead", ">= 0"),
+    (GOOD + "\n[tuning]\nthreads = [\"four\"]\n", "tuning.threads", "positive integers"),
 ])
 def test_bad_description_names_file_and_key(tmp_path, text, key, expected):
     p = tmp_path / "chip.toml"
@@ -52,6 +54,13 @@ def test_bad_description_names_file_and_key(tmp_path, text, key, expected):
     msg = str(e.value)
     assert str(p) in msg and key in msg and expected.lower() in msg.lower(), msg
     assert "\n" not in msg
+
+
+def test_bad_fallback_names_the_description_that_asks_for_it(tmp_path):
+    p = tmp_path / "chip.toml"
+    p.write_text(GOOD.replace('fallback = "numpy"', 'fallback = "tpu:7"'))
+    with pytest.raises(UsageError, match=r"chip\.toml: backend\.fallback: unknown backend 'tpu:7'"):
+        resolve(str(p))
 
 
 def test_resolve_reports_missing_description_file(tmp_path):

@@ -2,10 +2,10 @@
 PyTorch's CPU kernels in float64 (runtime/conformance.py)."""
 from __future__ import annotations
 
-import sys
-
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from opscope.runtime.backends import resolve
 from opscope.runtime.conformance import DEFAULT_DTYPES, check, plan_cells
@@ -31,6 +31,8 @@ def register(sub) -> None:
 def main(args) -> int:
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     bad = [d for d in dtypes if d not in ITEMSIZE]
+    if not dtypes:
+        raise UsageError("--dtypes names no dtype: give e.g. --dtypes float32,float16")
     if bad:
         raise UsageError(f"unknown dtype(s) {', '.join(bad)} in --dtypes: use names like float32, float16, int64")
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] or None
@@ -69,12 +71,13 @@ def _print(report, dtypes) -> None:
     counts = report.counts()
     console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing to check")
     for c in report.failed:
-        console.print(f"[red]FAIL[/] {c.op} {c.dtype}: {c.message}", markup=True)
+        console.print(f"[red]FAIL[/] {escape(c.op)} {escape(c.dtype)}: {escape(c.message)}", markup=True)
 
 
-def _cell(c) -> str:
+def _cell(c) -> Text:
+    # `table` prints strings as written; a Text carries its own style.
     if c.status == "pass":
-        return "[green]pass[/]"
+        return Text("pass", style="green")
     if c.status == "fail":
-        return f"[red]FAIL[/] ({c.max_abs:.1e}, {c.max_rel:.1e})"
-    return c.status
+        return Text.assemble(("FAIL", "red"), f" ({c.max_abs:.1e}, {c.max_rel:.1e})")
+    return Text(c.status)

@@ -17,7 +17,9 @@ def main(args) -> int:
     if args.json:
         emit_json({"backends": rows})
         return 0
-    console.print(table("backends", ["spec", "kind", "available", "summary / why not"],
-                        [[r["spec"], r.get("kind", ""), "yes" if r["available"] else "no",
-                          r.get("summary", "") if r["available"] else r["reason"]] for r in rows]))
+    t = table("backends", ["spec", "kind", "available", "summary / why not"],
+              [[r["spec"], r.get("kind", ""), "yes" if r["available"] else "no",
+                r.get("summary", "") if r["available"] else r["reason"]] for r in rows])
+    t.columns[-1].no_wrap = False     # a long "why not" wraps instead of squeezing the spec to "sim…"
+    console.print(t)
     return 0

@@ -5,7 +5,7 @@ import time
 
 from opscope.runtime import open_session
 from opscope.runtime.errors import UsageError
-from opscope.runtime.session import compare
+from opscope.runtime.session import compare, eager_outputs
 
 from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
 
@@ -32,7 +32,7 @@ def main(args) -> int:
     s = open_session(args.model, args.backend, allow_fallback=not args.no_fallback)
     s.run()                                  # warm-up: first-call allocations, lazy init
     best = float("inf")
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t0 = time.perf_counter()
         out = s.run_host()
         best = min(best, time.perf_counter() - t0)
@@ -58,21 +58,17 @@ def main(args) -> int:
 
 def _hybrid(args) -> int:
     from opscope.runtime import models
+    from opscope.runtime.backends import resolve
     from opscope.runtime.hybrid import HybridStrategy, run_hybrid
-    from opscope.runtime.session import _flat_tensors
 
     strategy = HybridStrategy.parse(args.hybrid, args.switch_threshold)
     for spec in strategy.ratios:                 # a bad backend fails before the model loads
-        from opscope.runtime.backends import resolve
         resolve(spec)
     model, inputs = models.load(args.model)
     cache: dict = {}
     run_hybrid(model, inputs, strategy, _cache=cache)      # warm-up: capture, first-call allocations
     result = run_hybrid(model, inputs, strategy, _cache=cache)
-    import torch
-    with torch.no_grad():
-        expected = [t.numpy() for t in _flat_tensors(model(*inputs))]
-    err = compare(result.outputs, expected)
+    err = compare(result.outputs, eager_outputs(model, inputs))
     doc = {"model": args.model, "strategy": {"ratios": strategy.ratios, "switch_threshold": strategy.switch_threshold},
            "shares": result.shares, "step_seconds": result.step_seconds, "max_abs_err": err["max_abs"],
            "max_rel_err": err["max_rel"], "cosine": err["cosine"]}

@@ -75,7 +75,10 @@ def from_description(desc, spec: str, with_fallback: bool = True, _seen=()):
         backend = module.create(desc)
     fallback = desc.fallback if desc.fallback is not None else ("numpy" if impl == "sim" else None)
     if with_fallback and fallback:
-        backend.fallback = resolve(fallback, _seen=_seen + (spec,))
+        try:
+            backend.fallback = resolve(fallback, _seen=_seen + (spec,))
+        except UsageError as e:
+            raise UsageError(f"{desc.path}: backend.fallback: {e}") from e
         if isinstance(backend.clock, sim_backend.SimClock) and not getattr(backend.fallback.clock, "simulated", False):
             backend.fallback.clock = sim_backend.FollowClock(backend.clock)
     return backend

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ..description import Description
-from ..hdi import HostClock
+from ..hdi import HostClock, OperatorRegistry
 from ..roofline import node_seconds
 from . import numpy_backend
 
@@ -81,7 +81,7 @@ class SimBackend(numpy_backend.NumpyBackend):
 def create(desc: Description) -> SimBackend:
     backend = SimBackend(name=f"sim:{desc.name}", description=desc, ops=None, memory=numpy_backend.NumpyMemory(),
                          device=f"sim:{desc.name}", clock=SimClock(desc))
-    backend.ops = numpy_backend.OperatorRegistry(lambda node: numpy_backend.numpy_kernel(node, backend),
+    backend.ops = OperatorRegistry(lambda node: numpy_backend.numpy_kernel(node, backend),
                                                  supported=desc.supported, unsupported=desc.unsupported,
                                                  dtypes=set(desc.peak_flops) | {"int64", "int32", "bool"} if desc.peak_flops else None)
     return backend

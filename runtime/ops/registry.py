@@ -8,7 +8,6 @@ the model it came from does.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -88,11 +87,3 @@ def bytes_of(node) -> int:
     if node.op == "transfer":     # one copy crosses the link
         return sum(m.nbytes for m in node.input_meta)
     return sum(m.nbytes for m in node.input_meta) + sum(m.nbytes for m in node.output_meta if m is not None)
-
-
-def float_only(dtypes=FLOATS):
-    return frozenset(dtypes)
-
-
-def numel(shape) -> int:
-    return math.prod(shape)
