@@ -20,11 +20,9 @@ from pathlib import Path
 
 from opscope.runtime.errors import ModelError, UsageError
 
+from .runner import ENGINES, check_eager_backend
 from .store import RunStore
 from .stream import DEFAULT_HWM, Collector
-
-
-ENGINES = ("graph", "eager")
 
 
 class RunFailed(ModelError):
@@ -43,9 +41,8 @@ def _check(model_spec, backend_spec, steps, warmup, engine):
     if steps < 1 or warmup < 0:
         raise UsageError(f"--steps must be >= 1 and --warmup >= 0 (got {steps} and {warmup})")
     backend = backends.resolve(backend_spec)
-    if engine == "eager" and not backend.name.startswith("torch:"):
-        raise UsageError(f"--engine eager runs PyTorch itself, so it needs a torch backend, not {backend_spec!r}: "
-                         "use --backend torch:cpu or torch:cuda:0")
+    if engine == "eager":
+        check_eager_backend(backend, backend_spec)
     spec = (model_spec or "").strip()
     if spec.startswith("demo:"):
         if spec[5:] not in models.DEMOS:

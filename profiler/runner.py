@@ -18,6 +18,12 @@ from opscope.runtime.errors import UsageError
 ENGINES = ("graph", "eager")
 
 
+def check_eager_backend(backend, backend_spec: str) -> None:
+    if not backend.name.startswith("torch:"):
+        raise UsageError(f"--engine eager runs PyTorch itself, so it needs a torch backend, not {backend_spec!r}: "
+                         "use --backend torch:cpu or torch:cuda:0")
+
+
 def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", allow_fallback: bool = True, model=None, inputs=None, on_meta=None) -> int:
     """Warm up (unrecorded), then record `steps` steps into `sink`; returns events recorded."""
@@ -25,9 +31,7 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
         from opscope.runtime import backends, models
         from .eager import run_eager
         backend = backends.resolve(backend_spec)
-        if not backend.name.startswith("torch:"):
-            raise UsageError(f"--engine eager runs PyTorch itself, so it needs a torch backend, not {backend_spec!r}: "
-                             "use --backend torch:cpu or torch:cuda:0")
+        check_eager_backend(backend, backend_spec)
         if model is None:
             model, inputs = models.load(model_spec)
         if on_meta:

@@ -201,9 +201,8 @@ class RunStore:
         rebooted) can never finish: mark it failed, keeping every event that arrived."""
         if run.get("status") != "running":
             return run
-        cfg = run.get("config")
-        cfg = json.loads(cfg) if isinstance(cfg, str) else (cfg or {})
-        who = cfg.get("collector") or {}
+        cfg = run.get("config")          # _run_dict parsed it; a string here is not JSON
+        who = (cfg.get("collector") if isinstance(cfg, dict) else None) or {}
         if who.get("host") != socket.gethostname() or not who.get("pid") or _alive(int(who["pid"])):
             return run
         error = (f"the process that collected this run (pid {who['pid']}) ended without closing it; "

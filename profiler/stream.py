@@ -32,7 +32,7 @@ class StreamSink:
         self.sent = 0
 
     def send(self, batch: Batch) -> bool:
-        batch.dropped = self.dropped + 0
+        batch.dropped = self.dropped
         try:
             self.sock.send_multipart(batch.encode(), flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:

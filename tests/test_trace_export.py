@@ -257,6 +257,19 @@ def test_cli_trace_export_formats_and_errors(store, tmp_path, cli):
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+def test_export_to_a_folder_or_an_unwritable_path_is_a_usage_error_not_a_traceback(store, tmp_path):
+    from opscope.runtime.errors import UsageError
+    rid = make_run(store, [_row(0, 0, "add", T0, T0 + 10)])
+    with pytest.raises(UsageError, match="it is a folder"):
+        export(store, rid, "chrome", tmp_path)
+    (tmp_path / "x.json").mkdir()            # a folder named like a trace file
+    for fmt in ("chrome", "perfetto", "csv"):
+        with pytest.raises(UsageError, match="it is a folder"):
+            export(store, rid, fmt, tmp_path / "x.json")
+    with pytest.raises(UsageError, match="cannot write"):
+        export(store, rid, "csv", "/proc/opscope-no-such-file.csv")   # the folder exists; open() fails
+
+
 @pytest.mark.slow
 def test_chrome_export_of_demo_gpt_holds_one_event_per_op_per_step(store, tmp_path):
     from opscope.profiler import profile

@@ -412,3 +412,16 @@ def test_a_gpu_only_trace_imports_its_kernels(tmp_path):
     assert {r["backend"] for r in rows} == {"cuda"}
     got = sorted((r["node"], r["start_ns"], r["step"]) for r in rows)
     assert got == sorted((node, _ns(ts), step) for _, node, _, step, ts, _, _ in GPU_ROWS)
+
+
+def test_odd_otherdata_and_categories_are_a_usage_error_or_import_not_a_traceback(tmp_path):
+    from opscope.runtime.errors import UsageError
+    ev = {"ph": "X", "name": "a", "ts": 1, "dur": 1}
+    bad_t0 = tmp_path / "t0.json"
+    bad_t0.write_text(json.dumps({"traceEvents": [ev], "otherData": {"opscope": 1, "t0_ns": "abc"}}))
+    with pytest.raises(UsageError, match="t0_ns"):
+        import_trace(bad_t0, store=RunStore())
+    list_cat = tmp_path / "cat.json"           # a category that is a list: imported as written
+    list_cat.write_text(json.dumps({"traceEvents": [dict(ev, cat=["x"])]}))
+    store = RunStore()
+    assert store.get_run(import_trace(list_cat, store=store))["events"] == 1

@@ -40,7 +40,7 @@ def main(args) -> int:
             from opscope.app.web import serve
         except ImportError:
             raise UsageError("the web analyzer is not installed: `opscope profile` without --web still works")
-        _check_port(args.host, args.port)      # before a runner starts: a busy port must not leave a failed run
+        check_port(args.host, args.port)      # before a runner starts: a busy port must not leave a failed run
         live = start_profile(args.model, args.backend, **opts)
         try:
             if not args.json:
@@ -87,7 +87,9 @@ def main(args) -> int:
     return 0
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
+    """Bind once and let go, so a bad --port, an unknown --host or a busy port is a usage error before a
+    runner or a server starts (werkzeug would print its own message and exit 1). `serve` uses it too."""
     import socket
     if not 0 <= port < 65536:
         raise UsageError(f"--port {port}: expected a port number 0-65535")
@@ -95,4 +97,4 @@ def _check_port(host: str, port: int) -> None:
         with socket.create_server((host, port)):
             pass
     except OSError as e:
-        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port")
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}; check --host or pick another --port")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
+from .profile import check_port
+
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="open the web analyzer over every run in the store")
@@ -16,8 +18,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    if not 0 <= args.port < 65536:
-        raise UsageError(f"--port {args.port}: expected a port number 0-65535")
+    check_port(args.host, args.port)
     from opscope.app.web.server import serve
     run_id = None
     if args.run:

@@ -21,6 +21,7 @@ import json
 import numpy as np
 import orjson
 
+from . import open_output
 from .rows import fixed_rows, row_parts
 from .timeline import Timeline, load_timeline
 
@@ -31,10 +32,6 @@ _STATIC_ARGS = ["node", "module", "source", "input_shapes", "input_dtypes", "out
 
 def _us(ns: np.ndarray) -> list[float]:
     return (ns / 1000.0).round(3).tolist()
-
-
-def _open(path, gzip: bool):
-    return gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb", buffering=1 << 20)
 
 
 def metadata_events(tl: Timeline) -> list[dict]:
@@ -127,7 +124,7 @@ def write_chrome(store, run_id: str, path, gzip: bool = False) -> dict:
     """Write the run as Chrome trace JSON (gzipped when asked). Returns counts for the report."""
     tl = load_timeline(store, run_id)
     n_meta = 2 * (len(tl.processes) + len(tl.tracks))
-    with _open(path, gzip) as f:
+    with open_output(path, gzip) as f:
         f.write(b'{"traceEvents":[')
         first = True
         for parts in iter_chunks(tl):

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import csv
-import gzip as gzip_module
 import io
 
 from opscope.profiler.stats import STAT_KEYS
+
+from . import open_output
 
 
 def write_csv(store, run_id: str, path, gzip: bool = False, by: str = "op") -> dict:
@@ -17,6 +18,6 @@ def write_csv(store, run_id: str, path, gzip: bool = False, by: str = "op") -> d
     for r in rows:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in STAT_KEYS})
     data = buf.getvalue().encode()
-    with (gzip_module.open(path, "wb") if gzip else open(path, "wb")) as f:
+    with open_output(path, gzip) as f:
         f.write(data)
     return {"run_id": run["run_id"], "rows": len(rows), "by": by}

@@ -32,10 +32,9 @@ the stream follows from the nesting itself: pre-order index, nesting level and s
 """
 from __future__ import annotations
 
-import gzip as gzip_module
-
 import numpy as np
 
+from . import open_output
 from .rows import const_block, packed, table_block, varint_block
 from .timeline import load_timeline
 
@@ -220,7 +219,7 @@ def write_perfetto(store, run_id: str, path, gzip: bool = False) -> dict:
     ts = ts + base
 
     static_table = table_block(static)
-    with (gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb", buffering=1 << 20)) as f:
+    with open_output(path, gzip) as f:
         f.write(b"".join(head))
         for lo in range(0, rows, CHUNK):
             sl = slice(lo, min(lo + CHUNK, rows))

@@ -265,11 +265,7 @@ def save(store, table: EventTable, *, model: str, backend: str, device: str, sou
 
 def _remove(store, run_id: str) -> None:
     try:
-        if hasattr(store, "delete_run"):
-            store.delete_run(run_id)
-        else:
-            for t in ("events", "runs"):
-                store.query(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+        store.delete_run(run_id)
     except Exception:   # the original error matters more than the cleanup's
         pass
 

@@ -56,7 +56,7 @@ def parse(doc, source: str) -> tuple[EventTable, dict]:
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     other = doc.get("otherData") if isinstance(doc, dict) else None
     try:
-        return _parse_columns(events, other)
+        return _parse_columns(events, other, source)
     except _Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
         return _parse_events(events, other, source)
 
@@ -77,7 +77,7 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
     imported: Counter = Counter()
     skipped = _flows(events, [e.get("ph") if isinstance(e, dict) else None for e in events])
     step_spans: list[tuple[int, int]] = []
-    t0 = int(other.get("t0_ns") or 0) if kind == "opscope" and isinstance(other, dict) else 0
+    t0 = _t0(kind, other, source)
     seqs = []
     cpu, gpu, launches = _Spans(), _Spans(), _Spans()
 
@@ -207,7 +207,7 @@ def _picker(idx: np.ndarray, n: int):
     return (lambda xs: [get(xs)]) if len(idx) == 1 else (lambda xs: list(get(xs)))
 
 
-def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
+def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, dict]:
     """The whole trace a column at a time: one list comprehension per field, numpy for times.
 
     Handles X events with numeric times (what torch.profiler and our own export write); raises
@@ -235,7 +235,7 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
         kind = "chrome"
     procs, threads = _metadata([e for e, p in zip(events, phs) if p == "M"], "")
     pids = sorted(set(pid_list), key=str)
-    t0 = int(other.get("t0_ns") or 0) if kind == "opscope" and isinstance(other, dict) else 0
+    t0 = _t0(kind, other, source)
     ts = _numbers(fields["ts"])
     dur = _numbers(fields["dur"])
     start = t0 + np.rint(ts * 1000).astype(np.int64)
@@ -322,6 +322,17 @@ def _parse_columns(events: list, other) -> tuple[EventTable, dict]:
     return table, _run_fields(kind, table, other, pids, imported, skipped)
 
 
+def _t0(kind: str, other, source: str) -> int:
+    """Our own export's times are relative to otherData.t0_ns; it goes back on to restore the run's clock."""
+    if kind != "opscope" or not isinstance(other, dict):
+        return 0
+    v = other.get("t0_ns") or 0
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{source}: otherData 't0_ns' is {v!r}, expected a number (nanoseconds)") from None
+
+
 def _is_step(name, cat) -> bool:
     """A torch.profiler step span on the host; its copy on the GPU timeline (gpu_user_annotation) is not one."""
     return isinstance(name, str) and name.startswith("ProfilerStep#") and cat not in _GPU_CATS
@@ -351,7 +362,7 @@ class _Spans:
 
 def _is_kineto_cat(cat) -> bool:
     """A torch.profiler trace: host ops, or GPU activity alone (recorded with ProfilerActivity.CUDA only)."""
-    return cat == "cpu_op" or cat in _GPU_OPS
+    return isinstance(cat, str) and (cat == "cpu_op" or cat in _GPU_OPS)
 
 
 def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict, list]:

@@ -21,9 +21,6 @@ def op_for_aten_name(name: str) -> str:
         op = registry._ATEN.get(packet)
         if op is not None:
             return op
-        return name
-    if name in registry.OPS:        # already an opscope op name (our own traces)
-        return name
     return name
 
 
