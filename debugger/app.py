@@ -177,7 +177,7 @@ class DebuggerApp(App):
             self._leaves[seq] = group(st.node.module_path).add_leaf(self._leaf_label(st.node, False), data=seq)
 
     def _leaf_label(self, node, current: bool, failed: bool = False):
-        has_bp = any(bp.glob == node.name and bp.op is None and bp.cond is None for bp in self.ctl.breakpoints)
+        has_bp = self.ctl.breakpoints.on_node(node) is not None
         mark = "✖ " if failed else ("▶ " if current else ("● " if has_bp else "  "))
         t = Text(mark, style="bold red" if (failed or has_bp and not current) else "bold yellow")
         t.append(node.name, style="bold reverse" if current else "not bold")

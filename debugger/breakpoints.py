@@ -24,8 +24,7 @@ from opscope.runtime.ops import OPS
 _CMP = {">": _operator.gt, ">=": _operator.ge, "<": _operator.lt, "<=": _operator.le}
 _COND = re.compile(r"^(max_abs|min|max|mean|std|err|local)\s*(>=|<=|>|<)\s*([-+0-9.eE]+|inf)$")
 _WORDS = ("nan", "inf", "tolerance")
-STATS = ("max_abs", "min", "max", "mean", "std")
-LOCKSTEP = ("err", "local")
+STATS = frozenset(("max_abs", "min", "max", "mean", "std"))
 
 
 @dataclass
@@ -132,12 +131,16 @@ class Breakpoints:
         self.items.append(bp)
         return bp
 
+    def on_node(self, node) -> Breakpoint | None:
+        """The plain breakpoint on exactly this node (what `b` sets and the graph marks), if any."""
+        return next((bp for bp in self.items if bp.glob == node.name and bp.op is None and bp.cond is None), None)
+
     def toggle_node(self, node) -> Breakpoint | None:
         """`b` on an op: add a breakpoint on that node, or remove the one that is there."""
-        for bp in self.items:
-            if bp.glob == node.name and bp.op is None and bp.cond is None:
-                self.items.remove(bp)
-                return None
+        bp = self.on_node(node)
+        if bp is not None:
+            self.items.remove(bp)
+            return None
         return self.add(Breakpoint(spec=f"node:{node.name}", glob=node.name))
 
     def remove(self, index: int) -> None:

@@ -66,6 +66,9 @@ class Failed:
     inputs: list = field(default_factory=list)        # [(label, host array)] of the failing op
 
 
+_NONFINITE = frozenset(("nan", "inf"))
+
+
 def _in_module(path: str, module: str) -> bool:
     return not module or path == module or path.startswith(module + ".")
 
@@ -317,18 +320,18 @@ class Controller:
         facts = {}
         if needs or mode == "nan":
             host_outs = host_outs or [to_host(o, call.backend) for o in outs]
-            if needs & {"nan", "inf"} or mode == "nan":
+            if needs & _NONFINITE or mode == "nan":
                 flags = [has_nonfinite(a) for a in host_outs]
                 facts["nan"] = any(f[0] for f in flags)
                 facts["inf"] = any(f[1] for f in flags)
-            if needs & set(STATS):
+            if needs & STATS:
                 first = next((a for a in host_outs if isinstance(a, np.ndarray)), None)
                 if first is not None:
                     s = summarize("out", first)
                     facts.update(max_abs=s.max_abs, min=s.min, max=s.max, mean=s.mean, std=s.std)
             if diff is not None:
                 facts.update(err=diff.err, local=diff.local, tolerance=diff.introduced)
-        bp = self.breakpoints.hit(node, facts) if (needs or self.breakpoints.items) else None
+        bp = self.breakpoints.hit(node, facts) if self.breakpoints.items else None
         reason = ""
         if bp is not None:
             reason = f"breakpoint {bp.describe()}"

@@ -18,7 +18,7 @@ def listen(port: int = DEFAULT_PORT) -> tuple[str, int]:
         raise UsageError("--debugpy needs the debugpy package: pip install debugpy")
     try:
         host, bound = debugpy.listen((HOST, int(port)))
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, ValueError, OverflowError) as e:
         raise UsageError(f"--debugpy: cannot listen on {HOST}:{port} ({e}); pick another port")
     return host, bound
 

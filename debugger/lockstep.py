@@ -122,6 +122,12 @@ class Lockstep:
             self.env[s] = v
         return outs
 
+    def _uncompared(self, node, actual_host: list, tol: float, note: str) -> OpDiff:
+        """An op the reference cannot run: its actual outputs stand in for the reference's (later ops still compare)."""
+        self._store(node, [self.ref.memory.to_device(a) for a in actual_host] if node.multi_output
+                    else self.ref.memory.to_device(actual_host[0]))
+        return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol, note)
+
     def after_op(self, call, actual_host: list) -> OpDiff | None:
         """Run the node on the reference; None for transfers (they move values, nothing to compare)."""
         node = call.node
@@ -134,20 +140,14 @@ class Lockstep:
             tol = self.tolerance_for(node)
             kernel = self._kernel(node)
             if kernel is None:
-                self._store(node, [self.ref.memory.to_device(a) for a in actual_host] if node.multi_output
-                            else self.ref.memory.to_device(actual_host[0]))
-                return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol,
-                              f"{self.reference} has no kernel for {node.op}")
+                return self._uncompared(node, actual_host, tol, f"{self.reference} has no kernel for {node.op}")
             kwargs = {k: self._materialize(v) for k, v in node.kwargs.items()}
             same_args = [self._to_ref(t, v, call.backend) for t, v in zip(node.args, call.inputs)]
             try:
                 local_out = kernel(*same_args, **kwargs)
                 ref_out = kernel(*self._materialize(node.args), **kwargs)
             except Exception as e:
-                self._store(node, [self.ref.memory.to_device(a) for a in actual_host] if node.multi_output
-                            else self.ref.memory.to_device(actual_host[0]))
-                return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol,
-                              f"reference failed: {type(e).__name__}: {e}"[:120])
+                return self._uncompared(node, actual_host, tol, f"reference failed: {type(e).__name__}: {e}"[:120])
             ref_outs = [to_host(o, self.ref) for o in self._store(node, ref_out)]
             local_outs = [to_host(o, self.ref) for o in (local_out if node.multi_output else [local_out])]
             pairs = [(a, r, lo) for a, r, lo in zip(actual_host, ref_outs, local_outs)

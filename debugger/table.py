@@ -48,9 +48,15 @@ class TensorTable(Widget, can_focus=True):
     def row_text(self, row: int) -> str:
         return self._rows[row].plain
 
-    def render(self) -> Content:
+    def _window(self) -> tuple[int, int]:
+        """(first row shown, rows that fit under the header): the cursor's row is always in view."""
         visible = max(1, self.content_region.height - 1)
-        top = max(0, min(self.cursor_row - visible + 1, len(self._rows) - visible)) if len(self._rows) > visible else 0
+        if len(self._rows) <= visible:
+            return 0, visible
+        return max(0, min(self.cursor_row - visible + 1, len(self._rows) - visible)), visible
+
+    def render(self) -> Content:
+        top, visible = self._window()
         lines = [self._header]
         for i, line in enumerate(self._rows[top:top + visible], top):
             if i == self.cursor_row:
@@ -71,8 +77,7 @@ class TensorTable(Widget, can_focus=True):
             self.cursor_row = row
 
     def on_click(self, event: Click) -> None:
-        visible = max(1, self.content_region.height - 1)
-        top = max(0, min(self.cursor_row - visible + 1, len(self._rows) - visible)) if len(self._rows) > visible else 0
+        top, _ = self._window()
         row = top + event.y - 1 - self.styles.gutter.top     # line 0 is the header
         self.move_cursor(row)
 

@@ -16,6 +16,7 @@ rejected, not chosen.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import statistics
 import time
@@ -45,7 +46,6 @@ class Tuner:
         self.desc = self.backend.description
         self.model, self.inputs = models.load(model_spec)
         self._graphs: dict = {}
-        self.reference = None
 
     # --- knobs ---------------------------------------------------------------------------
     def knobs(self) -> dict[str, list]:
@@ -86,8 +86,8 @@ class Tuner:
         key = (chunks, dtype)
         if key not in self._graphs:
             model, inputs = self._model_inputs(chunks, dtype)
-            self._graphs[key] = (capture(model, inputs, name=self.model_spec), model, inputs)
-        return self._graphs[key][0]
+            self._graphs[key] = capture(model, inputs, name=self.model_spec)
+        return self._graphs[key]
 
     def _model_inputs(self, chunks, dtype):
         model, inputs = self.model, self.inputs
@@ -171,10 +171,13 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
     """Search, measure, cache. `progress(done, total, trial)` is called after every trial."""
     if budget < 1:
         raise UsageError(f"--budget {budget}: give at least 1 trial (trial 0 is the default configuration)")
+    if repeats < 1:
+        raise UsageError(f"--repeats {repeats}: give at least 1 timed run per trial")
     tuner = Tuner(model_spec, backend_spec, repeats=repeats)
     key, parts = tuning_cache.cache_key(tuner.desc, tuner.graph(1, tuner.dtype), tuner.dtype)
+    knobs = tuner.knobs()
     base = {"model": model_spec, "backend": tuner.backend.name, "cache_key": key, "key_parts": parts,
-            "knobs": tuner.knobs()}
+            "knobs": knobs}
     if use_cache:
         hit = tuning_cache.get(key)
         if hit is not None:
@@ -183,7 +186,6 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
 
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    knobs, default = tuner.knobs(), tuner.default()
     trials: list[dict] = []
     reference: list = []
     seen: dict[tuple, float] = {}
@@ -198,37 +200,33 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
             seconds, outs = tuner.measure(config)
         except OpscopeError as e:
             row.update(status="failed", error=str(e))
-            trials.append(row)
-            seen[sig] = float("inf")
-            return seen[sig]
-        if not reference:
-            reference.extend(outs)              # trial 0: the default's outputs are the reference
-        err = compare(outs, reference)
-        row.update(seconds=seconds, error=err)
-        if err["cosine"] < min_cosine or not np.isfinite(err["max_abs"]):
-            row["status"] = "rejected"          # too far from the default's numbers to be a speed-up
+        else:
+            if not reference:
+                reference.extend(outs)          # trial 0: the default's outputs are the reference
+            err = compare(outs, reference)
+            row.update(seconds=seconds, error=err)
+            if err["cosine"] < min_cosine or not np.isfinite(err["max_abs"]):
+                row["status"] = "rejected"      # too far from the default's numbers to be a speed-up
         trials.append(row)
         if progress:
             progress(len(trials), budget, row)
-        seen[sig] = seconds if row["status"] == "ok" else float("inf")
+        seen[sig] = row["seconds"] if row["status"] == "ok" else float("inf")
         return seen[sig]
 
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
-    study.enqueue_trial(default)
+    study.enqueue_trial(tuner.default())
     # Every distinct configuration is measured once; the budget counts measurements, and a space
     # smaller than the budget ends the search early.
-    space = 1
-    for values in knobs.values():
-        space *= len(values)
+    space = math.prod(len(values) for values in knobs.values())
     attempts = 0
     while len(trials) < min(budget, space) and attempts < 20 * budget:
         study.optimize(objective, n_trials=1, catch=())
         attempts += 1
-    ok = [t for t in trials if t["status"] == "ok"]
-    if not ok or trials[0]["status"] != "ok":
-        raise UsageError(f"the default configuration of {model_spec} on {backend_spec} did not run: "
-                         f"{trials[0].get('error', 'outputs not finite') if trials else 'no trial ran'}")
-    best = min(ok, key=lambda t: t["seconds"])
+    if not trials or trials[0]["status"] != "ok":
+        why = "no trial ran" if not trials else \
+            trials[0]["error"] if trials[0]["status"] == "failed" else "outputs not finite"
+        raise UsageError(f"the default configuration of {model_spec} on {backend_spec} did not run: {why}")
+    best = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["seconds"])
     default_row = trials[0]
     entry = {"default": {"config": default_row["config"], "seconds": default_row["seconds"]},
              "best": {"config": best["config"], "seconds": best["seconds"], "error": best.get("error")},

@@ -65,7 +65,8 @@ def _read() -> dict:
 
 
 def get(key: str) -> dict | None:
-    return _read().get(key)
+    entry = _read().get(key)
+    return entry if isinstance(entry, dict) and {"default", "best", "speedup"} <= entry.keys() else None
 
 
 def put(key: str, entry: dict) -> None:

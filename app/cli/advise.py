@@ -2,7 +2,9 @@
 should gain -- and with --apply, a new run that measures it."""
 from __future__ import annotations
 
-from .common import add_json, console, emit_json, escape, table
+from contextlib import nullcontext
+
+from .common import add_json, console, emit_json, escape, fmt_ns, table
 
 
 def register(sub) -> None:
@@ -22,10 +24,11 @@ def main(args) -> int:
     store = RunStore()
     run = store.get_run(args.run)
     analyses, advice = report(run["run_id"], store, args.rules)
-    if args.apply:
+    if args.apply is not None:
         from opscope.profiler.advisor.apply import apply_advice
-        with console.status(f"applying {args.apply} and re-running {run['model']}...") if not args.json else _null():
-            result = apply_advice(run["run_id"], args.apply, store=store, advice=advice)
+        busy = nullcontext() if args.json else console.status(f"applying {args.apply} and re-running {run['model']}...")
+        with busy:
+            result = apply_advice(run["run_id"], args.apply, store=store, advice=advice, analyses=analyses)
         if args.json:
             emit_json(result)
         else:
@@ -37,14 +40,6 @@ def main(args) -> int:
         return 0
     _print(run, analyses, advice)
     return 0
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _print(run, analyses, advice) -> None:
@@ -83,5 +78,4 @@ def _gain(a) -> str:
 
 
 def _s(seconds: float) -> str:
-    from .common import fmt_ns
     return fmt_ns(seconds * 1e9)

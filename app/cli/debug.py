@@ -1,6 +1,8 @@
 """`opscope debug MODEL --backend B`: the terminal debugger (Textual)."""
 from __future__ import annotations
 
+import argparse
+
 from opscope.runtime.errors import UsageError
 
 from .common import add_model_and_backend
@@ -18,7 +20,7 @@ def register(sub) -> None:
                    help="breakpoint: op type (linear), path glob (layers.0.*), condition (nan, max_abs > 1e4, "
                         "err > 1e-3) or 'GLOB if COND'; repeatable")
     p.add_argument("--break-on-nan", action="store_true", help="stop at any op whose output holds NaN or Inf")
-    p.add_argument("--debugpy", nargs="?", const=5678, type=int, metavar="PORT",
+    p.add_argument("--debugpy", nargs="?", const=5678, type=_port, metavar="PORT",
                    help="listen for a debugger (VS Code attach) on 127.0.0.1:PORT (default 5678)")
     p.set_defaults(func=main)
 
@@ -27,7 +29,7 @@ def main(args) -> int:
     from opscope.debugger import breakpoints as bps
     from opscope.runtime import backends, open_session
 
-    if args.tolerance is not None and args.tolerance <= 0:
+    if args.tolerance is not None and not args.tolerance > 0:      # NaN too
         raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
     if args.tolerance is not None and not args.reference:
         raise UsageError("--tolerance needs --reference (e.g. --reference numpy)")
@@ -47,3 +49,13 @@ def main(args) -> int:
                      break_on_nan=args.break_on_nan, use_debugpy=args.debugpy is not None)
     DebuggerApp(ctl, model=args.model).run()
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: give a number, e.g. 5678") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range: give 1..65535 (0 picks a free one)")
+    return port

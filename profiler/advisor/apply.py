@@ -33,7 +33,7 @@ def find_advice(advice: list[Advice], wanted: str) -> Advice:
     exact = [a for a in advice if a.id == wanted]
     if exact:
         return exact[0]
-    by_rule = [a for a in advice if a.rule == wanted or a.id.startswith(wanted)]
+    by_rule = [a for a in advice if wanted and (a.rule == wanted or a.id.startswith(wanted))]
     if len(by_rule) == 1:
         return by_rule[0]
     known = ", ".join(a.id for a in advice) or "none"
@@ -43,14 +43,19 @@ def find_advice(advice: list[Advice], wanted: str) -> Advice:
 
 
 def apply_advice(run_id: str, advice_id: str, *, store=None, advice: list[Advice] | None = None,
-                 rules: list | None = None) -> dict:
+                 rules: list | None = None, analyses: dict | None = None) -> dict:
+    """`advice` and `analyses`: the run's, when the caller has them already (`report`); else made here."""
     from opscope.profiler import profile
     from opscope.profiler.store import RunStore
 
-    from . import advise
+    from .engine import evaluate
+    from .rules import load_rules
     store = store or RunStore()
     run = store.get_run(run_id)
-    advice = advice if advice is not None else advise(run["run_id"], store, rules)
+    if analyses is None:
+        analyses = _analyses.analyze(_analyses.load(run["run_id"], store))
+    if advice is None:
+        advice = evaluate(load_rules(rules or []), analyses)
     a = find_advice(advice, advice_id)
     if not a.apply:
         raise UsageError(f"advice {a.id} cannot be applied automatically (it needs a change to the model or the "
@@ -60,8 +65,7 @@ def apply_advice(run_id: str, advice_id: str, *, store=None, advice: list[Advice
     model, inputs = _load_model(run)
     new_model, new_inputs, new_spec, factor = _changed(change, model, inputs, spec)
 
-    data = _analyses.load(run["run_id"], store)
-    before = _analyses.analyze(data)["time"]["seconds"]
+    before = analyses["time"]["seconds"]
     new_id = profile(run["model"], new_spec, model=new_model, inputs=new_inputs, steps=int(run.get("steps") or 1),
                      warmup=int(run.get("warmup") or 0), store=store, parent_run=run["run_id"],
                      allow_fallback=True, config={"advice": a.id, "change": change, "backend_spec": new_spec})
@@ -176,7 +180,9 @@ def _changed(change: dict, model, inputs, spec):
         try:
             factor = int(change.get("factor") or 2)
         except ValueError:
-            raise UsageError(f"advice asks for batch factor {change.get('factor')!r}: expected an integer") from None
+            factor = 0
+        if factor < 1:
+            raise UsageError(f"advice asks for batch factor {change.get('factor')!r}: expected a positive integer")
         ins = tuple(torch.cat([x] * factor, dim=0) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
                     for x in inputs)
         return model, ins, spec, factor

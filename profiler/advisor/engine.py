@@ -55,7 +55,7 @@ def _fire(rule: Rule, analyses: dict, base: float) -> list[Advice]:
         scopes = [(item, {**analyses, "item": item}) for item in items]
     out = []
     for item, ns in scopes:
-        if not ns_bool(rule.condition.evaluate(ns)):
+        if not rule.condition.evaluate(ns):
             continue
         gain = float(rule.gain.evaluate(ns)) if rule.gain is not None else 0.0
         gain = max(gain, 0.0)
@@ -70,10 +70,6 @@ def _fire(rule: Rule, analyses: dict, base: float) -> list[Advice]:
         if rule.limit and len(out) >= rule.limit:
             break
     return out
-
-
-def ns_bool(v) -> bool:
-    return bool(v)
 
 
 def _item_key(item, index) -> str:

@@ -102,7 +102,8 @@ def load_rules(extra: list[str | Path] = (), *, bundled: bool = True) -> list[Ru
 def load_pack(path: str | Path) -> list[Rule]:
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"rule file {path} does not exist: give a path to a .toml rule pack")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise UsageError(f"rule file {path} {what}: give a path to a .toml rule pack")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         data = tomllib.loads(text)
