@@ -33,8 +33,7 @@
                key0: typed(s.key0, Float64Array), key1: typed(s.key1, Float64Array)};
     p.buckets = {n: b.n, start: typed(b.start, Float64Array), end: typed(b.end, Float64Array),
                  track: typed(b.track, Int32Array), count: typed(b.count, Float64Array),
-                 busy: typed(b.busy, Float64Array)};
-    if (b.hits) p.buckets.hits = typed(b.hits, Float64Array);
+                 busy: typed(b.busy, Float64Array), hits: typed(b.hits, Float64Array)};
     p.rgb = p.colors.map(hex);
     p.hit = {};                                   // label codes matching the search, when there is one
     (p.matched || []).forEach(function (k) { p.hit[k] = true; });
@@ -44,7 +43,7 @@
   function hex(c) { return [parseInt(c.slice(1, 3), 16), parseInt(c.slice(3, 5), 16), parseInt(c.slice(5, 7), 16)]; }
 
   function query(view, t0, t1) {
-    var q = "run=" + encodeURIComponent(view.run) + "&px=" + Math.round(T ? T.px : estimatePx());
+    var q = "run=" + encodeURIComponent(view.run) + "&px=" + Math.round(T.px);
     if (view.find) q += "&find=" + encodeURIComponent(view.find);
     if (t0 !== undefined) q += "&t0=" + Math.floor(t0) + "&t1=" + Math.ceil(t1);
     else if (view.step !== undefined && view.step !== null && view.step !== "all") q += "&step=" + view.step;
@@ -63,7 +62,7 @@
       .then(function (p) { if (T && T.inflight === ctl) T.inflight = null; return p; });
   }
 
-  // --- the page follows the VIEW store: {run, stamp, step} ---------------------------------
+  // --- the page follows the VIEW store: {run, stamp, step, find} ---------------------------------
   function follow(view) {
     var host = document.getElementById(HOST);
     if (!view || !host) { T = null; return; }
@@ -223,7 +222,7 @@
     Object.keys(seen).map(Number).sort(function (a, b) { return d.groups[a] < d.groups[b] ? -1 : 1; })
       .forEach(function (k) { items.push([d.colors[k], d.groups[k]]); });   // a kernel's group is "kernel"
     if (d.buckets.n) items.push(["#9aa5b1", "too small to draw: zoom in"]);
-    if (d.find && d.buckets.hits && Array.prototype.some.call(d.buckets.hits, function (h) { return h > 0; })) {
+    if (d.find && Array.prototype.some.call(d.buckets.hits, function (h) { return h > 0; })) {
       items.push(["rgb(" + HIT.join(",") + ")", "holds a match for \u201c" + d.find + "\u201d"]);
     }
     var seenName = {}, key;
@@ -297,17 +296,17 @@
     if (!T.gl) return;
     var buf = new ArrayBuffer(T.nverts * STRIDE), f = new Float32Array(buf), u = new Uint8Array(buf);
     var v = 0;
-    function rect(x0, x1, track, rgb, a) {
+    function rect(x0, x1, track, rgb) {
       var top = TOP + track * ROW + PAD, bottom = top + ROW - 2 * PAD;
       for (var j = 0; j < 6; j++, v++) {
         var o = v * 5;
         f[o] = x0 - T.base; f[o + 1] = x1 - T.base;
         f[o + 2] = CORNERS[2 * j]; f[o + 3] = CORNERS[2 * j + 1] ? bottom : top;
-        u[o * 4 + 16] = rgb[0]; u[o * 4 + 17] = rgb[1]; u[o * 4 + 18] = rgb[2]; u[o * 4 + 19] = a;
+        u[o * 4 + 16] = rgb[0]; u[o * 4 + 17] = rgb[1]; u[o * 4 + 18] = rgb[2]; u[o * 4 + 19] = 255;
       }
     }
-    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i), 255);
-    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i), 255);
+    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i));
+    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i));
     var gl = T.gl;
     gl.bindBuffer(gl.ARRAY_BUFFER, T.buf);
     gl.bufferData(gl.ARRAY_BUFFER, buf, gl.STATIC_DRAW);
@@ -317,7 +316,7 @@
   // With a search, a bucket holding a match is drawn in the match color, and everything else fades.
   function bucketRgb(d, i) {
     var b = d.buckets;
-    if (d.find && b.hits && b.hits[i] > 0) return HIT;
+    if (d.find && b.hits[i] > 0) return HIT;
     var f = Math.min(1, b.busy[i] / Math.max(1, b.end[i] - b.start[i]));
     f = 0.25 + 0.75 * f;
     var rgb = [0, 1, 2].map(function (c) { return Math.round(BUCKET_LIGHT[c] + (BUCKET_DARK[c] - BUCKET_LIGHT[c]) * f); });
@@ -573,7 +572,6 @@
     var from = T.mark && T.mark.find === text ? T.mark.start : (forward ? T.t0 : T.t1);
     var q = "run=" + encodeURIComponent(T.view.run) + "&find=" + encodeURIComponent(text) +
             "&goto=" + (forward ? "next" : "prev") + "&at=" + Math.round(from);
-    T.gotos = (T.gotos || 0) + 1;
     fetch(prefix() + "_opscope/timeline?" + q, {credentials: "same-origin"}).then(window.opscopeJson).then(function (p) {
       if (!T || !p.goto) { if (T && p.goto === null) info("no span matches " + JSON.stringify(text)); return; }
       var g = p.goto, dur = g.end - g.start, w = T.t1 - T.t0, mid = (g.start + g.end) / 2;

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -75,40 +76,52 @@ def _output_path(path: str | None) -> Path | None:
 
 
 def scan_main(args) -> int:
-    from opscope.app.migrate.report import summarize, to_csv, to_html, to_json
+    from opscope.app.migrate.report import summarize, to_json
     from opscope.app.migrate.scan import scan_path
 
     if args.html and not args.output:
         raise UsageError("--html needs -o FILE: the report is a file to open in a browser")
     out = _output_path(args.output)
-    if not Path(args.path).exists():
-        raise UsageError(f"{args.path} does not exist: give a folder or a source file to scan")
     show = args.progress or (sys.stderr.isatty() and not args.json and not args.no_progress)
     result = scan_path(args.path, max_bytes=_size(args.max_size), progress=show)
     summary = summarize(result)
-    if args.json or args.csv or args.html:
-        import json
-        text = (to_html(result) if args.html else to_csv(result) if args.csv else
-                json.dumps(to_json(result), indent=1) + "\n")
-        if out:
-            out.write_text(text, encoding="utf-8")
+    fmt = "json" if args.json else "csv" if args.csv else "html" if args.html else None
+    if fmt is None:
+        _print_scan(result, summary)
+    if out:
+        # No format flag: the file's suffix picks one (.csv, .html/.htm, else JSON).
+        _write(out, _report(result, fmt or {".csv": "csv", ".html": "html", ".htm": "html"}.get(out.suffix, "json")))
+        if fmt:
             print(f"wrote {out} ({summary['findings_total']} findings, readiness {summary['readiness']:.1f})",
                   file=sys.stderr)
-        elif args.json:
-            emit_json(to_json(result))
         else:
-            sys.stdout.write(text)
-    else:
-        _print_scan(result, summary)
-        if out:
-            out.write_text(to_csv(result) if out.suffix == ".csv" else to_html(result) if out.suffix in (".html", ".htm")
-                           else __import__("json").dumps(to_json(result), indent=1) + "\n", encoding="utf-8")
             console.print(f"wrote {out}")
+    elif fmt == "json":
+        emit_json(to_json(result))
+    elif fmt:
+        sys.stdout.write(_report(result, fmt))
     if args.fail_under is not None and summary["readiness"] < args.fail_under:
         print(f"opscope: readiness {summary['readiness']:.1f} is below --fail-under {args.fail_under:g}",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _report(result, fmt: str) -> str:
+    """The scan report as the text of a file: fmt is json, csv or html."""
+    from opscope.app.migrate.report import to_csv, to_html, to_json
+    if fmt == "csv":
+        return to_csv(result)
+    if fmt == "html":
+        return to_html(result)
+    return json.dumps(to_json(result), indent=1) + "\n"
+
+
+def _write(out: Path, text: str) -> None:
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"-o {out}: cannot write it ({e.strerror or e}); write elsewhere")
 
 
 def _print_scan(result, s) -> None:
@@ -135,22 +148,18 @@ def apply_main(args) -> int:
     from opscope.app.migrate.rewrite import rewrite
     from opscope.app.migrate.scan import scan_path
 
-    if not Path(args.path).exists():
+    root = Path(args.path)
+    if not root.exists():
         raise UsageError(f"{args.path} does not exist: give a folder or a Python file to rewrite")
-    result = scan_path(args.path, max_bytes=_size(args.max_size), keep_trees=True)
-    base = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
+    result = scan_path(root, max_bytes=_size(args.max_size), keep_trees=True)
     changes = []
     for rel, tree in sorted(result.python_trees.items()):
         fr = rewrite(rel, tree)
         if not fr.changed:
             continue
-        changes.append(fr)
         if args.write:
-            target = base / rel if Path(args.path).is_dir() else Path(args.path)
-            backup = target.with_name(target.name + ".orig")
-            if not backup.exists():          # a second apply must not overwrite the real original
-                backup.write_bytes(target.read_bytes())
-            target.write_bytes(fr.after.encode(tree.module.encoding))
+            _write_rewrite(root / rel if root.is_dir() else root, fr.after.encode(tree.module.encoding), len(changes))
+        changes.append(fr)
     left = [f for f in result.findings if not f.resolved]
     if args.json:
         emit_json({"path": args.path, "written": bool(args.write),
@@ -170,6 +179,17 @@ def apply_main(args) -> int:
           + (" (backups: FILE.orig)" if args.write and changes else "")
           + f"; {len(left)} need a manual change (marked `# opscope-migrate:` in Python files)", file=msg)
     return 0
+
+
+def _write_rewrite(target: Path, data: bytes, done: int) -> None:
+    backup = target.with_name(target.name + ".orig")
+    try:
+        if not backup.exists():          # a second apply must not overwrite the real original
+            backup.write_bytes(target.read_bytes())
+        target.write_bytes(data)
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename or target} ({e.strerror or e}); stopped after rewriting "
+                         f"{done} files (backups: FILE.orig)")
 
 
 def check_main(args) -> int:

@@ -20,8 +20,7 @@ def register(app, data):
     def render(status):
         if not status:
             return ui.note("No runs yet.")
-        run = data.run(status["run"])
-        items = advise(run["run_id"], store=data.store)
+        items = advise(status["run"], store=data.store)
         if not items:
             return ui.card("Advice", ui.note("No advice for this run: nothing the rules recognize.", "ok"))
         return html.Div([_advice(a) for a in items])

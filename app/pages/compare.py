@@ -44,7 +44,7 @@ def register(app, data):
                   Input(ids.CMP_B, "value"))
     def choices(_status, a, b):
         runs = data.runs()
-        opts = [{"label": f"{r['run_id'][:8]} · {r['model']} on {r['backend']} · {r['status']}",
+        opts = [{"label": f"{r['run_id'][:8]} · {ui.run_title(r)} · {r['status']}",
                  "value": r["run_id"]} for r in runs]
         known = {r["run_id"] for r in runs}
         a = _resolve(data, a) if a else None

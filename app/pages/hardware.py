@@ -29,7 +29,7 @@ def register(app, data):
             return ui.card("Hardware", ui.note("Hardware samples not available for this run (none were recorded)."))
         cols = {k: _floats(v) for k, v in hw.items()}
         # A runner that has exited but is not reaped yet reads as 0 bytes resident: not a sample of the run.
-        keep = ~(cols.get("mem_bytes", np.ones(1)) == 0) if "mem_bytes" in cols else slice(None)
+        keep = cols["mem_bytes"] != 0 if "mem_bytes" in cols else slice(None)
         cols = {k: v[keep] for k, v in cols.items()}
         t = (cols["t_ns"] - cols["t_ns"][0]) / 1e9
         cards = []

@@ -52,7 +52,7 @@ def register(app, data):
         if not picked:
             return ui.note("No runs yet. Create one with `opscope profile demo:gpt --backend sim:npu-a1`.")
         row = next((r for r in rows or [] if r["id"] == picked), {"model": "", "backend": ""})
-        links = [html.Span([html.B(picked), f"  {row['model']} on {row['backend']}"], className="picked")]
+        links = [html.Span([html.B(picked), f"  {ui.run_title(row)}"], className="picked")]
         links += [dcc.Link(name, href=f"{path}?run={picked}", className="button") for name, path in _PAGES]
         if len(selected) >= 2:
             a, b = selected[-2], selected[-1]

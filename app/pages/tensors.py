@@ -43,7 +43,7 @@ def register(app, data):
                                "output statistics.")
         latest, steps = {}, {}
         for r in rows:
-            k = f"{r['node'] or r['seq']}/{r['slot']}"
+            k = _key(r)
             latest[k] = r
             steps[k] = steps.get(k, 0) + 1
         table = [{"id": k, "node": r["node"], "op": r["op"], "slot": r["slot"], "shape": _shape(r["shape"]),
@@ -61,7 +61,7 @@ def register(app, data):
         if not cell or not status:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
         key = cell.get("rowId")
-        rows = [r for r in data.tensor_rows(status["run"]) if f"{r['node'] or r['seq']}/{r['slot']}" == key]
+        rows = [r for r in data.tensor_rows(status["run"]) if _key(r) == key]
         if not rows:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
         steps = [r["step"] for r in rows]
@@ -71,6 +71,11 @@ def register(app, data):
                  "layout": theme.layout(height=300, xaxis=dict(title=dict(text=f"step ({rows[-1]['node']} "
                                                                            f"{rows[-1]['slot']})"), dtick=1))}
         return stats, _hist(rows[-1])
+
+
+def _key(r) -> str:
+    """A table row's id: one op output (node, or seq for an unnamed one, and slot) across the steps."""
+    return f"{r['node'] or r['seq']}/{r['slot']}"
 
 
 def _hist(r):

@@ -22,8 +22,9 @@ from opscope.profiler.importers.kineto import DEVICE_OPS
 PATH = "/timeline"
 NAME = "Timeline"
 ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
-VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step}; timeline.js follows it
+VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step, find}; timeline.js follows it
 PICKED = "timeline-picked"        # dcc.Store: the clicked span [key0, key1, us] (timeline.js sets it)
+_MAX_OFFSET = 2.0 ** 53           # t0, t1, at past this would overflow int64 ns once the run's clock is added
 
 # The browser's canvas follows VIEW: a new stamp (more events, a new status) redraws the same zoom window,
 # a new step or run starts from that step's or run's whole window.
@@ -39,12 +40,13 @@ def layout(run=None, step=None, find=None, **_query):
     shown = data.run(run) if data else None
     windows = data.step_windows(shown["run_id"]) if data and shown else []
     step = next((s for s, _, _ in windows if str(s) == str(step)), "all")
-    view = _view(data, shown, step, find) if data else None
-    steps = [{"label": "all steps", "value": "all"}] + [{"label": f"step {s}", "value": s} for s, _, _ in windows]
+    view = _view(shown["run_id"], _stamp(shown["run_id"], data.arrived(shown), shown.get("status")), step, find) \
+        if shown else None
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("step", className="label"),
-            dcc.Dropdown(id=ids.TL_STEP, options=steps, value=step, clearable=False, className="dropdown small"),
+            dcc.Dropdown(id=ids.TL_STEP, options=_step_options(windows), value=step, clearable=False,
+                         className="dropdown small"),
             dcc.Input(id=ids.TL_FIND, type="search", value=find or "", debounce=True, className="find",
                       placeholder="find an op or kernel…"),
             html.Span("", id=ids.TL_INFO, className="muted info"),
@@ -75,13 +77,17 @@ def _missing(run_id) -> str:
     return "No runs yet: `opscope profile MODEL` records one."
 
 
-def _stamp(data, run) -> str:
-    return f"{run['run_id']}:{data.arrived(run)}:{run.get('status')}"
+def _stamp(run_id: str, arrived: int, status: str | None) -> str:
+    """What changes when the canvas must redraw: the run, its events stored so far, its status."""
+    return f"{run_id}:{arrived}:{status}"
 
 
-def _view(data, run, step, find="") -> dict | None:
-    return None if run is None else {"run": run["run_id"], "stamp": _stamp(data, run), "step": step,
-                                     "find": (find or "").strip()}
+def _view(run_id: str, stamp: str, step, find="") -> dict:
+    return {"run": run_id, "stamp": stamp, "step": step, "find": (find or "").strip()}
+
+
+def _step_options(windows) -> list[dict]:
+    return [{"label": "all steps", "value": "all"}] + [{"label": f"step {s}", "value": s} for s, _, _ in windows]
 
 
 def window(data, query) -> tuple[dict, int]:
@@ -91,16 +97,18 @@ def window(data, query) -> tuple[dict, int]:
         t0, t1, at = (float(query[k]) if query.get(k) not in (None, "") else None for k in ("t0", "t1", "at"))
     except ValueError:
         return {"error": "t0, t1, at (ns since the run's first span) and px (pixels) must be numbers"}, 400
-    if any(v is not None and not math.isfinite(v) for v in (t0, t1, at)):
-        return {"error": "t0, t1 and at must be finite"}, 400
+    if any(v is not None and not abs(v) <= _MAX_OFFSET for v in (t0, t1, at)):     # NaN fails the test too
+        return {"error": "t0, t1 and at must be finite, within 2**53 ns (104 days) of the run's first span"}, 400
     find, goto = (query.get("find") or "").strip(), query.get("goto")
     if goto not in (None, "", "next", "prev"):
         return {"error": "goto is next or prev"}, 400
     run = data.run(query.get("run") or None)
     if run is None:
         return {"run": None, "message": _missing(query.get("run"))}, 200
-    out = {"run": run["run_id"], "stamp": _stamp(data, run), "status": run.get("status")}
-    spans = data.spans(run)
+    arrived = data.arrived(run)         # one count for the stamp and the span cache (a live run's is a query)
+    status = run.get("status")
+    out = {"run": run["run_id"], "stamp": _stamp(run["run_id"], arrived, status), "status": status}
+    spans = data.spans(run, arrived)
     if spans.count == 0:
         out["message"] = {"running": "The run has started; its first ops have not arrived yet.",
                           "failed": f"The run failed before its first op: {run.get('error') or ''}"}.get(
@@ -160,13 +168,13 @@ def register(app, data):
     def follow(status, step, find, view):
         if not status:
             return no_update, None
-        run = data.run(status["run"])
-        new = _view(data, run, step if run and view and view.get("run") == run["run_id"] else "all", find)
+        # The header's status callback has just looked the run up: its store says all the stamp needs.
+        rid = status["run"]
+        new = _view(rid, _stamp(rid, status["events"], status["status"]),
+                    step if view and view.get("run") == rid else "all", find)
         if new == view:
             return no_update, no_update       # the layout (or the last tick) showed this state already
-        options = [{"label": "all steps", "value": "all"}] + [
-            {"label": f"step {s}", "value": s} for s, _, _ in data.step_windows(run["run_id"])] if run else no_update
-        return options, new
+        return _step_options(data.step_windows(rid)), new
 
     app.clientside_callback(_FOLLOW_JS, Output(VIEW, "id"), Input(VIEW, "data"))
 
@@ -179,12 +187,11 @@ def register(app, data):
         if key0 == -1:
             return ui.note(f"{key1:,} spans shorter than a pixel at this zoom ({cd[2]:.1f} us busy): zoom in "
                            "(W or drag) to see them one by one.")
-        run = data.run(status["run"])
         if key0 == lod.STACK_KEY:
-            f = data.stack_frame(run, key1)
+            f = data.stack_frame(status["run"], key1)
             return _fields([("Python frame", f["frame"]), ("depth", f["depth"]), ("thread", f["thread"]),
                             ("duration", ui.fmt_ns(f["dur_ns"]))]) if f else no_update
-        ev = data.event(run["run_id"], key0, key1)
+        ev = data.event(status["run"], key0, key1)
         if ev is None:
             return ui.note("That event is no longer in the store.", "warn")
         dur = max(1, ev["end_ns"] - ev["start_ns"])

@@ -11,7 +11,7 @@ from opscope.app.cli.common import fmt_bytes, fmt_flops, fmt_ns
 
 from . import theme
 
-__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "run_title",
+__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "run_title", "duration",
            "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "num"]
 
 

@@ -66,9 +66,10 @@ class WebData:
         return peak, float(d.get("memory_bandwidth") or 0.0)
 
     # --- timeline ------------------------------------------------------------------------
-    def spans(self, run: dict) -> timeline.Spans:
+    def spans(self, run: dict, arrived: int | None = None) -> timeline.Spans:
+        """arrived: `arrived(run)`, when the caller has counted already (a streaming run's count is a query)."""
         rid = run["run_id"]
-        stamp = (self.arrived(run), run.get("status"))
+        stamp = (self.arrived(run) if arrived is None else arrived, run.get("status"))
         with self._lock:
             hit = self._spans.get(rid)
             if hit and hit[0] == stamp:
@@ -144,9 +145,9 @@ class WebData:
                                 "LIMIT 1", [run_id, int(step), int(seq)])
         return dict(zip(cols, rows[0])) if rows else None
 
-    def stack_frame(self, run: dict, row: int) -> dict | None:
+    def stack_frame(self, run_id: str, row: int) -> dict | None:
         rows = self.store.query("SELECT t_ns, dur_ns, thread, depth, frame FROM stacks WHERE run_id = ? "
-                                f"AND depth < {_STACK_DEPTHS} ORDER BY t_ns", [run["run_id"]])
+                                f"AND depth < {_STACK_DEPTHS} ORDER BY t_ns", [run_id])
         if 0 <= row < len(rows):
             return dict(zip(["t_ns", "dur_ns", "thread", "depth", "frame"], rows[row]))
         return None

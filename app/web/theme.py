@@ -8,7 +8,6 @@ INK = "#1f2933"
 MUTED = "#6b7785"
 GRID = "#e6e9ee"
 ACCENT = "#2563eb"
-AGGREGATE = "#9aa5b1"        # buckets of spans too small to see at this zoom
 STACK = "#b08968"            # Python frames (py-spy)
 STATUS = {"ok": "#15803d", "running": "#2563eb", "failed": "#b91c1c"}
 

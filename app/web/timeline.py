@@ -17,7 +17,6 @@ from . import theme
 
 PX = 1400              # buckets across the window: about the plot's width in pixels
 MAX_SPANS = 2000       # individually drawn spans per track at any zoom
-ROW_PX = 30            # height of one track
 STACK_KEY = -2         # key0 of a Python-stack span (events use key0 = step >= 0)
 
 
