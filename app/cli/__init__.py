@@ -10,7 +10,7 @@ import sys
 from opscope.runtime.errors import OpscopeError
 
 # command modules, in the order `opscope --help` lists them
-COMMANDS = ["run", "backends", "backend", "profile", "runs", "trace", "serve", "debug", "advise", "tune", "migrate"]
+COMMANDS = ["run", "train", "backends", "backend", "ops", "profile", "runs", "trace", "serve", "debug", "diff", "advise", "tune", "migrate"]
 
 
 def _version() -> str:

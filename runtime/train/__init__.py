@@ -1,0 +1,1 @@
+"""Training: a whole step (forward, loss, backward, optimizer) as one opscope graph."""
