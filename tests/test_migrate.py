@@ -323,7 +323,7 @@ def test_apply_diff_prints_a_unified_diff_and_changes_nothing(corpus, cli):
     r = cli("migrate", "apply", corpus / "pkg" / "amp_train.py")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("--- a/amp_train.py\n+++ b/amp_train.py\n")
-    assert '-device = f"cuda:{rank}"' in r.stdout and "+device = compat.device(rank)" in r.stdout
+    assert '-device = f"cuda:{rank}"' in r.stdout and "+device = compat.device_string(rank)" in r.stdout
     assert "+dev2 = compat.device(rank)" in r.stdout
     assert "+    x = torch.randn(3, 4).to(compat.device(rank), non_blocking=True)" in r.stdout
     assert "+    with compat.autocast(dtype=torch.float16):" in r.stdout

@@ -39,13 +39,43 @@ def device_type() -> str:
 
 
 def device(index=None) -> torch.device:
-    """The device to run on; `index` picks one of several accelerators and is ignored on the CPU."""
+    """The device to run on. `index` may be what the rewritten code held: an int, a device string ("cuda:1"),
+    a torch.device, or None; its accelerator index is kept, its type becomes the chosen one. On the CPU
+    the index is ignored."""
     chosen = _chosen()
     if chosen.type == "cpu":
         return chosen
+    index = _index_of(index)
+    return chosen if index is None else torch.device(chosen.type, index)
+
+
+def device_string(index=None) -> str:
+    """`device(index)` as a string ("cuda:1", "xpu", "cpu"): what a script that kept its device in a string
+    variable (`device = "cuda"`, then `"cuda" in device`, `device.split(":")`) still gets after the rewrite."""
+    return str(device(index))
+
+
+def _index_of(index):
     if index is None:
-        return chosen
-    return torch.device(chosen.type, int(index))
+        return None
+    if isinstance(index, torch.device):
+        return index.index
+    if isinstance(index, str):
+        _, _, tail = index.partition(":")
+        return int(tail) if tail.strip().isdigit() else None
+    return int(index)
+
+
+def is_accelerator(x) -> bool:
+    """True when `x` -- a device string or type ("cuda:0", "xpu"), a torch.device, a tensor or a module -- is on
+    an accelerator. Replaces `x == "cuda"`, `"cuda" in x`, `x.type == "cuda"` and `x.is_cuda`, which are True
+    on CUDA only, so a script's accelerator branch is taken on whichever accelerator runs it."""
+    if isinstance(x, torch.Tensor):
+        x = x.device
+    elif isinstance(x, torch.nn.Module):
+        x = next(iter(x.parameters()), torch.empty(0)).device
+    kind = x.type if isinstance(x, torch.device) else str(x).partition(":")[0].strip()
+    return kind not in ("", "cpu", "meta")
 
 
 def is_available() -> bool:
@@ -117,6 +147,11 @@ def reset_peak_memory_stats(device=None) -> None:
         mod.reset_peak_memory_stats()
 
 
+def reset_max_memory_allocated(device=None) -> None:
+    """torch.cuda.reset_max_memory_allocated: an older name of reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
 def empty_cache() -> None:
     mod = _module()
     if mod is not None and hasattr(mod, "empty_cache"):
@@ -163,6 +198,12 @@ def GradScaler(*args, enabled=True, **kwargs):   # noqa: N802 -- the name of the
 def distributed_backend() -> str:
     """The torch.distributed backend for the chosen device: nccl on CUDA, gloo elsewhere."""
     return "nccl" if device_type() == "cuda" else "gloo"
+
+
+def profiler_activity():
+    """The torch.profiler activity of the chosen accelerator (CUDA, XPU, ...), or CPU when there is none."""
+    from torch.profiler import ProfilerActivity
+    return getattr(ProfilerActivity, device_type().upper(), ProfilerActivity.CPU)
 
 
 def manual_seed(seed: int) -> None:

@@ -3,7 +3,9 @@
 Names are resolved through the file's imports (`import torch.distributed as dist` makes
 `dist.init_process_group` the table's `torch.distributed.init_process_group`), and variables that
 hold a CUDA device (`dev = "cuda"`, `device = f"cuda:{rank}"`) are followed to where the device
-is used (`.to(dev)`, `device=dev`). Keyword arguments count only in a call whose resolved name has
+is used (`.to(dev)`, `device=dev`) through Python's scopes: a parameter or a local that is also
+called `device` is another variable. A device string stays a string after `apply`
+(`compat.device_string()`), so code that compares or splits it keeps working. Keyword arguments count only in a call whose resolved name has
 them in the table (`DDP(model, device_ids=[rank])` after `from torch.nn.parallel import
 DistributedDataParallel as DDP`). Only code is looked at: comments, docstrings and strings that
 are not in a device position (`print("use cuda")`) never match.
@@ -14,12 +16,13 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from .rules import Finding, Rule, Table
 
 _DEVICE = re.compile(r"cuda(?::(\d+))?")
 _DEVICE_KWARGS = ("device", "map_location")
+_DEVICE_NAME = re.compile(r"dev|type|accel", re.I)   # what a variable compared with "cuda" is called
 _DEVICE_ARG_KWARGS = ("device_type", "device", "type")   # where a `device` row's call takes its device
 DIST_CALLS = ("torch.distributed.init_process_group", "torch.distributed.new_group")
 
@@ -33,7 +36,8 @@ class Hit:
     node: cst.CSTNode
     stmt: cst.CSTNode | None
     action: tuple = ()              # ("compat", name) | ("to-device",) | ("device", index) | ("call", name, drop)
-                                    # | ("backend",) | ("drop",) this keyword argument | () nothing to change
+                                    # | ("device-string", index) | ("backend",) | ("drop",) this keyword argument
+                                    # | ("accel", name, operand, negate) | ("value", name) | () nothing to change
 
 
 @dataclass
@@ -88,7 +92,7 @@ def cuda_device(expr) -> tuple[bool, cst.BaseExpression | None]:
 
 
 class _Scanner(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def __init__(self, path: str, table: Table, lines: list[str]):
         super().__init__()
@@ -98,8 +102,13 @@ class _Scanner(cst.CSTVisitor):
         self.stmts: list[cst.CSTNode] = []
         self.seen: set[int] = set()
         self.skip_names: set[int] = set()
+        # NOTE: plain names are followed through scopes (by the node that assigned them); dotted names
+        # (`args.device`, `self.device`) have no scope and are followed by name.
         self.device_vars: dict[str, int] = {}          # dotted name -> line of the assignment
-        self.var_edges: list[tuple[str, str, int]] = []  # (target, source name, line)
+        self.device_nodes: dict[int, int] = {}         # id(assigning Name/Param) -> line of the assignment
+        self.var_edges: list[tuple[cst.CSTNode, cst.CSTNode, int]] = []  # (target, source expression, line)
+        self.keep_tests: list[tuple] = []              # (if statement, ids in its test) for is_available checks
+        self.comparisons: list[tuple] = []             # candidate `x == "cuda"` checks
         self.uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
         self.device_calls: list[tuple[cst.Call, Rule, str, int | str | None, cst.CSTNode | None]] = []
 
@@ -129,6 +138,28 @@ class _Scanner(cst.CSTVisitor):
                     "python", rewritable=rule.rewritable, resolved=rule.resolved_by_apply, code=code, note=note)
         self.hits.append(Hit(f, rule, node, stmt if stmt is not None else (self.stmts[-1] if self.stmts else None),
                              action if rule.rewritable else ()))
+
+    def holds_device(self, expr) -> int | None:
+        """The line where the device variable `expr` (a name or a dotted name) got a CUDA device, or None."""
+        if isinstance(expr, cst.Name):
+            for line in self._referents(expr):
+                return line
+            return None
+        name = dotted(expr)
+        return self.device_vars.get(name) if name else None
+
+    def _referents(self, expr: cst.Name):
+        try:
+            scope = self.get_metadata(ScopeProvider, expr)
+        except KeyError:
+            return
+        if scope is None:
+            return
+        for access in scope.accesses[expr]:
+            for ref in access.referents:
+                line = self.device_nodes.get(id(getattr(ref, "node", None)))
+                if line is not None:
+                    yield line
 
     def line_of(self, node) -> int:
         return self.get_metadata(PositionProvider, node).start.line
@@ -166,6 +197,11 @@ class _Scanner(cst.CSTVisitor):
 
     # ---------------------------------------------------------------- names: torch.cuda.*, cudnn flags, ...
     def visit_Attribute(self, node: cst.Attribute) -> bool:
+        rule = self.table.attributes.get(node.attr.value)
+        if rule is not None and not self._is_module(node.value):
+            name = rule.rewrite.split(":", 1)[1] if rule.rewrite else ""
+            self.hit(node, rule, f".{node.attr.value}", ("accel", name, "value", False), at=node.attr)
+            return True
         name = dotted(node)
         if name is None:
             return True
@@ -184,7 +220,41 @@ class _Scanner(cst.CSTVisitor):
         action = ()
         if rule.rewrite and rule.rewrite.startswith("compat:"):
             action = ("compat", rule.rewrite.split(":", 1)[1])
+        elif rule.rewrite and rule.rewrite.startswith("call:"):
+            action = ("value", rule.rewrite.split(":", 1)[1])
         self.hit(node, rule, full, action)
+
+    def _is_module(self, expr) -> bool:
+        base = dotted(expr)
+        return bool(base) and self.qualify(base).split(".")[0] in ("torch", "numba", "cupy")
+
+    # ---------------------------------------------------------------- device comparisons
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        """`x == "cuda"`, `x != "cuda"`, `"cuda" in x`, `"cuda" not in x`: True on CUDA only."""
+        if len(node.comparisons) != 1:
+            return
+        op, right = node.comparisons[0].operator, node.comparisons[0].comparator
+        for word, rule in self.table.compares.items():
+            side = None
+            if isinstance(op, (cst.Equal, cst.NotEqual)):
+                side = "right" if _is_word(node.left, word) else "left" if _is_word(right, word) else None
+            elif isinstance(op, (cst.In, cst.NotIn)) and _is_word(node.left, word):
+                side = "right"
+            other = right if side == "right" else node.left if side == "left" else None
+            if other is None or isinstance(other, (cst.SimpleString, cst.ConcatenatedString, cst.List, cst.Tuple,
+                                                   cst.Set, cst.FormattedString)):
+                continue
+            negate = isinstance(op, (cst.NotEqual, cst.NotIn))
+            # decided in finish(), once device variables are known: `"cuda" in os.environ["NOTE"]` is no device check
+            self.comparisons.append((node, rule, other, side, negate, self.stmts[-1] if self.stmts else None))
+
+    # ---------------------------------------------------------------- `if torch.cuda.is_available(): ... elif ...`
+    def visit_If(self, node: cst.If) -> None:
+        """A CUDA check whose branch keeps CUDA-only calls, or that has branches for other accelerators, stays
+        a CUDA check: rewriting it would send XPU/NPU machines into the CUDA branch."""
+        ids = {id(n) for n in _walk(node.test)}
+        body = self.get_metadata(PositionProvider, node.body)
+        self.keep_tests.append((node, ids, isinstance(node.orelse, cst.If), body))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
@@ -192,8 +262,8 @@ class _Scanner(cst.CSTVisitor):
 
     def visit_Param(self, node: cst.Param) -> None:
         self.skip_names.add(id(node.name))
-        if node.default is not None and self._device_context(node.default):
-            self.device_vars.setdefault(node.name.value, self.line_of(node))
+        if node.default is not None and self._device_context(node.default, assignment=True):
+            self.device_nodes.setdefault(id(node), self.line_of(node))
 
     def visit_FunctionDef(self, node) -> None:
         self.skip_names.add(id(node.name))
@@ -230,7 +300,8 @@ class _Scanner(cst.CSTVisitor):
         # process-group backend strings
         for i, a in enumerate(node.args):
             kw = a.keyword.value if a.keyword else None
-            if (kw == "backend" or (kw is None and i == 0 and full in DIST_CALLS)) \
+            if (kw == "backend" or (kw is None and i == 0 and full in DIST_CALLS)
+                    or (kw == "default" and name and name.endswith("add_argument"))) \
                     and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in self.table.backends:
                 r = self.table.backends[a.value.evaluated_value]
                 self.hit(a.value, r, f'{full or "call"}(backend="{a.value.evaluated_value}")', ("backend",))
@@ -244,23 +315,38 @@ class _Scanner(cst.CSTVisitor):
 
     # ---------------------------------------------------------------- device variables
     def visit_Assign(self, node: cst.Assign) -> None:
-        targets = [dotted(t.target) for t in node.targets]
-        self._assigned(targets, node.value)
+        self._assigned([t.target for t in node.targets], node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
-            self._assigned([dotted(node.target)], node.value)
+            self._assigned([node.target], node.value)
 
     def _assigned(self, targets, value) -> None:
+        if isinstance(value, cst.SimpleString) and value.evaluated_value in self.table.backends:
+            r = self.table.backends[value.evaluated_value]       # backend = "nccl", later init_process_group(backend)
+            self.hit(value, r, f'{_source(targets[0])} = "{value.evaluated_value}"', ("backend",))
+            return
         holds = self._device_context(value, assignment=True)
-        src = dotted(value)
         for t in targets:
-            if not t:
+            if not dotted(t):
                 continue
             if holds:
-                self.device_vars.setdefault(t, self.line_of(value))
-            elif src:
-                self.var_edges.append((t, src, self.line_of(value)))
+                self._mark_device(t, self.line_of(value))
+            elif dotted(value):
+                self.var_edges.append((t, value, self.line_of(value)))
+
+    def _mark_device(self, target, line: int) -> bool:
+        """Remember that `target` (the assigned Name, or a dotted name) holds a CUDA device; True if new."""
+        if isinstance(target, cst.Name):
+            if id(target) in self.device_nodes:
+                return False
+            self.device_nodes[id(target)] = line
+            return True
+        name = dotted(target)
+        if name in self.device_vars:
+            return False
+        self.device_vars[name] = line
+        return True
 
     def _device_context(self, expr, assignment=False) -> bool:
         """Report CUDA device strings in a device position; True when `expr` holds a CUDA device."""
@@ -268,7 +354,7 @@ class _Scanner(cst.CSTVisitor):
         if ok:
             rule = self.table.strings.get("cuda")
             if rule is not None:
-                self.hit(expr, rule, f"device {_source(expr)}", ("device", index))
+                self.hit(expr, rule, f"device {_source(expr)}", ("device-string", index))
             return True
         if isinstance(expr, cst.IfExp):
             a = self._device_context(expr.body, assignment)
@@ -297,26 +383,60 @@ class _Scanner(cst.CSTVisitor):
         while changed:
             changed = False
             for t, src, line in self.var_edges:
-                if src in self.device_vars and t not in self.device_vars:
-                    self.device_vars[t] = line
+                if self.holds_device(src) is not None and self._mark_device(t, line):
                     changed = True
         rule = self.table.strings.get("cuda")
         for expr, stmt in self.uses:
-            name = dotted(expr)
-            if stmt is not None and rule is not None and name in self.device_vars:
-                self.hit(expr, rule, f"device variable {name}", (),
-                         note=f"holds a CUDA device (line {self.device_vars[name]}); follows that line's rewrite",
-                         stmt=stmt)
+            line = self.holds_device(expr)
+            if stmt is not None and rule is not None and line is not None:
+                self.hit(expr, rule, f"device variable {dotted(expr)}", (),
+                         note=f"holds a CUDA device (line {line}); follows that line's rewrite", stmt=stmt)
+        for node, r, other, side, negate, stmt in self.comparisons:
+            name = dotted(other)
+            if name and (self.holds_device(other) is not None or _DEVICE_NAME.search(name.rsplit(".", 1)[-1])):
+                call = r.rewrite.split(":", 1)[1] if r.rewrite else ""
+                self.hit(node, r, _source(node), ("accel", call, side, negate), stmt=stmt)
         for node, r, full, where, stmt in self.device_calls:
             _, arg = _device_arg(node)
-            name = dotted(arg)
-            if cuda_device(arg)[0] or (name and name in self.device_vars):
+            if cuda_device(arg)[0] or (dotted(arg) and self.holds_device(arg) is not None):
                 if r.rewrite == "device":
                     action = ("device", _device_index(node))
                 else:
                     action = ("call", r.rewrite.split(":", 1)[1] if r.rewrite else "", where)
                 self.hit(node, r, f"{full}({_source(arg)})", action, at=node.func, stmt=stmt)
+        self._keep_cuda_checks()
         self.hits.sort(key=lambda h: (h.finding.line, h.finding.column))
+
+    def _keep_cuda_checks(self) -> None:
+        """Un-rewrite `torch.cuda.is_available()` in an `if` that has `elif` branches (for other accelerators)
+        or whose branch keeps calls `apply` cannot rewrite."""
+        for node, ids, has_elif, body in self.keep_tests:
+            inside = [h for h in self.hits if _within(h.finding, body)]
+            stuck = [h.finding.api for h in inside if not h.rule.rewritable and h.rule.rewrite != "keep"]
+            if not (has_elif or stuck):
+                continue
+            why = ("its elif branches serve other accelerators" if has_elif
+                   else f"its branch keeps {stuck[0]}, which apply cannot rewrite")
+            for h in self.hits:
+                if id(h.node) in ids and h.action:
+                    h.action = ()
+                    h.finding.rewritable = False
+                    h.finding.resolved = True        # nothing to do: the branches already handle it
+                    h.finding.note = f"kept as a CUDA check: {why}"
+
+
+def _is_word(expr, word: str) -> bool:
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value == word
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _within(f, body) -> bool:
+    return (body.start.line, body.start.column) <= (f.line, f.column - 1) <= (body.end.line, body.end.column)
 
 
 def _device_arg(call: cst.Call):

@@ -38,8 +38,8 @@ def _compat(name: str, *args: cst.Arg) -> cst.Call:
     return cst.Call(func=cst.Attribute(cst.Name("compat"), cst.Name(name)), args=list(args))
 
 
-def _device_call(index) -> cst.Call:
-    return _compat("device", cst.Arg(index)) if index is not None else _compat("device")
+def _device_call(index, name: str = "device") -> cst.Call:
+    return _compat(name, cst.Arg(index)) if index is not None else _compat(name)
 
 
 def _strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
@@ -77,8 +77,24 @@ def _edit(action: tuple, node: cst.CSTNode) -> cst.CSTNode:
     kind = action[0]
     if kind == "compat":          # torch.cuda.synchronize -> compat.synchronize (the call's arguments stay)
         return cst.Attribute(cst.Name("compat"), cst.Name(action[1]))
-    if kind == "device":          # "cuda:1" / torch.device("cuda", 1) -> compat.device(1)
+    if kind == "device":          # torch.device("cuda", 1) -> compat.device(1)
         return _device_call(action[1])
+    if kind == "device-string":   # "cuda:1" -> compat.device_string(1): a string stays a string
+        return _device_call(action[1], "device_string")
+    if kind == "value":           # ProfilerActivity.CUDA -> compat.profiler_activity()
+        return _compat(action[1])
+    if kind == "accel":           # x == "cuda" / "cuda" in x / x.is_cuda -> compat.is_accelerator(x)
+        name, side, negate = action[1], action[2], action[3]
+        if side == "value":
+            operand = node.value
+        elif side == "left":
+            operand = node.left
+        else:
+            operand = node.comparisons[0].comparator
+        call = _compat(name, cst.Arg(operand.with_changes(lpar=[], rpar=[]) if hasattr(operand, "lpar") else operand))
+        if negate:
+            return cst.UnaryOperation(operator=cst.Not(), expression=call)
+        return call.with_changes(lpar=node.lpar, rpar=node.rpar) if getattr(node, "lpar", None) else call
     if kind == "backend":         # "nccl" -> compat.distributed_backend()
         return _compat("distributed_backend")
     if kind == "to-device":       # x.cuda(i, non_blocking=True) -> x.to(compat.device(i), non_blocking=True)
@@ -113,6 +129,7 @@ class _Rewriter(cst.CSTTransformer):
             if not h.action and h.stmt is not None and h.finding.note.find("follows that line") < 0:
                 f = h.finding
                 why = (f"{f.api} is a no-op off CUDA" if h.rule.rewrite == "keep"
+                       else f"{f.api} {f.note}" if f.note.startswith("kept as")
                        else f"{f.api}: no automatic rewrite; instead: {f.replacement}")
                 self.marks.setdefault(h.stmt, [])
                 if why not in self.marks[h.stmt]:

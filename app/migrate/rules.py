@@ -12,7 +12,7 @@ from opscope.runtime.errors import UsageError
 
 TABLE = Path(__file__).with_name("cuda_apis.toml")
 SEVERITIES = ("info", "warning", "error")
-PY_KINDS = ("name", "device", "import", "method", "backend", "string", "keyword")
+PY_KINDS = ("name", "device", "import", "method", "backend", "string", "keyword", "compare", "attribute")
 _KEYWORD_API = re.compile(r"([\w.]+)\((\w+)=\)")      # a keyword row: "CALL(KEYWORD=)"
 
 
@@ -63,6 +63,8 @@ class Table:
     strings: dict[str, Rule] = field(default_factory=dict)
     backends: dict[str, Rule] = field(default_factory=dict)
     keywords: dict[tuple[str, str], Rule] = field(default_factory=dict)   # (call, keyword) -> rule
+    compares: dict[str, Rule] = field(default_factory=dict)      # "cuda" -> rule for `x == "cuda"`, `"cuda" in x`
+    attributes: dict[str, Rule] = field(default_factory=dict)    # "is_cuda" -> rule for `x.is_cuda`
     c: list[Rule] = field(default_factory=list)                  # longest pattern first
 
     def python_rule(self, dotted: str) -> Rule | None:
@@ -119,6 +121,10 @@ def load_table(path: str | Path | None = None) -> Table:
                 table.strings[rule.api] = rule
             elif kind == "backend":
                 table.backends[rule.api] = rule
+            elif kind == "compare":
+                table.compares[rule.api] = rule
+            elif kind == "attribute":
+                table.attributes[rule.api] = rule
             elif kind == "keyword":
                 m = _KEYWORD_API.fullmatch(rule.api)
                 if m is None:
