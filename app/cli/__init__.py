@@ -4,13 +4,33 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 
 from opscope.runtime.errors import OpscopeError
 
-# command modules, in the order `opscope --help` lists them
-COMMANDS = ["run", "train", "backends", "backend", "ops", "profile", "runs", "trace", "serve", "debug", "diff", "advise", "tune", "migrate"]
+# command -> (module under app/cli, one line for `opscope --help`), in the order --help lists them.
+# NOTE: only the module of the command being run is imported, so `opscope migrate scan` and every
+# --help stay free of torch; the lines here must match the modules' own help.
+COMMANDS = {
+    "run": ("run", "run a model on a backend and compare with eager PyTorch"),
+    "train": ("train", "train a model for N steps on a backend and compare with eager PyTorch"),
+    "backends": ("backends", "list registered backends and whether they are available"),
+    "backend": ("backend", "work with one backend (conformance check)"),
+    "ops": ("ops", "list opscope's ops and which backend runs which"),
+    "profile": ("profile", "profile a model op by op into a run (see `opscope runs`)"),
+    "runs": ("runs", "list profiled runs, newest first"),
+    "show": ("runs", "per-op table of one run"),
+    "compare": ("runs", "two runs op by op (matched by node), e.g. one model on two backends"),
+    "trace": ("trace", "export a run as a Chrome/Perfetto trace or CSV; import torch.profiler / ONNX Runtime traces"),
+    "serve": ("serve", "open the web analyzer over every run in the store"),
+    "debug": ("debug", "step through a model op by op in a terminal UI"),
+    "diff": ("diff", "every op's output against a reference backend (accuracy report)"),
+    "advise": ("advise", "recommendations for a run, ranked by estimated gain; --apply measures one"),
+    "tune": ("tune", "search a backend's knobs (threads, dtype, batch chunking) and cache the best"),
+    "migrate": ("migrate", "find CUDA-specific code, rewrite it, predict how a model runs elsewhere"),
+}
 
 
 def _version() -> str:
@@ -26,23 +46,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"opscope: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="opscope", description="Run, profile, debug and port models on any registered backend.")
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The whole parser for the command named in `argv`; the others get a placeholder with their help line."""
+    parser = _Parser(prog="opscope", description="Run, profile, debug and port models on any registered backend.",
+                     epilog="Models: demo:mlp, demo:cnn, demo:gpt or path/to/file.py:factory. Backends: numpy, "
+                            "torch:cpu, torch:cuda:0, sim:NAME or a .toml description. Runs are stored under "
+                            "$OPSCOPE_HOME (default ~/.opscope). `opscope COMMAND --help` for each command.")
     parser.add_argument("--version", action="version", version=f"opscope {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"opscope.app.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"opscope.app.cli.{name}":
-                continue   # that command group is not built yet
-            raise
-        module.register(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    registered = set()
+    for name, (module_name, summary) in COMMANDS.items():
+        if name in registered:
+            continue
+        if name == chosen or COMMANDS.get(chosen, (None,))[0] == module_name:
+            module = importlib.import_module(f"opscope.app.cli.{module_name}")
+            module.register(sub)
+            registered |= {n for n, (m, _) in COMMANDS.items() if m == module_name}
+        elif importlib.util.find_spec(f"opscope.app.cli.{module_name}") is not None:
+            sub.add_parser(name, help=summary)
     return parser
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -145,40 +145,54 @@ def _print_scan(result, s) -> None:
 
 
 def apply_main(args) -> int:
-    from opscope.app.migrate.rewrite import rewrite
+    from opscope.app.migrate.report import readiness
+    from opscope.app.migrate.rewrite import rewrite, verify
     from opscope.app.migrate.scan import scan_path
 
     root = Path(args.path)
     if not root.exists():
         raise UsageError(f"{args.path} does not exist: give a folder or a Python file to rewrite")
     result = scan_path(root, max_bytes=_size(args.max_size), keep_trees=True)
-    changes = []
+    changes, refused, after = [], [], {f.file: [] for f in result.findings}
+    for f in result.findings:
+        after[f.file].append(f)
     for rel, tree in sorted(result.python_trees.items()):
         fr = rewrite(rel, tree)
         if not fr.changed:
             continue
+        problem, left_here = verify(fr)          # the result must parse, and a second apply must change nothing
+        if problem:
+            refused.append(f"{rel}: {problem}")
+            continue
+        after[rel] = left_here
         if args.write:
             _write_rewrite(root / rel if root.is_dir() else root, fr.after.encode(tree.module.encoding), len(changes))
         changes.append(fr)
-    left = [f for f in result.findings if not f.resolved]
+    left = [f for fs in after.values() for f in fs if not f.resolved]
+    lines_after = result.lines + sum(c.after.count("\n") - c.before.count("\n") for c in changes)
+    score = {"before": readiness(result.findings, result.lines),
+             "after": readiness([f for fs in after.values() for f in fs], lines_after)}
     if args.json:
         emit_json({"path": args.path, "written": bool(args.write),
                    "files": [{"file": c.path, "rewritten": c.rewritten, "marked": c.marked,
                               **({} if args.write else {"diff": c.diff()})} for c in changes],
                    "rewritten": sum(c.rewritten for c in changes), "marked": sum(c.marked for c in changes),
-                   "manual": [f.as_dict() for f in left]})
-        return 0
+                   "rolled_back": refused, "readiness": score, "manual": [f.as_dict() for f in left]})
+        return 1 if refused else 0
     if not args.write:
         for c in changes:
             sys.stdout.write(c.diff())
         msg = sys.stderr
     else:
         msg = sys.stdout
+    for r in refused:
+        print(f"opscope: error: not rewritten, the result would break it: {r}", file=sys.stderr)
     verb = "rewrote" if args.write else "would rewrite"
     print(f"{verb} {sum(c.rewritten for c in changes)} findings in {len(changes)} files"
           + (" (backups: FILE.orig)" if args.write and changes else "")
-          + f"; {len(left)} need a manual change (marked `# opscope-migrate:` in Python files)", file=msg)
-    return 0
+          + f"; {len(left)} need a manual change (marked `# opscope-migrate:` in Python files); "
+          f"readiness {score['before']:.1f} -> {score['after']:.1f} (scanned after the rewrite)", file=msg)
+    return 1 if refused else 0
 
 
 def _write_rewrite(target: Path, data: bytes, done: int) -> None:

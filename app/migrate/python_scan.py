@@ -85,6 +85,10 @@ def cuda_device(expr) -> tuple[bool, cst.BaseExpression | None]:
                 and exprs[0].format_spec is None and exprs[0].conversion is None:
             return True, exprs[0].expression
         return False, None
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "format" \
+            and isinstance(expr.func.value, cst.SimpleString) and expr.func.value.evaluated_value == "cuda:{}" \
+            and len(expr.args) == 1 and expr.args[0].keyword is None:      # 'cuda:{}'.format(args.gpu)
+        return True, expr.args[0].value
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) \
             and isinstance(expr.left, cst.SimpleString) and expr.left.evaluated_value == "cuda:":
         return True, expr.right

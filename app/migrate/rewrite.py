@@ -191,3 +191,24 @@ def rewrite(path: str, scan: PyScan) -> FileRewrite:
     if rw.uses_compat and not _has_import(module):
         module = _add_import(module)
     return FileRewrite(path, before, module.code, rw.rewritten, rw.marked)
+
+
+def verify(fr: FileRewrite) -> tuple[str | None, list]:
+    """(what is wrong with the rewritten file or None, the findings it still has).
+
+    A rewrite is refused when its result does not parse, or when scanning the result would rewrite
+    again (apply must be idempotent: a second run changes nothing)."""
+    from .python_scan import scan_python
+    from .rules import Finding, default_table
+    try:
+        compile(fr.after, fr.path, "exec", flags=0x400, dont_inherit=True)   # parse only
+    except (SyntaxError, ValueError) as e:
+        return f"the rewritten file does not parse ({getattr(e, 'msg', e)} at line {getattr(e, 'lineno', '?')})", []
+    again = scan_python(fr.path, fr.after, default_table())
+    if isinstance(again, Finding):
+        return f"the rewritten file does not parse ({again.note})", []
+    twice = [h.finding for h in again.hits if h.action]
+    if twice:
+        f = twice[0]
+        return f"a second apply would rewrite {f.api} at line {f.line} again (a bug in opscope: please report it)", []
+    return None, again.findings
