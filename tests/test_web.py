@@ -276,7 +276,9 @@ def test_token_refuses_requests_without_it(opscope_home):
     assert c.get("/_dash-layout", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
     r = c.get("/?token=s3cret-token")
     assert r.status_code == 200
-    assert "opscope_token=s3cret-token" in r.headers.get("Set-Cookie", "")
+    cookie = r.headers.get("Set-Cookie", "")
+    assert cookie.startswith("opscope_token_80=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "s3cret-token" not in cookie                              # proof of the token for this port, not it
     assert c.get("/_dash-layout").status_code == 200                # the cookie carries it from now on
 
 
@@ -291,8 +293,9 @@ def test_is_loopback():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
 
 
-def test_serve_off_loopback_generates_a_token_and_refuses_without_it(opscope_home, capsys):
+def test_serve_off_loopback_generates_a_token_and_refuses_without_it(opscope_home, capsys, monkeypatch):
     """0.0.0.0 listens on every interface: serve() must turn the gate on; we knock through loopback."""
+    monkeypatch.delenv("OPSCOPE_TOKEN", raising=False)               # else serve() takes that one
     srv, url = serve(host="0.0.0.0", port=0, block=False)
     try:
         err = capsys.readouterr()

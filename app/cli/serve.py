@@ -1,31 +1,59 @@
 """`opscope serve`: the web analyzer over every run in the store."""
 from __future__ import annotations
 
-from opscope.runtime.errors import UsageError
+import sys
 
-from .profile import check_port
+from opscope.runtime.errors import UsageError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="open the web analyzer over every run in the store")
+    p = sub.add_parser("serve", help="open the web analyzer over every run in the store",
+                       description="Serve the web analyzer. It binds 127.0.0.1 unless --host says otherwise; any "
+                                   "other address needs a token, set with OPSCOPE_TOKEN or --token-file (one is "
+                                   "generated and printed when none is set).")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; any other address needs --token, or one is generated)")
+                   help="address to bind (default 127.0.0.1; any other address needs a token, or one is generated)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
-    p.add_argument("--token", default=None, help="a secret every request must carry (?token=, then a cookie)")
+    add_token_options(p)
     p.add_argument("--run", default=None, help="open this run's timeline first")
     p.add_argument("--open", action="store_true", help="open the page in a browser")
     p.set_defaults(func=main)
 
 
+def add_token_options(p) -> None:
+    """--token-file, --token and --allow-host: the same for `serve` and `profile --web`."""
+    p.add_argument("--token-file", default=None, metavar="PATH",
+                   help="read the access token from this file (mode 600); or set OPSCOPE_TOKEN. Every request "
+                        "then needs it (?token= once, then a cookie)")
+    p.add_argument("--token", default=None,
+                   help="the access token on the command line (other users can see it in `ps`: prefer "
+                        "OPSCOPE_TOKEN or --token-file)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a host name browsers may use to reach the server besides --host and localhost "
+                        "(a DNS name, a proxy); repeatable. Other Host headers are refused (DNS rebinding)")
+
+
+def token_from(args) -> str | None:
+    """The token `args` give (--token, --token-file, else OPSCOPE_TOKEN), checked before anything starts."""
+    from opscope.app.web.gate import resolve_token
+    if args.token is not None:
+        print("opscope: note: --token is visible to other users in `ps`; prefer OPSCOPE_TOKEN or --token-file",
+              file=sys.stderr)
+    return resolve_token(args.token, args.token_file)
+
+
 def main(args) -> int:
+    from .profile import check_port      # here, so that profile.py can import add_token_options from this module
     check_port(args.host, args.port)
+    token = token_from(args)
     from opscope.app.web.server import serve
     run_id = None
     if args.run:
         from opscope.profiler.store import RunStore
         run_id = RunStore().get_run(args.run)["run_id"]     # unknown ids fail here, with a message
     try:
-        serve(run_id=run_id, host=args.host, port=args.port, token=args.token, open_browser=args.open)
+        serve(run_id=run_id, host=args.host, port=args.port, token=token, open_browser=args.open,
+              allow_hosts=args.allow_host)
     except OSError as e:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")
     return 0

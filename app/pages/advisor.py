@@ -4,7 +4,7 @@ from __future__ import annotations
 from dash import Input, Output, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids
+from opscope.app.web import ids, inputs
 from opscope.profiler.advisor import advise
 
 PATH = "/advisor"
@@ -18,9 +18,10 @@ def layout(**_query):
 def register(app, data):
     @app.callback(Output(ids.ADV_LIST, "children"), Input(ids.RUN_STATUS, "data"))
     def render(status):
-        if not status:
+        run = inputs.status_run(data, status)
+        if not run:
             return ui.note("No runs yet.")
-        items = advise(status["run"], store=data.store)
+        items = advise(run["run_id"], store=data.store)
         if not items:
             return ui.card("Advice", ui.note("No advice for this run: nothing the rules recognize.", "ok"))
         return html.Div([_advice(a) for a in items])

@@ -8,7 +8,7 @@ import numpy as np
 from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 
 PATH = "/compare"
 NAME = "Compare"
@@ -17,6 +17,7 @@ TOLERANCE = 1e-3     # relative difference of a summary statistic that counts as
 
 
 def layout(run=None, b=None, **_query):
+    run, b = inputs.query(run, "run"), inputs.query(b, "b")
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             # NOTE: the dropdown drops a value missing from its options, so the ids from the URL come
@@ -43,6 +44,7 @@ def register(app, data):
                   Output(ids.CMP_B, "value"), Input(ids.RUN_STATUS, "data"), Input(ids.CMP_A, "value"),
                   Input(ids.CMP_B, "value"))
     def choices(_status, a, b):
+        a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
         runs = data.runs()
         opts = [{"label": f"{r['run_id'][:8]} · {ui.run_title(r)} · {r['status']}",
                  "value": r["run_id"]} for r in runs]
@@ -63,6 +65,7 @@ def register(app, data):
                   Output(ids.CMP_TABLE, "rowData"), Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"),
                   Input(ids.CMP_B, "value"))
     def render(a, b):
+        a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
         ra, rb = data.run(a) if a else None, data.run(b) if b else None
         if not ra or not rb:
             return ui.note("Compare needs two runs: profile the model on two backends."), \

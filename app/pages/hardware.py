@@ -5,7 +5,7 @@ import numpy as np
 from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 
 PATH = "/hardware"
 NAME = "Hardware"
@@ -22,9 +22,10 @@ def layout(**_query):
 def register(app, data):
     @app.callback(Output(ids.HW_GRAPH, "children"), Input(ids.RUN_STATUS, "data"))
     def render(status):
-        if not status:
+        run = inputs.status_run(data, status)
+        if not run:
             return ui.note("No runs yet.")
-        hw = data.hardware(status["run"])
+        hw = data.hardware(run["run_id"])
         if not len(hw.get("t_ns", [])):
             return ui.card("Hardware", ui.note("Hardware samples not available for this run (none were recorded)."))
         cols = {k: _floats(v) for k, v in hw.items()}

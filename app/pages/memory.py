@@ -5,7 +5,7 @@ import numpy as np
 from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 
 PATH = "/memory"
 NAME = "Memory"
@@ -25,9 +25,10 @@ def layout(**_query):
 def register(app, data):
     @app.callback(Output(ids.MEM_GRAPH, "figure"), Output(ids.MEM_TABLE, "rowData"), Input(ids.RUN_STATUS, "data"))
     def render(status):
-        if not status:
+        run = inputs.status_run(data, status)
+        if not run:
             return theme.empty_figure("No runs yet."), []
-        rid = status["run"]
+        rid = run["run_id"]
         series = data.memory_series(rid)
         top = data.top_allocators(rid)
         rows = [{"id": t["op"], "op": t["op"], "count": t["count"], "alloc": ui.fmt_bytes(t["alloc_bytes"]),

@@ -7,7 +7,7 @@ import numpy as np
 from dash import Input, Output, State, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 
 PATH = "/operators"
 NAME = "Operators"
@@ -18,6 +18,7 @@ _COLUMNS = [("key", "op"), ("count", "count", ui.NUM), ("total_ms", "total ms", 
             ("share", "share %", _F1), ("gflops", "achieved GFLOP/s", _F1), ("pct_peak", "% of peak", _F1),
             ("fallback", "fell back")]
 _SORT = ("total_ms", "desc")
+GROUPS = ("op", "module", "node")
 
 
 def layout(**_query):
@@ -42,20 +43,22 @@ def register(app, data):
                   Output(ids.OPS_ROOFLINE, "figure"),
                   Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "cellClicked"))
     def render(status, by, cell):
-        if not status:
+        by, selected = inputs.choice(by, "group by", GROUPS) or "op", inputs.clicked_row(cell)
+        run = inputs.status_run(data, status)
+        if not run:
             return [], ui.column_defs(columns(by), _SORT), theme.empty_figure("No runs yet.")
-        run = data.run(status["run"])
-        stats = data.op_table(run, by or "op")
+        stats = data.op_table(run, by)
         rows = ui.op_swatch_rows([_row(i, s) for i, s in enumerate(stats)])
-        selected = (cell or {}).get("rowId")
         return rows, ui.column_defs(columns(by), _SORT), roofline(run, data, stats, selected)
 
+    # The row's numbers come from the store again, not from the table's rowData: what the browser sends is ids.
     @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "cellClicked"),
-                  State(ids.OPS_TABLE, "rowData"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
-    def detail(cell, rows, status):
-        if not cell or not rows:
-            return ui.note("Click a row for the op's numbers.")
-        r = next((x for x in rows if x["id"] == cell.get("rowId")), None)
+                  State(ids.OPS_GROUP, "value"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+    def detail(cell, by, status):
+        key, by = inputs.clicked_row(cell), inputs.choice(by, "group by", GROUPS) or "op"
+        run = inputs.status_run(data, status)
+        r = next((x for x in (_row(i, s) for i, s in enumerate(data.op_table(run, by))) if x["id"] == key),
+                 None) if key and run else None
         if r is None:
             return ui.note("Click a row for the op's numbers.")
         fields = html.Dl(className="fields", children=[x for k, v in [
@@ -66,10 +69,8 @@ def register(app, data):
             ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
             ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
             ("fell back", r["fallback"])] for x in (html.Dt(k), html.Dd(str(v)))])
-        if not status:
-            return fields
         # Every call of this op on the timeline: its search marks them, Enter walks through them.
-        href = f"/timeline?{urlencode({'run': status['run'], 'find': r['op']})}"
+        href = f"/timeline?{urlencode({'run': run['run_id'], 'find': r['op']})}"
         return html.Div([fields, dcc.Link(f"Find every {r['op']} on the timeline →", href=href, id=ids.OPS_FIND,
                                           className="button")])
 

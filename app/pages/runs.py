@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import time
 
-from dash import Input, Output, State, dcc, html
+from urllib.parse import urlencode
+
+from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids
+from opscope.app.web import ids, inputs
 
 PATH = "/"
 NAME = "Runs"
@@ -42,20 +44,20 @@ def register(app, data):
                         "dropped": int(r.get("dropped") or 0)})
         return out
 
+    # Runs are looked up in the store by id: the rows the browser holds are not trusted for what they say.
     @app.callback(Output(ids.RUNS_ACTIONS, "children"), Input(ids.RUNS_TABLE, "cellClicked"),
-                  Input(ids.RUNS_TABLE, "selectedRows"), State(ids.RUNS_TABLE, "rowData"))
-    def actions(cell, selected, rows):
-        selected = [r["id"] for r in selected or []]       # in the order they were ticked
-        picked = (cell or {}).get("rowId") or (selected[-1] if selected else None)
-        if not picked and rows:
-            picked = rows[0]["id"]
-        if not picked:
+                  Input(ids.RUNS_TABLE, "selectedRows"))
+    def actions(cell, selected):
+        selected = inputs.row_ids(selected, "selectedRows")       # in the order they were ticked
+        run = data.run(inputs.clicked_row(cell) or (selected[-1] if selected else None))
+        if not run:
             return ui.note("No runs yet. Create one with `opscope profile demo:gpt --backend sim:npu-a1`.")
-        row = next((r for r in rows or [] if r["id"] == picked), {"model": "", "backend": ""})
-        links = [html.Span([html.B(picked), f"  {ui.run_title(row)}"], className="picked")]
-        links += [dcc.Link(name, href=f"{path}?run={picked}", className="button") for name, path in _PAGES]
+        picked = run["run_id"]
+        links = [html.Span([html.B(picked), f"  {ui.run_title(run)}"], className="picked")]
+        links += [dcc.Link(name, href=f"{path}?{urlencode({'run': picked})}", className="button")
+                  for name, path in _PAGES]
         if len(selected) >= 2:
             a, b = selected[-2], selected[-1]
-            links.append(dcc.Link(f"Compare {a[:8]} with {b[:8]}", href=f"/compare?run={a}&b={b}",
+            links.append(dcc.Link(f"Compare {a[:8]} with {b[:8]}", href=f"/compare?{urlencode({'run': a, 'b': b})}",
                                   className="button primary", id="compare-link"))
         return links

@@ -7,7 +7,7 @@ import json
 from dash import Input, Output, State, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 
 PATH = "/tensors"
 NAME = "Tensors"
@@ -35,9 +35,10 @@ def register(app, data):
     @app.callback(Output(ids.TEN_TABLE, "rowData"), Output(ids.TEN_FIRST_BAD, "children"),
                   Input(ids.RUN_STATUS, "data"))
     def render(status):
-        if not status:
+        run = inputs.status_run(data, status)
+        if not run:
             return [], ui.note("No runs yet.")
-        rows = data.tensor_rows(status["run"])
+        rows = data.tensor_rows(run["run_id"])
         if not rows:
             return [], ui.note("This run recorded no tensor values: profile it with --values to see each op's "
                                "output statistics.")
@@ -58,10 +59,10 @@ def register(app, data):
     @app.callback(Output(ids.TEN_STATS, "figure"), Output(ids.TEN_HIST, "figure"),
                   Input(ids.TEN_TABLE, "cellClicked"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def select(cell, status):
-        if not cell or not status:
+        key, run = inputs.clicked_row(cell), inputs.status_run(data, status)
+        if not key or not run:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
-        key = cell.get("rowId")
-        rows = [r for r in data.tensor_rows(status["run"]) if _key(r) == key]
+        rows = [r for r in data.tensor_rows(run["run_id"]) if _key(r) == key]
         if not rows:
             return theme.empty_figure("Click a row."), theme.empty_figure("Click a row.")
         steps = [r["step"] for r in rows]

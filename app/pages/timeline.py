@@ -15,7 +15,7 @@ import orjson
 from dash import Input, Output, State, dcc, html, no_update
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, theme
+from opscope.app.web import ids, inputs, theme
 from opscope.app.web import timeline as lod
 from opscope.profiler.importers.kineto import DEVICE_OPS
 
@@ -36,6 +36,7 @@ _FOLLOW_JS = """function (view) {
 
 def layout(run=None, step=None, find=None, **_query):
     """The page shell: the canvas fetches its spans itself (timeline.js), so this stays cheap for any run."""
+    run, step, find = inputs.query(run, "run"), inputs.query(step, "step"), inputs.query(find, "find")
     data = _data()
     shown = data.run(run) if data else None
     windows = data.step_windows(shown["run_id"]) if data and shown else []
@@ -166,6 +167,9 @@ def register(app, data):
                   Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), Input(ids.TL_FIND, "value"),
                   State(VIEW, "data"), prevent_initial_call=True)
     def follow(status, step, find, view):
+        status, find, view = inputs.run_status(status), inputs.text(find, "find"), inputs.mapping(view, "view")
+        if not isinstance(step, int) or isinstance(step, bool):      # a step number, or "all"
+            step = inputs.text(step, "step")
         if not status:
             return no_update, None
         # The header's status callback has just looked the run up: its store says all the stamp needs.
@@ -181,9 +185,13 @@ def register(app, data):
     @app.callback(Output(ids.TL_DETAILS, "children"), Input(PICKED, "data"), State(ids.RUN_STATUS, "data"),
                   prevent_initial_call=True)
     def details(cd, status):
+        status = inputs.run_status(status)
+        if cd is not None and not isinstance(cd, list):
+            raise inputs.BadInput("the picked span is [step, seq, microseconds]")
         if not cd or not status or len(cd) < 3:
             return no_update
-        key0, key1 = int(cd[0]), int(cd[1])
+        key0, key1 = inputs.integer(cd[0], "picked step"), inputs.integer(cd[1], "picked seq")
+        inputs.number(cd[2], "picked duration")
         if key0 == -1:
             return ui.note(f"{key1:,} spans shorter than a pixel at this zoom ({cd[2]:.1f} us busy): zoom in "
                            "(W or drag) to see them one by one.")

@@ -5,11 +5,11 @@
 
 Pages are Dash pages registered from opscope.app.pages; their callbacks are bound to the app
 (not to dash's global list) so that several apps can live in one process (tests, `profile --web`).
-Off loopback, every request must carry the token (DESIGN.md: servers bind 127.0.0.1 by default).
+Off loopback, every request must carry the token (DESIGN.md: servers bind 127.0.0.1 by default);
+gate.py checks the Host, the token and the shape of callback requests (who may ask what).
 """
 from __future__ import annotations
 
-import hmac
 import importlib
 import ipaddress
 import json
@@ -19,13 +19,13 @@ import sys
 import threading
 import webbrowser
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote, urlencode
 
 import dash
 from dash import Input, Output, dcc, html
 
 from . import components as ui
-from . import ids
+from . import gate, ids, inputs
 from .data import WebData
 
 # assets/ sits at the repository root (Dash's convention); a wheel ships it as opscope/assets.
@@ -33,21 +33,23 @@ ASSETS = next((p for p in (Path(__file__).resolve().parents[2] / "assets",
                            Path(__file__).resolve().parents[1] / "assets") if p.is_dir()),
               Path(__file__).resolve().parents[2] / "assets")
 PAGES = ["runs", "timeline", "operators", "memory", "compare", "tensors", "hardware", "advisor"]
-TOKEN_COOKIE = "opscope_token"
-TOKEN_HEADER = "X-Opscope-Token"
 LIVE_POLL_MS = 1000
 
 
-def create_app(store=None, token: str | None = None, live: str | None = None) -> dash.Dash:
+def create_app(store=None, token: str | None = None, live: str | None = None, host: str = "127.0.0.1",
+               allow_hosts=()) -> dash.Dash:
     """The web analyzer over `store` (default: the run store in OPSCOPE_HOME).
 
     token: when set, every request needs it (?token= once, then a cookie; or the X-Opscope-Token header).
     live: the run that is streaming in (`profile --web`); pages show it when no run is picked.
+    host, allow_hosts: the address the server is bound to and other names it may be reached by; a request
+    whose Host header names anything else is refused (gate.py: DNS rebinding).
     """
     data = WebData(store, live=live)
     # NOTE: eager_loading=True (plotly.js as a blocking script) measured slower: the layout request then
     # waits for plotly to parse. _index_with_early_loads starts it async instead (no blocking, no waiting).
-    app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
+    # include_pages_meta=False: Dash's social-card meta tags echo the request URL, ?token= included.
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS), include_pages_meta=False,
                     suppress_callback_exceptions=True, title="opscope", update_title=None,
                     assets_ignore=r"^plotly-gl2d")   # vendor/: _index_with_early_loads loads it, not a blocking script
     modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
@@ -59,8 +61,7 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
     _register_shell(app, data, modules)
     for m in modules:
         m.register(app, data)
-    if token:
-        _require_token(app.server, token)
+    gate.install(app, host=host, token=token, allow_hosts=allow_hosts)
     app.opscope_data = data
     app.server.opscope_data = data     # page layouts find it through flask.current_app
     return app
@@ -69,7 +70,7 @@ def create_app(store=None, token: str | None = None, live: str | None = None) ->
 # The partial plotly.js bundle (assets/vendor/README.md): every trace type the pages draw, a third the size.
 PLOTLY_JS = "vendor/plotly-gl2d-3.7.0.min.js"
 
-# Started from <head>, before Dash's own scripts have even loaded:
+# Started from <head>, before Dash's own scripts have even loaded (after dropping ?token= from the address bar):
 # - the timeline page's first window (app/pages/timeline.py), so the server builds the run's spans while
 #   the browser compiles the scripts; assets/timeline.js takes the answer from window.opscopeTimelineFirst.
 # - plotly.js, as an async script. dcc.Graph loads plotly only once it renders, after the Dash renderer,
@@ -79,6 +80,13 @@ PLOTLY_JS = "vendor/plotly-gl2d-3.7.0.min.js"
 #   timeline draws without plotly, so there it loads once the timeline has drawn (parsing it would
 #   hold the main thread while the timeline waits).
 _EARLY = """<script>(function () {
+  // ?token= has set the cookie with this page: take it out of the address bar, the history and every URL
+  // copied from there, before Dash reads the location.
+  var here = new URL(location.href);
+  if (here.searchParams.has("token")) {
+    here.searchParams.delete("token");
+    history.replaceState(history.state, "", here.pathname + here.search + here.hash);
+  }
   var prefix = %(prefix)s, timeline = /\\/timeline\\/?$/.test(location.pathname), started = false;
   function plotly(ok, fail) {
     if (started) return; started = true;
@@ -130,7 +138,7 @@ def _shell(modules):
 
 def _nav(modules, pathname, search):
     q = parse_qs((search or "").lstrip("?"))
-    keep = "&".join(f"{k}={q[k][0]}" for k in ("run", "b") if q.get(k))
+    keep = urlencode({k: q[k][0] for k in ("run", "b") if q.get(k)})     # never ?token=: it stays in the cookie
     return [dcc.Link(m.NAME, href=m.PATH + (f"?{keep}" if keep else ""),
                      className="nav-link active" if pathname == m.PATH else "nav-link") for m in modules]
 
@@ -138,12 +146,12 @@ def _nav(modules, pathname, search):
 def _register_shell(app, data: WebData, modules):
     @app.callback(Output(ids.NAV, "children"), Input(ids.URL, "pathname"), Input(ids.URL, "search"))
     def nav(pathname, search):
-        return _nav(modules, pathname, search)
+        return _nav(modules, inputs.text(pathname, "pathname"), inputs.text(search, "search"))
 
     @app.callback(Output(ids.RUN_STATUS, "data"), Output(ids.RUN_BADGE, "children"), Output(ids.LIVE_TICK, "disabled"),
                   Input(ids.URL, "search"), Input(ids.LIVE_TICK, "n_intervals"))
     def status(search, _tick):
-        q = parse_qs((search or "").lstrip("?"))
+        q = parse_qs((inputs.text(search, "search") or "").lstrip("?"))
         run = data.run((q.get("run") or [None])[0])
         if run is None:
             return None, html.Span("no runs yet: `opscope profile MODEL`", className="muted"), True
@@ -151,26 +159,6 @@ def _register_shell(app, data: WebData, modules):
         st = {"run": run["run_id"], "status": run.get("status"), "events": arrived,
               "dropped": int(run.get("dropped") or 0)}
         return st, ui.run_badge(run, arrived), run.get("status") != "running"
-
-
-def _require_token(server, token: str):
-    from flask import g, request
-
-    @server.before_request
-    def _check():
-        auth = request.headers.get("Authorization", "")
-        given = (request.args.get("token") or request.cookies.get(TOKEN_COOKIE) or request.headers.get(TOKEN_HEADER)
-                 or (auth[7:] if auth.startswith("Bearer ") else None))
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
-            return ("403 forbidden: this opscope server needs its token (open the URL `opscope serve` printed, "
-                    "with ?token=...)\n", 403, {"Content-Type": "text/plain; charset=utf-8"})
-        g.opscope_set_cookie = request.args.get("token") is not None
-
-    @server.after_request
-    def _cookie(resp):
-        if g.get("opscope_set_cookie"):
-            resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
-        return resp
 
 
 def is_loopback(host: str) -> bool:
@@ -189,26 +177,32 @@ def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
     logging.getLogger("werkzeug").setLevel(logging.WARNING)   # no line per request: the page polls
     srv = make_server(host, port, app.server, threaded=True)
     threading.Thread(target=srv.serve_forever, name="opscope-web", daemon=True).start()
-    return srv, f"http://{host}:{srv.server_port}"
+    return srv, f"http://{f'[{host}]' if ':' in host else host}:{srv.server_port}"     # [::1]: IPv6 in a URL
 
 
 def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: int = 8050,
-          token: str | None = None, open_browser: bool = False, store=None, block: bool = True):
-    """Run the web analyzer. Off loopback without a token, one is generated and printed.
+          token: str | None = None, open_browser: bool = False, store=None, block: bool = True,
+          token_file=None, allow_hosts=()):
+    """Run the web analyzer. The token: `token`, else `token_file`, else $OPSCOPE_TOKEN (gate.resolve_token);
+    off loopback without any, one is generated and printed.
 
     live: the run streaming in, as a run id or the profiler's LiveRun (`profile --web`); with a LiveRun
     the server says on stdout when the run ends, and keeps serving until Ctrl-C.
+    allow_hosts: names besides `host` (and loopback) that browsers may use to reach it (a DNS name, a proxy).
     With block=False, returns (server, url) with the server running in a thread."""
     live_id = getattr(live, "run_id", live)
+    token = gate.resolve_token(token, token_file)
     if not is_loopback(host) and not token:
         token = secrets.token_urlsafe(18)
         print(f"opscope: {host} is not loopback, so requests need a token; generated one: {token}", file=sys.stderr)
-    app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live_id)
+    app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live_id,
+                     host=host, allow_hosts=allow_hosts)
     srv, base = start_in_thread(app, host, port)
     stopping = threading.Event()
     try:                            # from here on, Ctrl-C (even this early) stops the server quietly
         focus = run_id or live_id
-        query = "&".join(x for x in (f"run={focus}" if focus else "", f"token={token}" if token else "") if x)
+        query = "&".join(x for x in (f"run={quote(focus)}" if focus else "",
+                                     f"token={quote(token, safe='')}" if token else "") if x)
         url = f"{base}/{'timeline' if focus else ''}{'?' + query if query else ''}"
         print(f"opscope web analyzer: {url}", flush=True)
         if hasattr(live, "wait"):
