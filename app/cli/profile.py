@@ -24,7 +24,8 @@ def register(sub) -> None:
     p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
     p.add_argument("--host", default="127.0.0.1", help="--web: address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="--web: port (default 8050)")
-    p.add_argument("--token", default=None, help="--web: access token (required to bind beyond 127.0.0.1)")
+    from .serve import add_token_options
+    add_token_options(p)
     add_json(p)
     p.set_defaults(func=main)
 
@@ -32,6 +33,8 @@ def register(sub) -> None:
 def main(args) -> int:
     from opscope.profiler import RunFailed, RunStore, profile, start_profile
     store = RunStore()
+    if args.top < 1:
+        raise UsageError(f"--top {args.top}: expected the number of ops to show, 1 or more")
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
                 allow_fallback=not args.no_fallback, store=store)
     if args.web:
@@ -40,13 +43,16 @@ def main(args) -> int:
             from opscope.app.web import serve
         except ImportError:
             raise UsageError("the web analyzer is not installed: `opscope profile` without --web still works")
+        from .serve import token_from
+        token = token_from(args)              # a bad token file is a usage error before a runner starts
         check_port(args.host, args.port)      # before a runner starts: a busy port must not leave a failed run
         live = start_profile(args.model, args.backend, **opts)
         try:
             if not args.json:
                 console.print(f"run [bold]{live.run_id}[/]: {args.model} on {args.backend}, {args.steps} step(s); "
                               "open the page below to watch it stream, Ctrl-C stops the server")
-            serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=args.token)  # until Ctrl-C
+            serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=token,
+                  allow_hosts=args.allow_host)  # until Ctrl-C
         except KeyboardInterrupt:          # Ctrl-C before the server was up: same as after
             pass
         except OSError as e:
