@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -43,6 +44,16 @@ def register(sub) -> None:
     a.add_argument("--max-size", default="2MiB", help="skip files larger than this (default 2MiB)")
     add_json(a)
     a.set_defaults(func=apply_main)
+
+    r = msub.add_parser("run", help="run an unchanged command with its CUDA calls sent to another device",
+                        description="Runs COMMAND (python train.py ..., torchrun ...) with opscope.app.migrate.auto "
+                                    "loaded first in every Python process it starts: .cuda(), device='cuda', "
+                                    "torch.cuda.*, autocast/GradScaler, nccl and ProfilerActivity.CUDA go to the "
+                                    "chosen device. Example: opscope migrate run --device cpu -- python train.py")
+    r.add_argument("--device", help="the torch device to run on (default: $OPSCOPE_DEVICE, else an accelerator, "
+                                    "else cpu)")
+    r.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    r.set_defaults(func=run_main)
 
     c = msub.add_parser("check", help="predict native / fallback / unsupported per op and line, then confirm by running")
     c.add_argument("model", help="path/to/file.py:factory or demo:NAME")
@@ -204,6 +215,40 @@ def _write_rewrite(target: Path, data: bytes, done: int) -> None:
     except OSError as e:
         raise UsageError(f"cannot write {e.filename or target} ({e.strerror or e}); stopped after rewriting "
                          f"{done} files (backups: FILE.orig)")
+
+
+def run_main(args) -> int:
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        raise UsageError("no command to run: give one after --, e.g. opscope migrate run -- python train.py")
+    if shutil.which(cmd[0]) is None:
+        raise UsageError(f"command not found: {cmd[0]!r}; give an executable on PATH, e.g. python")
+    env = dict(os.environ)
+    if args.device:
+        try:
+            import torch
+            torch.device(args.device)
+        except (RuntimeError, ValueError) as e:
+            raise UsageError(f"--device {args.device!r} is not a torch device ({e}); e.g. cpu, xpu, cuda:1")
+        env["OPSCOPE_DEVICE"] = args.device
+    # NOTE: a sitecustomize on PYTHONPATH is imported by every Python process the command starts (torchrun's
+    # workers too), before the script: the same reach as editing each script's first line.
+    with tempfile.TemporaryDirectory(prefix="opscope-auto-") as site:
+        Path(site, "sitecustomize.py").write_text("import opscope.app.migrate.auto  # noqa: F401\n")
+        env["PYTHONPATH"] = os.pathsep.join([site, *filter(None, [env.get("PYTHONPATH")])])
+        try:
+            code = subprocess.call(cmd, env=env)
+        except KeyboardInterrupt:
+            return 130
+    if code != 0:
+        print(f"opscope: error: {' '.join(cmd)} exited with code {code}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def check_main(args) -> int:

@@ -17,13 +17,15 @@ import platform
 import torch
 
 ENV = "OPSCOPE_DEVICE"
+# NOTE: the real query, kept before opscope.app.migrate.auto (runtime mode) makes torch.cuda answer for the chosen device
+_cuda_available = torch.cuda.is_available
 
 
 def _chosen() -> torch.device:
     env = os.environ.get(ENV, "").strip()
     if env:
         return torch.device(env)
-    if torch.cuda.is_available():
+    if _cuda_available():
         return torch.device("cuda")
     acc = getattr(torch, "accelerator", None)
     if acc is not None and acc.is_available():
