@@ -120,3 +120,30 @@ def test_an_apply_that_would_not_parse_is_rolled_back(tmp_path, monkeypatch):
     assert code == 1
     assert script.read_text() == "import torch\nx = torch.zeros(1).cuda()\n"
     assert not (tmp_path / "t.py.orig").exists()
+
+
+@pytest.mark.multiprocess
+def test_migrate_run_trains_an_unmodified_cuda_script_on_cpu(tmp_path, cli):
+    script = tmp_path / "cuda_only.py"
+    shutil.copy(CORPUS / "cuda_only.py", script)
+    env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_DEVICE"}
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert plain.returncode != 0 and "needs CUDA" in plain.stderr
+    r = cli("migrate", "run", "--device", "cpu", "--", sys.executable, str(script))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(re.findall(r"^loss \d+ \S+$", r.stdout, re.M)) == 3
+    assert "device string kept: True on cpu" in r.stdout      # the script's own "cuda" strings still compare
+    assert "CUDA calls run on cpu" in r.stderr
+
+
+def test_migrate_run_refuses_bad_input_in_one_line(cli):
+    for args, word in ((["migrate", "run"], "no command"), (["migrate", "run", "--", "no-such-exe-xyz"], "not found"),
+                       (["migrate", "run", "--device", "warp9", "--", sys.executable, "-c", "pass"], "not a torch device")):
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert word in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_migrate_run_says_when_the_command_fails(cli):
+    r = cli("migrate", "run", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert r.returncode == 1 and "exited with code 3" in r.stderr
