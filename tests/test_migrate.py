@@ -171,13 +171,13 @@ def timed():
 '''
 
 KERNEL = '''// cudaMalloc and cudaFree in a line comment are not calls
-#include <cuda_runtime.h>
-#include "cublas_v2.h"
+#include <cuda_runtime.h>  // PLANT headers
+#include "cublas_v2.h"  // PLANT headers
 /* cudaMemcpy(dst, src, n, kind) in a block comment,
    over two lines: cudaStreamCreate(&s) */
 
 __global__ void scale(float *a, float k, int n) {  // PLANT kernel
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;  // PLANT kernel
     if (i < n) a[i] *= k;
 }
 
@@ -186,9 +186,9 @@ int main() {
     float *d = 0, h[256];
     cudaMalloc(&d, sizeof(h));  // PLANT memory
     cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);  // PLANT memory
-    cudaStream_t st;
+    cudaStream_t st;  // PLANT streams
     cudaStreamCreate(&st);  // PLANT streams
-    cudaEvent_t ev;
+    cudaEvent_t ev;  // PLANT streams
     cudaEventCreate(&ev);  // PLANT streams
     scale<<<1, 256, 0, st>>>(d, 2.0f, 256);  // PLANT kernel-launch
     cudaEventRecord(ev, st);  // PLANT streams

@@ -19,7 +19,11 @@ _NOISE = re.compile(
     r"|'(?:\\.|[^'\\\n])*'?",            # char literal
     re.S)
 # a call to something in a CUDA family: cudaMalloc(, cuLaunchKernel(, cublasSgemm(, ncclAllReduce( ...
-_CALL = re.compile(r"\b((?:cuda|cu|cublas|cublasLt|cudnn|nccl|cufft|curand|cusparse|cusolver|nvrtc)[A-Z]\w*)\s*\(")
+_CALL = re.compile(r"\b((?:cuda|cu|cublas|cublasLt|cudnn|nccl|cufft|curand|cusparse|cusolver|nvrtc|nvtx)[A-Z]\w*)\s*\(")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+_QUALIFIED = re.compile(r"\b(?:torch|at|c10)(?:::\w+)+")
+_MEMBER = re.compile(r"(?:\.|->)\s*(\w+)\s*\(")
 # kernel<<<grid, block>>>(...) or kernel<T><<<...>>>(...)
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;()]*>)?\s*<<<")
 _NOT_NEWLINE = re.compile(r"[^\n]")
@@ -37,17 +41,38 @@ def scan_c(path: str, text: str, table: Table) -> list[Finding]:
     starts = _line_starts(code)
     found: list[Finding] = []
 
-    def add(pos: int, api: str, pattern: str) -> None:
-        rule = table.c_rule(pattern)
-        if rule is None:
-            return
+    seen: set[int] = set()
+
+    def add(pos: int, api: str, pattern: str, kind: str = "call") -> bool:
+        rule = table.c_rule(pattern, kind)
+        if rule is None or pos in seen:
+            return False
+        seen.add(pos)
         line = _line_of(starts, pos)
         col = pos - starts[line - 1] + 1
+        hip, sycl = rule.portable(pattern)
         found.append(Finding(path, line, col, api, rule.category, rule.severity, rule.replacement, "c",
-                             code=lines[line - 1].strip() if line <= len(lines) else ""))
+                             code=lines[line - 1].strip() if line <= len(lines) else "", hip=hip, sycl=sycl))
+        return True
 
+    for m in _INCLUDE.finditer(text):              # the raw text: blanking empties "header.h"
+        add(m.start(1), f"#include {m.group(1)}", m.group(1), "include")
     for m in _CALL.finditer(code):
         add(m.start(1), m.group(1), m.group(1))
+    for m in _QUALIFIED.finditer(code):
+        name = m.group(0)
+        for cut in range(name.count("::"), 0, -1):     # torch::cuda::is_available -> torch::cuda::* ...
+            prefix = name if cut == name.count("::") else "::".join(name.split("::")[:cut + 1])
+            if add(m.start(), name, prefix, "qualified"):
+                break
+        for i in range(m.start(), m.end()):
+            seen.add(i)                              # its words are not identifiers of their own
+    for m in _MEMBER.finditer(code):
+        add(m.start(1), f".{m.group(1)}()", m.group(1), "member")
+    for m in _WORD.finditer(code):
+        word = m.group(0)
+        if word[0] in table.c_initials and m.start() not in seen:   # cheap: most words start with no row's letter
+            add(m.start(), word, word, "identifier")
     for m in _LAUNCH.finditer(code):
         add(m.start(1), f"{m.group(1)}<<<>>>", "<<<>>>")
     for m in _GLOBAL.finditer(code):

@@ -24,7 +24,7 @@ from .rules import Finding
 from .scan import ScanResult
 
 WEIGHTS = {"info": 1, "warning": 3, "error": 10}
-CSV_COLUMNS = ["file", "line", "column", "api", "category", "severity", "replacement", "language", "rewritable",
+CSV_COLUMNS = ["file", "line", "column", "api", "category", "severity", "replacement", "hip", "sycl", "language", "rewritable",
                "resolved", "code", "note"]
 
 

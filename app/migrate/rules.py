@@ -12,6 +12,7 @@ from opscope.runtime.errors import UsageError
 
 TABLE = Path(__file__).with_name("cuda_apis.toml")
 SEVERITIES = ("info", "warning", "error")
+C_KINDS = ("call", "include", "identifier", "qualified", "member")
 PY_KINDS = ("name", "device", "import", "method", "backend", "string", "keyword", "compare", "attribute")
 _KEYWORD_API = re.compile(r"([\w.]+)\((\w+)=\)")      # a keyword row: "CALL(KEYWORD=)"
 
@@ -24,6 +25,17 @@ class Rule:
     replacement: str
     kind: str = "name"
     rewrite: str | None = None      # None: reported and marked, not rewritten
+    hip: str = ""                   # C rows: the HIP equivalent (a `*` stands for what the api's `*` matched)
+    sycl: str = ""                  # C rows: the SYCL / oneAPI equivalent
+
+    def portable(self, name: str) -> tuple[str, str]:
+        """(HIP, SYCL) names for `name`, a match of this row's api."""
+        hip = self.hip
+        if "*" in self.api and "*" in hip and self.api.count("*") == 1:
+            head, tail = self.api.split("*")
+            if name.startswith(head) and name.endswith(tail):
+                hip = hip.replace("*", name[len(head):len(name) - len(tail) or None], 1)
+        return hip, self.sycl
 
     @property
     def resolved_by_apply(self) -> bool:
@@ -49,6 +61,8 @@ class Finding:
     resolved: bool = False         # nothing left to do after `migrate apply` (rewritten, or harmless)
     code: str = ""                  # the source line, stripped
     note: str = ""
+    hip: str = ""                   # C/C++/CUDA findings: the portable equivalents
+    sycl: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,7 +79,8 @@ class Table:
     keywords: dict[tuple[str, str], Rule] = field(default_factory=dict)   # (call, keyword) -> rule
     compares: dict[str, Rule] = field(default_factory=dict)      # "cuda" -> rule for `x == "cuda"`, `"cuda" in x`
     attributes: dict[str, Rule] = field(default_factory=dict)    # "is_cuda" -> rule for `x.is_cuda`
-    c: list[Rule] = field(default_factory=list)                  # longest pattern first
+    c: list[Rule] = field(default_factory=list)                  # calls, longest pattern first
+    c_other: dict[str, list[Rule]] = field(default_factory=dict)  # kind -> rows (include, identifier, ...)
 
     def python_rule(self, dotted: str) -> Rule | None:
         rule = self.python.get(dotted)
@@ -82,12 +97,17 @@ class Table:
                 return r
         return None
 
-    @functools.lru_cache(maxsize=4096)
-    def c_rule(self, name: str) -> Rule | None:
-        for r in self.c:
-            if fnmatch.fnmatchcase(name, r.api):
+    @functools.lru_cache(maxsize=16384)
+    def c_rule(self, name: str, kind: str = "call") -> Rule | None:
+        for r in (self.c if kind == "call" else self.c_other.get(kind, ())):
+            if r.api == name or ("*" in r.api and fnmatch.fnmatchcase(name, r.api)):
                 return r
         return None
+
+    @functools.cached_property
+    def c_initials(self) -> frozenset:
+        """First letters of the identifier rows."""
+        return frozenset(r.api[0] for r in self.c_other.get("identifier", ()))
 
     __hash__ = object.__hash__      # lru_cache on a method needs a hashable self
 
@@ -107,12 +127,16 @@ def load_table(path: str | Path | None = None) -> Table:
                 raise UsageError(f"{where}: missing key {missing[0]!r}")
             if row["severity"] not in SEVERITIES:
                 raise UsageError(f"{where}: severity must be one of {', '.join(SEVERITIES)}, got {row['severity']!r}")
-            kind = row.get("kind", "name" if section == "python" else "c")
-            if section == "python" and kind not in PY_KINDS:
-                raise UsageError(f"{where}: kind must be one of {', '.join(PY_KINDS)}, got {kind!r}")
-            rule = Rule(row["api"], row["category"], row["severity"], row["replacement"], kind, row.get("rewrite"))
-            if section == "c":
+            kind = row.get("kind", "name" if section == "python" else "call")
+            kinds = PY_KINDS if section == "python" else C_KINDS
+            if kind not in kinds:
+                raise UsageError(f"{where}: kind must be one of {', '.join(kinds)}, got {kind!r}")
+            rule = Rule(row["api"], row["category"], row["severity"], row["replacement"], kind, row.get("rewrite"),
+                        row.get("hip", ""), row.get("sycl", ""))
+            if section == "c" and kind == "call":
                 table.c.append(rule)
+            elif section == "c":
+                table.c_other.setdefault(kind, []).append(rule)
             elif kind == "import":
                 table.imports.append(rule)
             elif kind == "method":
@@ -140,7 +164,8 @@ def load_table(path: str | Path | None = None) -> Table:
     # the most specific row wins: longer patterns are tried first
     table.python_families.sort(key=lambda r: -len(r.api))
     table.imports.sort(key=lambda r: -len(r.api))
-    table.c.sort(key=lambda r: (-len(r.api.rstrip("*")), r.api.endswith("*")))
+    for rows in (table.c, *table.c_other.values()):
+        rows.sort(key=lambda r: (-len(r.api.rstrip("*")), r.api.endswith("*")))
     return table
 
 
