@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass, field
 
 from opscope.runtime.errors import UsageError
 
-from .expr import ExprError
+from . import expr
+from .expr import ExprError, budget
 from .rules import SEVERITIES, Rule
 
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -34,13 +35,16 @@ def evaluate(rules: list[Rule], analyses: dict) -> list[Advice]:
     kind, backend = analyses["hw"]["kind"], analyses["run"]["backend"] or ""
     base = analyses["time"]["seconds"]
     out: list[Advice] = []
-    for rule in rules:
-        if not rule.matches(kind, backend):
-            continue
-        try:
-            out.extend(_fire(rule, analyses, base))
-        except (ExprError, TypeError, ValueError) as e:
-            raise UsageError(f"{rule.where()}: {e}") from None
+    # NOTE: a time budget per rule (however many items its for_each has), inside one for the whole pack
+    with budget(20.0, "all rules of one advise"):
+        for rule in rules:
+            if not rule.matches(kind, backend):
+                continue
+            try:
+                with budget(expr.SECONDS, "one rule"):
+                    out.extend(_fire(rule, analyses, base))
+            except (ExprError, TypeError, ValueError) as e:
+                raise UsageError(f"{rule.where()}: {e}") from None
     out.sort(key=lambda a: (-a.estimated_gain["seconds"], _SEVERITY_RANK.get(a.severity, 9), a.id))
     return out
 

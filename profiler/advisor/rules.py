@@ -20,6 +20,8 @@ seconds per step) and where it applies (hardware kinds or backend names):
 
 Expressions use the language in expr.py (never `eval`). Every mistake in a pack -- TOML syntax,
 an unknown key, a bad expression, a missing field -- is one line naming the file and the rule.
+A pack is data people share, so it is bounded too: its size, its rules, each rule's tables, and
+(expr.py) every expression's size, depth, numbers, strings, format specs and time.
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ BUNDLED = Path(__file__).resolve().parent.parent / "rules"
 PACKS = ("generic", "cpu", "gpu", "npu")
 SEVERITIES = ("high", "medium", "low", "info")
 APPLY_KINDS = ("dtype", "backend", "batch", "none")
+MAX_PACK_BYTES = 1024 * 1024      # a pack is data people share: bounded, like the expressions in it (expr.py)
+MAX_RULES = 500                   # rules in one pack
+MAX_ENTRIES = 64                  # names in one rule's evidence or apply table
 
 # key -> (required, what it is)
 RULE_KEYS = {
@@ -104,12 +109,18 @@ def load_pack(path: str | Path) -> list[Rule]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
         raise UsageError(f"rule file {path} {what}: give a path to a .toml rule pack")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_PACK_BYTES + 1)
+    if len(raw) > MAX_PACK_BYTES:
+        raise UsageError(f"{path}: a rule pack is at most {MAX_PACK_BYTES // 1024} KiB; this one is bigger")
+    text = raw.decode("utf-8", errors="replace")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         rule = _rule_near_error(text, str(e))
         raise UsageError(f"{path}: {'rule ' + repr(rule) + ': ' if rule else ''}not valid TOML ({e})") from None
+    except (RecursionError, MemoryError):
+        raise UsageError(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
     for key in data:
         if key not in ("pack", "rule"):
             raise UsageError(f"{path}: unknown top-level key {key!r}; a rule pack has [pack] and [[rule]] tables")
@@ -123,6 +134,8 @@ def load_pack(path: str | Path) -> list[Rule]:
     raw_rules = data.get("rule", [])
     if not isinstance(raw_rules, list):
         raise UsageError(f"{path}: rule: expected [[rule]] tables")
+    if len(raw_rules) > MAX_RULES:
+        raise UsageError(f"{path}: {len(raw_rules)} rules; a pack holds at most {MAX_RULES}")
     out, seen = [], set()
     for i, raw in enumerate(raw_rules):
         r = _parse_rule(raw, path, i, default_applies)
@@ -176,7 +189,7 @@ def _parse_rule(raw, path: Path, index: int, default_applies: list) -> Rule:
             raise UsageError(f"{where}: {key}: expected a string ({RULE_KEYS.get(key.split('.')[0], (0, ''))[1]}), "
                              f"got {type(value).__name__} {value!r}")
         try:
-            return cls(value, roots)
+            return cls(value, roots, where=key)
         except ExprError as e:
             raise UsageError(f"{where}: {key}: {e}") from None
 
@@ -189,6 +202,8 @@ def _parse_rule(raw, path: Path, index: int, default_applies: list) -> Rule:
     for key in ("evidence", "apply"):
         if key in raw and not isinstance(raw[key], dict):
             raise UsageError(f"{where}: {key}: expected a table ({RULE_KEYS[key][1]})")
+        if len(raw.get(key, {})) > MAX_ENTRIES:
+            raise UsageError(f"{where}: {key}: {len(raw[key])} entries; at most {MAX_ENTRIES}")
     apply = {k: expr(f"apply.{k}", v, Template) for k, v in raw.get("apply", {}).items()}
     if apply:
         kind = raw["apply"].get("kind")
