@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +15,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from .errors import UsageError
+from .errors import UsageError, first_line
 
 # section -> key -> (types, required, meaning)
 _NUM = (int, float)
@@ -20,7 +23,8 @@ SCHEMA = {
     "backend": {
         "name": (str, True, "a unique backend name"),
         "implementation": (str, True, '"sim", "numpy", "torch", or a dotted module path'),
-        "fallback": (str, False, "a backend spec for unsupported ops, e.g. \"numpy\""),
+        "fallback": ((str, list), False, 'a backend spec for unsupported ops, or a list tried in order, '
+                     'e.g. "numpy" or ["numpy", "torch:cpu"]'),
         "device": (str, False, "a torch device string, for implementation = \"torch\""),
         "summary": (str, False, "one line describing the chip"),
     },
@@ -45,13 +49,18 @@ SCHEMA = {
 }
 _IMPLS = ("sim", "numpy", "torch")
 _SIM_REQUIRED = ("peak_flops", "memory_bandwidth")
+_MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_BIG = 1e300                         # past any real chip; keeps sums and products finite
+MAX_BYTES = 1 << 20                  # a description is a page of TOML; more is not one
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = _SHOW.maxother = 60
 
 
 @dataclass
 class Description:
     name: str
     implementation: str
-    fallback: str | None = None
+    fallbacks: list = field(default_factory=list)   # backend specs, tried in order
     device: str | None = None
     summary: str = ""
     peak_flops: dict = field(default_factory=dict)
@@ -69,6 +78,11 @@ class Description:
     path: str = ""
     digest: str = ""
 
+    @property
+    def fallback(self) -> str | None:
+        """The first fallback (where a single one is expected)."""
+        return self.fallbacks[0] if self.fallbacks else None
+
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a dtype; dtypes the chip does not list run at its float32 rate."""
         return float(self.peak_flops.get(dtype) or self.peak_flops.get("float32") or 0.0)
@@ -80,18 +94,50 @@ class Description:
 def load(path: str | Path) -> Description:
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"backend description {path} does not exist: give a path to a .toml file")
-    raw = path.read_bytes()
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise UsageError(f"backend description {path} {what}: give a path to a .toml file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the backend description ({e.strerror or e})")
+    if len(raw) > MAX_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_BYTES} bytes; a backend description is a short TOML file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not valid TOML ({e}); see DESIGN.md for the description format")
+        raise UsageError(f"{path}: not valid TOML ({first_line(e)}); see DESIGN.md for the description format")
+    except RecursionError:           # tomllib recurses once per nesting level
+        raise UsageError(f"{path}: not valid TOML (arrays or tables nested too deeply); "
+                         "see DESIGN.md for the description format")
     return parse(data, str(path), hashlib.sha256(raw).hexdigest()[:16])
+
+
+def device_problem(device: str) -> str | None:
+    """Why no torch backend can ever run on `device` (a bad string, or `meta`), else None."""
+    import torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        return f"not a torch device string ({first_line(e)})"
+    if dev.type == "meta":
+        return "meta tensors have shapes but no data: nothing can run there"
+    if dev.type != "cpu" and not hasattr(torch, dev.type):
+        return f"torch has no {dev.type} device support"
+    return None
 
 
 def parse(data: dict, where: str, digest: str = "") -> Description:
     def bad(key, what):
         raise UsageError(f"{where}: {key}: {what}")
+
+    def positive(key, value, meaning, *, zero_ok=False):
+        # NOTE: NaN compares False with everything, so `value <= 0` alone lets it through; and
+        # TOML integers have no bound in tomllib (10**400 is no float: isfinite raises).
+        if isinstance(value, bool) or not isinstance(value, _NUM) or abs(value) > _BIG or \
+                not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            bad(key, f"expected {meaning} as a {'finite number >= 0' if zero_ok else 'positive finite number'}, "
+                     f"got {_SHOW.repr(value)}")
 
     for section, body in data.items():
         if section not in SCHEMA:
@@ -103,47 +149,70 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
                 bad(f"{section}.{key}", f"unknown key; expected one of {', '.join(SCHEMA[section])}")
             types, _, meaning = SCHEMA[section][key]
             if isinstance(value, bool) or not isinstance(value, types):
-                bad(f"{section}.{key}", f"expected {meaning}, got {type(value).__name__} {value!r}")
+                bad(f"{section}.{key}", f"expected {meaning}, got {type(value).__name__} {_SHOW.repr(value)}")
     for section, keys in SCHEMA.items():
         for key, (_, required, meaning) in keys.items():
             if required and key not in data.get(section, {}):
                 bad(f"{section}.{key}", f"missing; expected {meaning}")
     b, hw, ops = data["backend"], data.get("hardware", {}), data.get("operators", {})
     impl = b["implementation"]
-    if impl not in _IMPLS and "." not in impl:
-        bad("backend.implementation", f'expected {SCHEMA["backend"]["implementation"][2]}, got {impl!r}')
+    if impl not in _IMPLS and not _MODULE_PATH.match(impl):
+        bad("backend.implementation", f'expected {SCHEMA["backend"]["implementation"][2]}, got {_SHOW.repr(impl)}')
+    if not b["name"].strip():
+        bad("backend.name", "expected a unique backend name, got an empty string")
+    fallbacks = _fallbacks(b, impl, bad)
+    if "device" in b and (why := device_problem(b["device"])):
+        bad("backend.device", f"{_SHOW.repr(b['device'])}: {why}")
     if impl == "sim":
         for key in _SIM_REQUIRED:
             if key not in hw:
                 bad(f"hardware.{key}", f"missing; a sim backend needs it ({SCHEMA['hardware'][key][2]})")
+    from .dtypes import ITEMSIZE
     for dtype, value in hw.get("peak_flops", {}).items():
-        if isinstance(value, bool) or not isinstance(value, _NUM) or value <= 0:
-            bad(f"hardware.peak_flops.{dtype}", f"expected a positive FLOP/s number, got {value!r}")
+        if dtype not in ITEMSIZE:
+            bad(f"hardware.peak_flops.{dtype}", f"unknown dtype; expected one of {', '.join(ITEMSIZE)}")
+        positive(f"hardware.peak_flops.{dtype}", value, "FLOP/s")
     for key in ("memory_bandwidth", "memory_capacity", "host_bandwidth"):
-        if key in hw and hw[key] <= 0:
-            bad(f"hardware.{key}", f"expected a positive number of {SCHEMA['hardware'][key][2]}, got {hw[key]!r}")
+        if key in hw:
+            positive(f"hardware.{key}", hw[key], SCHEMA["hardware"][key][2])
     for key in ("launch_overhead", "cores"):
-        if key in hw and hw[key] < 0:
-            bad(f"hardware.{key}", f"expected {SCHEMA['hardware'][key][2]}, >= 0, got {hw[key]!r}")
+        if key in hw:
+            positive(f"hardware.{key}", hw[key], SCHEMA["hardware"][key][2], zero_ok=True)
+    if hw.get("preferred_layout", "nchw") not in ("nchw", "nhwc"):
+        bad("hardware.preferred_layout", f'expected "nchw" or "nhwc", got {_SHOW.repr(hw["preferred_layout"])}')
     for n in data.get("tuning", {}).get("threads", []):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            bad("tuning.threads", f"expected thread counts (positive integers), got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
+            bad("tuning.threads", f"expected thread counts (positive integers up to 4096), got {_SHOW.repr(n)}")
     if "supported" in ops and "unsupported" in ops:
         bad("operators", "give supported or unsupported, not both")
     from .ops import OPS
     for key in ("supported", "unsupported", "low_precision"):
         for op in ops.get(key, []):
             if not isinstance(op, str):
-                bad(f"operators.{key}", f"expected op names (strings), got {op!r}")
+                bad(f"operators.{key}", f"expected op names (strings), got {_SHOW.repr(op)}")
             if op not in OPS:
-                bad(f"operators.{key}", f"unknown op {op!r}; `opscope ops` lists the op names")
+                bad(f"operators.{key}", f"unknown op {_SHOW.repr(op)}; `opscope ops` lists the op names")
     if not digest:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return Description(
-        name=b["name"], implementation=impl, fallback=b.get("fallback"), device=b.get("device"),
+        name=b["name"], implementation=impl, fallbacks=fallbacks, device=b.get("device"),
         summary=b.get("summary", ""), peak_flops=dict(hw.get("peak_flops", {})),
         memory_bandwidth=float(hw.get("memory_bandwidth", 0.0)), memory_capacity=float(hw.get("memory_capacity", 0.0)),
         launch_overhead=float(hw.get("launch_overhead", 0.0)), host_bandwidth=float(hw.get("host_bandwidth", 0.0)),
         kind=hw.get("kind", "npu" if impl == "sim" else "cpu"), preferred_layout=hw.get("preferred_layout", "nchw"),
         cores=int(hw.get("cores", 0)), supported=ops.get("supported"), unsupported=list(ops.get("unsupported", [])),
         low_precision=list(ops.get("low_precision", [])), tuning=dict(data.get("tuning", {})), path=where, digest=digest)
+
+
+def _fallbacks(b: dict, impl: str, bad) -> list[str]:
+    """backend.fallback as a list; a sim chip falls back to numpy unless it says otherwise
+    (`fallback = []`: no fallback, unsupported ops are an error)."""
+    given = b.get("fallback", ["numpy"] if impl == "sim" else [])
+    specs = [given] if isinstance(given, str) else given
+    for spec in specs:
+        if not isinstance(spec, str) or not spec.strip():
+            bad("backend.fallback", f"expected backend specs such as \"numpy\" or \"torch:cpu\", got {_SHOW.repr(spec)}")
+    dup = next((s for i, s in enumerate(specs) if s in specs[:i]), None)
+    if dup is not None:
+        bad("backend.fallback", f"{_SHOW.repr(dup)} is listed twice")
+    return [s.strip() for s in specs]

@@ -16,22 +16,28 @@ from typing import Any, Callable
 from .description import Description
 from .graph import Node
 from .ops import OPS
+from .ops.registry import accepts
 
 
 class OperatorRegistry:
     """Kernels keyed by op name, like `torch.library` registers one implementation per dispatch key.
 
     `default(node)` builds the kernel for ops the backend's implementation covers generically
-    (numpy reference kernels, ATen calls); `register` adds or overrides one op.
+    (numpy reference kernels, ATen calls); `register` adds or overrides one op. An op opscope
+    does not map (`aten:lstm`, `mylib:fused_rope`) is the default's to take or leave: torch runs
+    any ATen or custom op it knows, the numpy kernels only opscope's ops.
+    `reference_kernels`: the default kernels are the ops' numpy reference kernels, so an op's
+    `accepts(node)` check (the arguments its numpy kernel can take) decides too.
     """
 
     def __init__(self, default: Callable[[Node], Callable | None], *, supported=None, unsupported=(),
-                 dtypes=None):
+                 dtypes=None, reference_kernels: bool = True):
         self._default = default
         self._kernels: dict[str, tuple[Callable, frozenset | None]] = {}
         self.supported = set(supported) if supported is not None else None
         self.unsupported = set(unsupported)
         self.dtypes = frozenset(dtypes) if dtypes else None
+        self.reference_kernels = reference_kernels
 
     def register(self, op: str, kernel: Callable, dtypes=None) -> None:
         self._kernels[op] = (kernel, frozenset(dtypes) if dtypes else None)
@@ -40,21 +46,23 @@ class OperatorRegistry:
         """True, or the reason this backend does not run `node`."""
         if node.op in self.unsupported:
             return f"{node.op} is marked unsupported in the description"
-        if self.supported is not None and node.op not in self.supported and node.op not in self._kernels:
+        own = node.op in self._kernels
+        if self.supported is not None and node.op not in self.supported and not own:
             return f"{node.op} is not in the description's supported list"
-        if node.op in self._kernels:
-            allowed = self._kernels[node.op][1]
-        else:
-            opdef = OPS.get(node.op)
-            if opdef is None:
-                return f"no opscope op for {node.op}"
-            allowed = opdef.dtypes
+        opdef = None if own else OPS.get(node.op)
+        allowed = self._kernels[node.op][1] if own else (opdef.dtypes if opdef is not None else None)
         allowed = allowed & self.dtypes if (allowed and self.dtypes) else allowed
         for m in node.input_meta:
             if allowed and m is not None and m.dtype not in allowed and m.dtype not in ("int64", "bool", "int32"):
                 return f"{node.op} has no kernel for {m.dtype}"
-        if node.op not in self._kernels and self._default(node) is None:
-            return f"no kernel for {node.op}"
+        if own:
+            return True
+        if opdef is not None and self.reference_kernels:
+            ok = accepts(node)           # asked first: its answer says why, a missing kernel does not
+            if ok is not True:
+                return str(ok or f"{node.op}: the reference kernel cannot take these arguments")
+        if self._default(node) is None:
+            return f"no kernel for {node.op}" if opdef is not None else f"no opscope op for {node.op}"
         return True
 
     def kernel_for(self, node: Node) -> Callable:
@@ -165,7 +173,29 @@ class Backend:
     comm: Any = _LazyComm()       # Communicator over torch.distributed, created on first use
     clock: Any = field(default_factory=HostClock)
     device: str = "cpu"
-    fallback: "Backend | None" = None
+    fallbacks: list = field(default_factory=list)   # Backends for ops this one refuses, tried in order
+
+    @property
+    def fallback(self) -> "Backend | None":
+        """The first fallback; setting it makes it the only one."""
+        return self.fallbacks[0] if self.fallbacks else None
+
+    @fallback.setter
+    def fallback(self, backend: "Backend | None") -> None:
+        self.fallbacks = [backend] if backend is not None else []
+
+    def fallback_chain(self) -> list["Backend"]:
+        """Every backend a refused op may go to, in the order placement tries them: the listed
+        fallbacks first, then theirs (breadth first), each once."""
+        chain, seen, queue = [], {self.name}, list(self.fallbacks)
+        while queue:
+            b = queue.pop(0)
+            if b.name in seen:
+                continue
+            seen.add(b.name)
+            chain.append(b)
+            queue.extend(b.fallbacks)
+        return chain
 
     def synchronize(self) -> None:
         """Wait for queued work; timing hooks call it on asynchronous devices."""

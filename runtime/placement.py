@@ -24,21 +24,38 @@ class Placement:
     reasons: dict[str, str] = field(default_factory=dict)            # op -> why the backend refused it
     transfer_bytes: int = 0
     transfers: int = 0
+    backend: Backend | None = None                                   # the backend asked to run the graph
+    passed_over: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    # (op, fallback that took it) -> {earlier fallback: why it refused}
 
     def report(self) -> dict:
         per_backend: dict[str, int] = {}
-        fell_back: dict[str, dict] = {}
-        primary = self.assignments[0][1].name if self.assignments else ""
+        fell_back: dict[tuple[str, str], dict] = {}
         for node, b in self.assignments:
             if node.op == "transfer":
                 continue
             per_backend[b.name] = per_backend.get(b.name, 0) + 1
-            if b.name != primary and b is not None and getattr(node, "fallback", False):
-                f = fell_back.setdefault(node.op, {"op": node.op, "nodes": 0, "backend": b.name,
-                                                   "reason": self.reasons.get(node.op, "")})
+            if getattr(node, "fallback", False):
+                f = fell_back.setdefault((node.op, b.name), {
+                    "op": node.op, "nodes": 0, "backend": b.name, "reason": self.reasons.get(node.op, ""),
+                    "refused_by": [{"backend": n, "reason": r}
+                                   for n, r in self.passed_over.get((node.op, b.name), {}).items()]})
                 f["nodes"] += 1
-        return {"nodes_per_backend": per_backend, "fallback_ops": sorted(fell_back.values(), key=lambda r: r["op"]),
+        return {"nodes_per_backend": per_backend,
+                "fallback_ops": sorted(fell_back.values(), key=lambda r: (r["op"], r["backend"])),
                 "transfers": self.transfers, "transfer_bytes": self.transfer_bytes}
+
+
+def choose(node: Node, backend: Backend, chain: list[Backend]) -> tuple[Backend | None, dict[str, str]]:
+    """The backend that runs `node`: `backend` if it can, else the first of `chain` that can
+    (None: nobody). Also why each backend asked before it refused, by name."""
+    refused: dict[str, str] = {}
+    for b in (backend, *chain):
+        ok = b.ops.supports(node)
+        if ok is True:
+            return b, refused
+        refused[b.name] = str(ok)
+    return None, refused
 
 
 def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Placement:
@@ -47,24 +64,25 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Pla
     out: list[tuple[Node, Backend]] = []
     unsupported: dict[str, list[str]] = {}
     reasons: dict[str, str] = {}
+    refusals: dict[str, dict[str, str]] = {}          # unsupported op -> {backend: why}
     next_slot = [graph.num_slots]
-    placement = Placement(out)
+    placement = Placement(out, backend=backend)
+    chain = backend.fallback_chain() if allow_fallback else []
     for s in graph.input_slots:
         where[s] = backend
 
     for node in graph.nodes:
-        ok = backend.ops.supports(node)
-        target = backend
-        node.fallback = False
-        if ok is not True:
-            reasons.setdefault(node.op, ok)
-            fb = backend.fallback
-            if allow_fallback and fb is not None and fb.ops.supports(node) is True:
-                target = fb
-                node.fallback = True
-            else:
-                unsupported.setdefault(node.op, []).append(node.name)
-                continue
+        target, refused = choose(node, backend, chain)
+        node.fallback = target is not None and target is not backend
+        if refused:
+            reasons.setdefault(node.op, refused[backend.name])
+        if target is None:
+            unsupported.setdefault(node.op, []).append(node.name)
+            refusals.setdefault(node.op, refused)
+            continue
+        if node.fallback:
+            skipped = {n: r for n, r in refused.items() if n != backend.name}
+            placement.passed_over.setdefault((node.op, target.name), skipped)
         # Values produced on another backend travel through an explicit transfer node.
         remap = {}
         for s in node.inputs:
@@ -98,12 +116,26 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Pla
     placement.reasons = reasons
     graph.num_slots = next_slot[0]
     if unsupported:
-        listing = ", ".join(f"{op} (node {n[0]}" + (f" and {len(n) - 1} more)" if len(n) > 1 else ")")
-                            for op, n in sorted(unsupported.items()))
-        how = "run without --no-fallback" if backend.fallback is not None and not allow_fallback else \
-            "give the backend a fallback in its description"
-        raise UnsupportedOpError(f"backend {backend.name} cannot run {listing}; {how}", sorted(unsupported))
+        raise UnsupportedOpError(_refusal(backend, unsupported, refusals, chain, allow_fallback), sorted(unsupported))
     return placement
+
+
+def _refusal(backend: Backend, unsupported: dict, refusals: dict, chain: list, allow_fallback: bool) -> str:
+    """One line: every op nobody runs, its first node, and what the user can do about it."""
+    def nodes(names):
+        return f"node {names[0]}" + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+
+    if chain:           # the fallbacks were asked and refused too: say which and why
+        listing = "; ".join(f"{op} ({nodes(n)}): " + ", ".join(f"{b} says {why}" for b, why in refusals[op].items())
+                            for op, n in sorted(unsupported.items()))
+        return (f"backend {backend.name} and its fallbacks ({', '.join(b.name for b in chain)}) cannot run "
+                f"{listing}; add a fallback that runs them to backend.fallback in its description")
+    listing = ", ".join(f"{op} ({nodes(n)})" for op, n in sorted(unsupported.items()))
+    if backend.fallbacks and not allow_fallback:
+        how = "run without --no-fallback"
+    else:
+        how = "give the backend a fallback in its description (backend.fallback)"
+    return f"backend {backend.name} cannot run {listing}; {how}"
 
 
 def _rewired(node: Node, remap: dict[int, int]) -> Node:

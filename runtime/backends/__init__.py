@@ -11,7 +11,8 @@ import importlib
 from pathlib import Path
 
 from .. import description as _description
-from ..errors import UsageError
+from ..errors import UsageError, first_line
+from ..hdi import Backend
 from ..home import opscope_home
 from . import numpy_backend, sim_backend, torch_backend
 
@@ -28,7 +29,7 @@ def description_paths() -> dict[str, Path]:
     return found
 
 
-def resolve(spec: str, *, with_fallback: bool = True, _seen=()) -> "Backend":
+def resolve(spec: str, *, with_fallback: bool = True, _seen=()) -> Backend:
     spec = (spec or "").strip()
     if spec in _seen:
         raise UsageError(f"backend {spec}: its fallback chain loops ({' -> '.join(_seen + (spec,))})")
@@ -66,21 +67,37 @@ def from_description(desc, spec: str, with_fallback: bool = True, _seen=()):
             raise UsageError(f"backend {desc.name} ({desc.path}) needs torch device {device}: {why}")
         backend = torch_backend.create(device, desc, name=desc.name)
     else:
-        try:
-            module = importlib.import_module(impl)
-        except ImportError as e:
-            raise UsageError(f"{desc.path}: backend.implementation: cannot import {impl!r} ({e})")
-        if not hasattr(module, "create"):
-            raise UsageError(f"{desc.path}: backend.implementation: module {impl!r} has no create(description)")
+        backend = _vendor_backend(desc)
+    if with_fallback:
+        for i, fb in enumerate(desc.fallbacks):
+            try:
+                backend.fallbacks.append(resolve(fb, _seen=_seen + (spec,)))
+            except UsageError as e:
+                key = "backend.fallback" + (f"[{i}]" if len(desc.fallbacks) > 1 else "")
+                raise UsageError(f"{desc.path}: {key}: {e}") from e
+        if isinstance(backend.clock, sim_backend.SimClock):
+            # Host-timed fallbacks (anywhere down the chain) place their ops on the chip's timeline.
+            for fb in backend.fallback_chain():
+                if not getattr(fb.clock, "simulated", False) and not isinstance(fb.clock, sim_backend.FollowClock):
+                    fb.clock = sim_backend.FollowClock(backend.clock)
+    return backend
+
+
+def _vendor_backend(desc):
+    """implementation = "vendor.module": the module's create(description) builds the backend."""
+    where = f"{desc.path}: backend.implementation"
+    try:
+        module = importlib.import_module(desc.implementation)
+    except Exception as e:       # a vendor module may raise anything while importing
+        raise UsageError(f"{where}: cannot import {desc.implementation!r} ({type(e).__name__}: {first_line(e)})")
+    if not callable(getattr(module, "create", None)):
+        raise UsageError(f"{where}: module {desc.implementation!r} has no create(description)")
+    try:
         backend = module.create(desc)
-    fallback = desc.fallback if desc.fallback is not None else ("numpy" if impl == "sim" else None)
-    if with_fallback and fallback:
-        try:
-            backend.fallback = resolve(fallback, _seen=_seen + (spec,))
-        except UsageError as e:
-            raise UsageError(f"{desc.path}: backend.fallback: {e}") from e
-        if isinstance(backend.clock, sim_backend.SimClock) and not getattr(backend.fallback.clock, "simulated", False):
-            backend.fallback.clock = sim_backend.FollowClock(backend.clock)
+    except Exception as e:
+        raise UsageError(f"{where}: {desc.implementation}.create() failed ({type(e).__name__}: {first_line(e)})")
+    if not isinstance(backend, Backend):
+        raise UsageError(f"{where}: {desc.implementation}.create() returned {type(backend).__name__}, not a Backend")
     return backend
 
 
@@ -98,7 +115,7 @@ def list_backends() -> list[dict]:
         try:
             d = _description.load(path)
             row.update(implementation=d.implementation, kind=d.kind, available=True, reason="", summary=d.summary,
-                       unsupported=d.unsupported, fallback=d.fallback or ("numpy" if d.implementation == "sim" else None))
+                       unsupported=d.unsupported, fallback=d.fallback, fallbacks=d.fallbacks)
             if d.implementation == "torch":
                 row["available"], row["reason"] = torch_backend.available(d.device or "cpu")
         except UsageError as e:

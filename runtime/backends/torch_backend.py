@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..description import Description
+from ..description import Description, device_problem
 from ..dtypes import to_torch
 from ..hdi import Backend, HostClock, MemoryManager, MemoryStats, OperatorRegistry
 from ..ops import OPS
@@ -95,24 +95,27 @@ class TorchBackend(Backend):
 
 
 def _aten_kernel(node):
-    if node.target is None or node.op not in OPS and not node.op.startswith("aten:"):
+    """The node's own overload: opscope's ops, and any ATen or custom op torch has a kernel for."""
+    target = node.target
+    if target is None:
         return None
-    return node.target
+    if node.op in OPS or isinstance(target, torch._ops.OpOverload):
+        return target
+    return None
 
 
 def available(device: str) -> tuple[bool, str]:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        return False, f"not a torch device string ({e})"
+    if why := device_problem(device):
+        return False, why
+    dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         return False, "torch.cuda.is_available() is False on this machine"
     if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
         return False, f"only {torch.cuda.device_count()} CUDA device(s) here"
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        return False, "torch.backends.mps.is_available() is False on this machine"
-    if dev.type not in ("cpu", "cuda", "mps", "xpu", "meta") and not hasattr(torch, dev.type):
-        return False, f"torch has no {dev.type} device support"
+    module = getattr(torch, dev.type, None) if dev.type != "cpu" else None
+    is_available = getattr(module, "is_available", None)
+    if callable(is_available) and not is_available():       # mps, xpu, mtia, a vendor's npu ...
+        return False, f"torch.{dev.type}.is_available() is False on this machine"
     return True, ""
 
 
@@ -125,6 +128,7 @@ def create(device: str = "cpu", desc: Description | None = None, name: str | Non
     clock = CudaEventClock(dev) if dev.type == "cuda" else HostClock()
     backend = TorchBackend(name=name, description=desc, ops=None, memory=TorchMemory(dev), device=str(dev), clock=clock)
     # Every captured node carries its ATen overload, so ATen ops run natively; ops captured
-    # without an opscope mapping ("aten:foo") run too -- torch knows them even if we do not.
-    backend.ops = OperatorRegistry(_aten_kernel, supported=desc.supported, unsupported=desc.unsupported)
+    # without an opscope mapping (aten:lstm, a library's custom op) run too -- torch knows them.
+    backend.ops = OperatorRegistry(_aten_kernel, supported=desc.supported, unsupported=desc.unsupported,
+                                   reference_kernels=False)
     return backend
