@@ -1,16 +1,19 @@
-"""Scan speed of `opscope migrate scan`: a generated tree of 10,000 files (--quick: 1,000).
+"""Scan speed of `opscope migrate scan` on a real-size tree, with one worker and with --jobs.
 
-The tree mixes what a real code base holds: plain Python with no CUDA (the fast path: only a
-syntax check), training scripts full of torch.cuda (parsed with libcst), C++/CUDA sources and a
-few broken files. The progress bar is shown on stderr, as users see it. Prints files/s for each
-kind and for the whole tree, median of the repeats.
+The generated tree looks like a training code base (apex, Megatron, a research repo): Python modules
+of 1-3k lines that mix model code, data loading and CUDA-heavy training loops; C++/CUDA sources of
+1-2k lines with kernels, host code and cuBLAS/NCCL calls; a share of plain utility modules. Prints
+start-up time (what `opscope migrate scan --help` costs), then files/s and lines/s for each --jobs,
+median of interleaved repeats.
 
     python benchmarks/bench_migrate.py [--quick] [--repeat N]
 """
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,107 +21,244 @@ from pathlib import Path
 
 from opscope.app.migrate.scan import scan_path
 
-PLAIN = '''"""Utility module {i}."""
+PY_BLOCKS = [
+    '''
+
+class Block{i}(nn.Module):
+    """A transformer block, as model files have dozens of."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = nn.MultiheadAttention(cfg.n_embd, cfg.n_head, dropout=cfg.dropout, batch_first=True)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd))
+
+    def forward(self, x, mask=None):
+        h = self.ln_1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln_2(x))
+''',
+    '''
+
+def get_batch_{i}(split, data_dir, block_size, batch_size, device, device_type):
+    data = np.memmap(os.path.join(data_dir, f"{{split}}.bin"), dtype=np.uint16, mode="r")
+    ix = torch.randint(len(data) - block_size, (batch_size,))
+    x = torch.stack([torch.from_numpy((data[i:i + block_size]).astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + block_size]).astype(np.int64)) for i in ix])
+    if device_type == "cuda":
+        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    else:
+        x, y = x.to(device), y.to(device)
+    return x, y
+''',
+    '''
+
+def train_step_{i}(model, optimizer, scaler, batch, args):
+    model.train()
+    images, target = batch
+    if torch.cuda.is_available():
+        images = images.cuda(args.gpu, non_blocking=True)
+        target = target.cuda(args.gpu, non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        output = model(images)
+        loss = F.cross_entropy(output, target)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    torch.cuda.synchronize()
+    return loss.item(), torch.cuda.max_memory_allocated() / 2**30
+''',
+    '''
+
+@torch.no_grad()
+def evaluate_{i}(model, loader, criterion, device):
+    model.eval()
+    total, correct, loss_sum = 0, 0, 0.0
+    for images, target in loader:
+        images, target = images.to(device), target.to(device)
+        out = model(images)
+        loss_sum += criterion(out, target).item() * images.size(0)
+        correct += (out.argmax(1) == target).sum().item()
+        total += images.size(0)
+    return loss_sum / max(total, 1), correct / max(total, 1)
+''',
+    '''
+
+def setup_distributed_{i}(args):
+    if "RANK" in os.environ:
+        dist.init_process_group(backend="nccl")
+        args.rank = int(os.environ["RANK"])
+        args.local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(args.local_rank)
+        args.device = f"cuda:{{args.local_rank}}"
+    else:
+        args.rank, args.local_rank, args.device = 0, 0, "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    return args
+''',
+    '''
+
+def cosine_lr_{i}(it, warmup_iters, lr_decay_iters, learning_rate, min_lr):
+    """Learning-rate schedule: linear warm-up, then cosine decay to min_lr."""
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
+    return min_lr + coeff * (learning_rate - min_lr)
+''',
+]
+PY_HEAD = '''"""Module {i}: model, data and training code."""
+import math
 import os
 
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+'''
+PLAIN = '''
 
-def helper_{i}(values):
+def helper_{i}(values, scale={i}):
+    """Pure Python, no CUDA: the scanner's fast path."""
     total = 0
     for v in values:
-        total += v * {i}
+        total += v * scale
     return os.path.join("out", str(total))
 '''
-CUDA = '''import torch
-import torch.distributed as dist
-
-DEVICE = "cuda"
-
-
-def step_{i}(model, x):
-    model = model.cuda()
-    with torch.cuda.amp.autocast():
-        y = model(x.to(DEVICE))
-    torch.cuda.synchronize()
-    print(torch.cuda.memory_allocated())
-    return y
+CU_HEAD = '''// Fused kernels {i}
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <nccl.h>
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 '''
-CU = '''// kernel {i}
-__global__ void k{i}(float *a) {{ a[threadIdx.x] *= 2; }}
-void run{i}(float *h) {{
-  float *d; cudaMalloc(&d, 1024);
-  cudaMemcpy(d, h, 1024, cudaMemcpyHostToDevice);
-  k{i}<<<1, 256>>>(d);
-  cudaDeviceSynchronize(); cudaFree(d);
+CU_BLOCKS = [
+    '''
+template <typename T>
+__global__ void layernorm_fwd_{i}(const T* __restrict__ x, T* __restrict__ y, const float* w, int n) {{
+    __shared__ float s_mean, s_var;
+    int row = blockIdx.x, tid = threadIdx.x;
+    float sum = 0.f;
+    for (int j = tid; j < n; j += blockDim.x) sum += (float)__ldcs(&x[row * n + j]);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
+    if (tid == 0) s_mean = sum / n;
+    __syncthreads();
+    for (int j = tid; j < n; j += blockDim.x) y[row * n + j] = (T)(((float)x[row * n + j] - s_mean) * w[j]);
 }}
-'''
+''',
+    '''
+void launch_{i}(torch::Tensor x, torch::Tensor y) {{
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    int n = x.size(-1);
+    layernorm_fwd_{i}<__nv_bfloat16><<<x.size(0), 256, 0, stream>>>(
+        (const __nv_bfloat16*)x.data_ptr(), (__nv_bfloat16*)y.data_ptr(), nullptr, n);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
+}}
+''',
+    '''
+void gemm_{i}(cublasHandle_t handle, const float* a, const float* b, float* c, int m, int n, int k) {{
+    const float alpha = 1.f, beta = 0.f;
+    cublasStatus_t st = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a, m, b, k, &beta, c, m);
+    if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublas failed");
+    float* host = (float*)malloc(sizeof(float) * m * n);
+    cudaMemcpy(host, c, sizeof(float) * m * n, cudaMemcpyDeviceToHost);
+    free(host);
+}}
+''',
+    '''
+void allreduce_{i}(float* buf, size_t count, ncclComm_t comm, cudaStream_t s) {{
+    ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, s);
+    cudaStreamSynchronize(s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // Ampere and newer only
+#endif
+}}
+''',
+    '''
+static int plain_helper_{i}(const std::vector<int>& v) {{
+    int total = 0;
+    for (int x : v) total += x * {i};
+    return total;
+}}
+''',
+]
 
 
-def make_tree(root: Path, n: int) -> dict[str, int]:
-    counts = {"plain": 0, "cuda": 0, "cu": 0, "broken": 0}
-    for i in range(n):
-        folder = root / f"pkg{i // 500}"
-        folder.mkdir(exist_ok=True)
-        r = i % 20
-        if r < 13:
-            (folder / f"util_{i}.py").write_text(PLAIN.format(i=i))
-            counts["plain"] += 1
-        elif r < 18:
-            (folder / f"train_{i}.py").write_text(CUDA.format(i=i))
-            counts["cuda"] += 1
-        elif r < 19:
-            (folder / f"kernel_{i}.cu").write_text(CU.format(i=i))
-            counts["cu"] += 1
-        else:
-            (folder / f"broken_{i}.py").write_text("def f(:\n    torch.cuda.synchronize()\n")
-            counts["broken"] += 1
+def make_tree(root: Path, n_py: int, n_cu: int, n_plain: int, rng: random.Random) -> dict:
+    counts = {"python": 0, "cuda": 0, "plain": 0, "lines": 0}
+    for i in range(n_py):
+        parts = [PY_HEAD.format(i=i)]
+        for j in range(rng.randint(70, 200)):            # 1-3k lines
+            parts.append(rng.choice(PY_BLOCKS).format(i=f"{i}_{j}"))
+        _write(root / f"pkg{i % 8}" / f"train_{i}.py", parts, counts, "python")
+    for i in range(n_cu):
+        parts = [CU_HEAD.format(i=i)]
+        for j in range(rng.randint(90, 180)):            # 1-2k lines
+            parts.append(rng.choice(CU_BLOCKS).format(i=f"{i}_{j}"))
+        _write(root / "csrc" / f"kernels_{i}.cu", parts, counts, "cuda")
+    for i in range(n_plain):
+        parts = ['"""Utilities."""\nimport os\n'] + [PLAIN.format(i=f"{i}_{j}") for j in range(rng.randint(30, 120))]
+        _write(root / "utils" / f"util_{i}.py", parts, counts, "plain")
     return counts
 
 
-def timed(path, progress=False) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    result = scan_path(path, progress=progress)
-    return time.perf_counter() - t0, len(result.findings)
+def _write(path: Path, parts, counts, kind) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(parts)
+    path.write_text(text)
+    counts[kind] += 1
+    counts["lines"] += text.count("\n")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="1,000 files instead of 10,000")
-    ap.add_argument("--files", type=int, default=None)
-    ap.add_argument("--repeat", type=int, default=None)
-    args = ap.parse_args()
-    n = args.files or (1000 if args.quick else 10_000)
-    repeat = args.repeat or 1
+def startup_seconds(repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "opscope.app", "migrate", "scan", "--help"], capture_output=True,
+                       check=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smaller tree")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    n_py, n_cu, n_plain = (12, 6, 6) if a.quick else (120, 60, 40)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "tree"
-        root.mkdir()
-        counts = make_tree(root, n)
-        print(f"tree: {n} files ({', '.join(f'{v} {k}' for k, v in counts.items())})")
-        # the kinds side by side, interleaved with the whole tree, so machine noise hits all alike
-        kinds = {}
-        for kind, pattern in (("plain", "util_*.py"), ("cuda", "train_*.py"), ("cu", "kernel_*.cu")):
-            sub = Path(tmp) / kind
-            sub.mkdir()
-            for p in list(root.glob(f"pkg*/{pattern}"))[:200]:
-                (sub / p.name).write_bytes(p.read_bytes())
-            kinds[kind] = sub
-        whole, per_kind = [], {k: [] for k in kinds}
-        findings = 0
-        for rep in range(repeat):
-            s, findings = timed(root, progress=True)
-            whole.append(s)
-            for k, sub in kinds.items():
-                per_kind[k].append(timed(sub)[0])
-        files_in = {k: len(list(sub.iterdir())) for k, sub in kinds.items()}
-        for k, times in per_kind.items():
-            med = statistics.median(times)
-            print(f"  {k:6s} {files_in[k] / med:10.0f} files/s  ({files_in[k]} files, median {med * 1e3:.0f} ms)")
-        med = statistics.median(whole)
-        plain = files_in["plain"] / statistics.median(per_kind["plain"])
-        cuda = files_in["cuda"] / statistics.median(per_kind["cuda"])
-        print(f"whole tree: {n / med:.0f} files/s ({n} files in {med:.2f} s median of {repeat}, {findings} findings)")
-        print(f"ratio: plain files scan {plain / cuda:.1f}x faster than CUDA-heavy ones (syntax check vs libcst)")
-    return 0
+        root = Path(tmp)
+        counts = make_tree(root, n_py, n_cu, n_plain, random.Random(0))
+        files = counts["python"] + counts["cuda"] + counts["plain"]
+        print(f"tree: {files} files ({counts['python']} CUDA-heavy Python, {counts['cuda']} C++/CUDA, "
+              f"{counts['plain']} plain Python), {counts['lines']:,} lines")
+        print(f"start-up (`opscope migrate scan --help`): {startup_seconds(a.repeat):.2f} s")
+        jobs_list = [1, 2]
+        times: dict[int, list[float]] = {j: [] for j in jobs_list}
+        findings = {}
+        for _ in range(a.repeat):                          # interleaved: machine noise hits both alike
+            for jobs in jobs_list:
+                t = time.perf_counter()
+                r = scan_path(root, jobs=jobs)
+                times[jobs].append(time.perf_counter() - t)
+                findings[jobs] = len(r.findings)
+        for jobs in jobs_list:
+            med = statistics.median(times[jobs])
+            print(f"--jobs {jobs}: {med:.2f} s  {files / med:,.0f} files/s  {counts['lines'] / med:,.0f} lines/s  "
+                  f"({findings[jobs]:,} findings)")
+        print(f"--jobs 2 / --jobs 1 time: {statistics.median(times[2]) / statistics.median(times[1]):.2f}x")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

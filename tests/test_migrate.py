@@ -451,7 +451,8 @@ def test_check_predicts_native_fallback_unsupported_and_a_run_confirms_it(tmp_pa
     doc = json.loads(r.stdout)
     assert doc["confirmed"] is True
     numpy_, npu, strict = doc["backends"]
-    assert numpy_["counts"] == {"native": 4, "fallback": 0, "unsupported": 0} and numpy_["run"]["matched"]
+    assert numpy_["counts"] == {"native": 4, "fallback": 0, "missing-op": 0, "unsupported": 0}
+    assert numpy_["run"]["matched"]
     gelu = {o["op"]: o for o in npu["ops"]}["gelu"]
     assert (gelu["status"], gelu["runs_on"]) == ("fallback", "numpy")
     assert npu["run"]["ran"] and npu["run"]["matched"] and npu["run"]["numerics_ok"]
@@ -459,3 +460,43 @@ def test_check_predicts_native_fallback_unsupported_and_a_run_confirms_it(tmp_pa
     assert line["source"].endswith("m.py:12") and "gelu" in line["ops"]
     assert {o["op"]: o["status"] for o in strict["ops"]}["gelu"] == "unsupported"
     assert not strict["run"]["ran"] and strict["run"]["refused_ops"] == ["gelu"] and strict["run"]["matched"]
+
+
+@pytest.mark.slow
+def test_check_tells_a_missing_opscope_op_from_a_backend_that_cannot_run_it(tmp_path, cli):
+    """A library's custom op: opscope has no op for it (numpy cannot run it: work for opscope), torch:cpu runs it.
+    The factory prints, and --json stdout is still one JSON document."""
+    from pathlib import Path
+    src = (Path(__file__).parent / "models" / "custom_op.py").read_text()
+    (tmp_path / "m.py").write_text(src.replace("def factory():\n", "def factory():\n    print('loading weights')\n"))
+    r = cli("migrate", "check", f"{tmp_path / 'm.py'}:factory", "-b", "numpy", "-b", "torch:cpu", "--json")
+    doc = json.loads(r.stdout)                     # the model's print went to stderr
+    assert "loading weights" in r.stderr
+    numpy_, torch_cpu = doc["backends"]
+    gate = {o["op"]: o for o in numpy_["ops"]}["opscopetest:scaled_gate"]
+    assert gate["status"] == "missing-op" and numpy_["counts"]["missing-op"] == 1
+    assert numpy_["counts"]["unsupported"] == 0
+    assert {o["op"]: o["status"] for o in torch_cpu["ops"]}["opscopetest:scaled_gate"] == "native"
+    assert torch_cpu["run"]["ran"] and torch_cpu["run"]["matched"]
+
+
+def test_scanning_does_not_import_torch(corpus):
+    code = ("import sys\nimport opscope.app.cli as c\nsys.argv = ['opscope', 'migrate', 'scan', sys.argv[1], '--json']\n"
+            "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
+            "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, timeout=120)
+    assert json.loads(r.stdout)["findings_total"] > 0
+    assert r.stderr.strip().endswith("no torch")
+
+
+@pytest.mark.multiprocess
+def test_jobs_scan_in_parallel_with_the_same_findings(corpus, tmp_path):
+    import shutil
+    tree = tmp_path / "tree"
+    for i in range(40):                       # more files than one worker's chunk
+        shutil.copytree(corpus, tree / f"copy{i}")
+    one = scan_path(tree)
+    two = scan_path(tree, jobs=2)
+    key = lambda r: [(f.file, f.line, f.column, f.api, f.hip) for f in r.findings]  # noqa: E731
+    assert key(one) == key(two) and len(one.findings) > 40 * 10
+    assert one.files == two.files and one.skipped == two.skipped

@@ -30,6 +30,7 @@ def register(sub) -> None:
     fmt.add_argument("--html", action="store_true", help="a self-contained HTML report (needs -o)")
     s.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     s.add_argument("--max-size", default="2MiB", help="skip files larger than this (default 2MiB)")
+    s.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1; 0 = one per CPU)")
     s.add_argument("--fail-under", type=float, metavar="SCORE", help="exit 1 when the readiness score is below SCORE")
     bar = s.add_mutually_exclusive_group()
     bar.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
@@ -94,7 +95,9 @@ def scan_main(args) -> int:
         raise UsageError("--html needs -o FILE: the report is a file to open in a browser")
     out = _output_path(args.output)
     show = args.progress or (sys.stderr.isatty() and not args.json and not args.no_progress)
-    result = scan_path(args.path, max_bytes=_size(args.max_size), progress=show)
+    import os
+    jobs = args.jobs if args.jobs != 0 else (os.cpu_count() or 1)
+    result = scan_path(args.path, max_bytes=_size(args.max_size), progress=show, jobs=jobs)
     summary = summarize(result)
     fmt = "json" if args.json else "csv" if args.csv else "html" if args.html else None
     if fmt is None:
@@ -254,7 +257,10 @@ def run_main(args) -> int:
 def check_main(args) -> int:
     from opscope.app.migrate.predict import check
 
-    doc = check(args.model, args.backend)
+    import contextlib
+    # NOTE: the model's own prints go to stderr, so --json keeps one JSON document on stdout
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        doc = check(args.model, args.backend)
     if args.json:
         emit_json(doc)
         return 0 if doc["confirmed"] else 1
@@ -262,7 +268,8 @@ def check_main(args) -> int:
         c, run = b["counts"], b["run"]
         console.print(f"[bold]{doc['model']}[/] on [bold]{b['backend']}[/]"
                       + (f" (fallback {b['fallback']})" if b["fallback"] else "")
-                      + f": {c['native']} native, {c['fallback']} fallback, {c['unsupported']} unsupported")
+                      + f": {c['native']} native, {c['fallback']} fallback, {c['missing-op']} with no opscope op yet, "
+                      f"{c['unsupported']} unsupported")
         not_native = [o for o in b["ops"] if o["status"] != "native"]
         if not_native:
             console.print(table("ops that are not native", ["op", "nodes", "prediction", "runs on", "why"],

@@ -1,10 +1,13 @@
 """`opscope migrate check`: predict, per op and per source line, how a model runs on each backend,
 then confirm the prediction with a short real run.
 
-A prediction asks each backend's operator registry (the same `supports(node)` placement asks):
+A prediction asks each backend's operator registry (the same `supports(node)` placement asks, through
+the backend's fallback chain):
     native       the backend runs the op
-    fallback     the backend refuses it and its fallback runs it (with transfers around it)
-    unsupported  neither can: the model does not run there
+    fallback     the backend refuses it and a fallback runs it (with transfers around it)
+    missing-op   opscope has no op for it yet, so backends built on opscope's kernels (numpy, sim) cannot
+                 run it; torch backends still can. Work for opscope, not a limit of the chip
+    unsupported  the backend (its description) and its fallbacks refuse it: the model does not run there
 The confirming run executes the plan with a hook that records which backend each op really
 ran on, and compares the outputs with eager PyTorch. When ops are unsupported, the run is
 expected to be refused with exactly those ops.
@@ -15,21 +18,25 @@ from opscope.runtime import models, open_session
 from opscope.runtime.backends import resolve
 from opscope.runtime.capture import capture
 from opscope.runtime.errors import OpscopeError, UnsupportedOpError
+from opscope.runtime.ops import OPS
+from opscope.runtime.placement import choose
 from opscope.runtime.session import compare
 
-RANK = {"native": 0, "fallback": 1, "unsupported": 2}
+RANK = {"native": 0, "fallback": 1, "missing-op": 2, "unsupported": 3}
 COSINE_OK = 0.9999
 
 
 def predict_node(node, backend) -> tuple[str, str, str]:
     """(status, backend that runs it, why it is not native)."""
-    ok = backend.ops.supports(node)
-    if ok is True:
+    target, refused = choose(node, backend, backend.fallback_chain())
+    why = str(refused.get(backend.name, ""))
+    if target is backend:
         return "native", backend.name, ""
-    fb = backend.fallback
-    if fb is not None and fb.ops.supports(node) is True:
-        return "fallback", fb.name, str(ok)
-    return "unsupported", "", str(ok) + ("" if fb is None else f"; fallback {fb.name} cannot run it either")
+    if target is not None:
+        return "fallback", target.name, why
+    others = "; ".join(f"fallback {n} cannot run it either ({r})" for n, r in refused.items() if n != backend.name)
+    status = "unsupported" if node.op in OPS else "missing-op"
+    return status, "", why + (f"; {others}" if others else "")
 
 
 def _predict(graph, backend) -> dict[str, tuple]:
@@ -71,13 +78,14 @@ class _Where:
 
 def check_backend(model_spec: str, backend_spec: str, model, inputs) -> dict:
     backend = resolve(backend_spec)            # a bad spec is a usage error before any work
-    doc = {"backend": backend.name, "fallback": backend.fallback.name if backend.fallback else None}
+    doc = {"backend": backend.name, "fallback": backend.fallback.name if backend.fallback else None,
+           "fallbacks": [b.name for b in backend.fallbacks]}
     run: dict = {"ran": False, "matched": False, "error": None}
     try:
         session = open_session(model_spec, backend_spec, model=model, inputs=inputs)
     except UnsupportedOpError as e:
         pred = _predict(capture(model, inputs, name=model_spec), backend)
-        expected = sorted({n.op for n, s, _, _ in pred.values() if s == "unsupported"})
+        expected = sorted({n.op for n, s, _, _ in pred.values() if s in ("unsupported", "missing-op")})
         run.update(error=str(e), refused_ops=sorted(e.ops), matched=sorted(e.ops) == expected)
         if not run["matched"]:
             run["mismatches"] = [{"expected_unsupported": expected, "refused": sorted(e.ops)}]

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .rules import Finding, Rule, Table
 
@@ -96,7 +96,7 @@ def cuda_device(expr) -> tuple[bool, cst.BaseExpression | None]:
 
 
 class _Scanner(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, path: str, table: Table, lines: list[str]):
         super().__init__()
@@ -112,6 +112,8 @@ class _Scanner(cst.CSTVisitor):
         self.device_nodes: dict[int, int] = {}         # id(assigning Name/Param) -> line of the assignment
         self.var_edges: list[tuple[cst.CSTNode, cst.CSTNode, int]] = []  # (target, source expression, line)
         self.keep_tests: list[tuple] = []              # (if statement, ids in its test) for is_available checks
+        self.scopes: list[_Scope] = []                 # the module's, then each function/class/lambda's
+        self.name_scope: dict[int, _Scope] = {}
         self.comparisons: list[tuple] = []             # candidate `x == "cuda"` checks
         self.uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
         self.device_calls: list[tuple[cst.Call, Rule, str, int | str | None, cst.CSTNode | None]] = []
@@ -120,12 +122,21 @@ class _Scanner(cst.CSTVisitor):
     def on_visit(self, node) -> bool:
         if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self.stmts.append(node)
+        if isinstance(node, cst.Name):
+            self.name_scope[id(node)] = self.scopes[-1]
+        elif isinstance(node, _SCOPES):
+            self.scopes.append(_Scope(self.scopes[-1] if self.scopes else None, isinstance(node, cst.ClassDef)))
+        elif isinstance(node, (cst.Global, cst.Nonlocal)):
+            for n in node.names:
+                self.scopes[-1].outer.add(n.name.value)
         return super().on_visit(node)
 
     def on_leave(self, node) -> None:
         super().on_leave(node)
         if self.stmts and self.stmts[-1] is node:
             self.stmts.pop()
+        if isinstance(node, _SCOPES) and not isinstance(node, cst.Module):
+            self.scopes.pop()
 
     def qualify(self, name: str) -> str:
         head, _, rest = name.partition(".")
@@ -153,17 +164,20 @@ class _Scanner(cst.CSTVisitor):
         return self.device_vars.get(name) if name else None
 
     def _referents(self, expr: cst.Name):
-        try:
-            scope = self.get_metadata(ScopeProvider, expr)
-        except KeyError:
-            return
-        if scope is None:
-            return
-        for access in scope.accesses[expr]:
-            for ref in access.referents:
-                line = self.device_nodes.get(id(getattr(ref, "node", None)))
-                if line is not None:
-                    yield line
+        """Lines where the variable `expr` refers to got a CUDA device: the assignments of its name in the
+        scope that owns it (Python's rule: the innermost function that assigns the name, class bodies
+        skipped, `global`/`nonlocal` followed outwards)."""
+        scope = self.name_scope.get(id(expr))
+        name = expr.value
+        first = scope
+        while scope is not None:
+            if name in scope.assigned and name not in scope.outer and not (scope.is_class and scope is not first):
+                for node_id in scope.assigned[name]:
+                    line = self.device_nodes.get(node_id)
+                    if line is not None:
+                        yield line
+                return
+            scope = scope.parent
 
     def line_of(self, node) -> int:
         return self.get_metadata(PositionProvider, node).start.line
@@ -264,8 +278,21 @@ class _Scanner(cst.CSTVisitor):
         if node.keyword is not None:
             self.skip_names.add(id(node.keyword))
 
+    def visit_For(self, node: cst.For) -> None:
+        for t in _names(node.target):
+            self._assign(t)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            for t in _names(node.asname.name):
+                self._assign(t)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._assign(node.target)
+
     def visit_Param(self, node: cst.Param) -> None:
         self.skip_names.add(id(node.name))
+        self.scopes[-1].assigned.setdefault(node.name.value, []).append(id(node))
         if node.default is not None and self._device_context(node.default, assignment=True):
             self.device_nodes.setdefault(id(node), self.line_of(node))
 
@@ -326,6 +353,8 @@ class _Scanner(cst.CSTVisitor):
             self._assigned([node.target], node.value)
 
     def _assigned(self, targets, value) -> None:
+        for t in targets:
+            self._assign(t)
         if isinstance(value, cst.SimpleString) and value.evaluated_value in self.table.backends:
             r = self.table.backends[value.evaluated_value]       # backend = "nccl", later init_process_group(backend)
             self.hit(value, r, f'{_source(targets[0])} = "{value.evaluated_value}"', ("backend",))
@@ -338,6 +367,11 @@ class _Scanner(cst.CSTVisitor):
                 self._mark_device(t, self.line_of(value))
             elif dotted(value):
                 self.var_edges.append((t, value, self.line_of(value)))
+
+    def _assign(self, target) -> None:
+        """Note that the current scope assigns `target` (a Name), so uses resolve to it."""
+        if isinstance(target, cst.Name):
+            self.scopes[-1].assigned.setdefault(target.value, []).append(id(target))
 
     def _mark_device(self, target, line: int) -> bool:
         """Remember that `target` (the assigned Name, or a dotted name) holds a CUDA device; True if new."""
@@ -427,6 +461,29 @@ class _Scanner(cst.CSTVisitor):
                     h.finding.rewritable = False
                     h.finding.resolved = True        # nothing to do: the branches already handle it
                     h.finding.note = f"kept as a CUDA check: {why}"
+
+
+class _Scope:
+    """A Python scope: the names it assigns (name -> ids of the assigning nodes)."""
+
+    __slots__ = ("parent", "is_class", "assigned", "outer")
+
+    def __init__(self, parent, is_class: bool):
+        self.parent, self.is_class = parent, is_class
+        self.assigned: dict[str, list[int]] = {}
+        self.outer: set[str] = set()          # global / nonlocal names
+
+
+_SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _names(target):
+    """The Names a target binds (`a`, `a, b`, `(a, [b, c])`)."""
+    if isinstance(target, cst.Name):
+        yield target
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for el in target.elements:
+            yield from _names(el.value)
 
 
 def _is_word(expr, word: str) -> bool:

@@ -61,21 +61,60 @@ def source_files(root: Path) -> list[Path]:
 
 
 def scan_path(path: str | Path, *, table: Table | None = None, max_bytes: int = MAX_BYTES, progress: bool = False,
-              keep_trees: bool = False) -> ScanResult:
+              keep_trees: bool = False, jobs: int = 1) -> ScanResult:
+    """Scan a folder or a file. `jobs` > 1 scans in that many worker processes (not with keep_trees: the
+    rewrite needs the libcst trees in this process)."""
     root = Path(path)
     if not root.exists():
         raise UsageError(f"{path} does not exist: give a folder or a source file to scan")
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: expected 1 or more worker processes")
     table = table or default_table()
     files = source_files(root)
     base = root if root.is_dir() else root.parent
+    rels = [p.relative_to(base).as_posix() if root.is_dir() else p.name for p in files]
     result = ScanResult(str(root))
     with _progress(len(files), progress) as advance:
-        for p in files:
-            rel = p.relative_to(base).as_posix() if root.is_dir() else p.name
-            _scan_file(p, rel, table, max_bytes, result, keep_trees)
-            advance()
+        if jobs > 1 and not keep_trees and table is default_table() and len(files) > jobs:
+            _scan_parallel(files, rels, max_bytes, result, jobs, advance)
+        else:
+            for p, rel in zip(files, rels):
+                _scan_file(p, rel, table, max_bytes, result, keep_trees)
+                advance()
     result.findings.sort(key=lambda f: (f.file, f.line, f.column))
     return result
+
+
+_CHUNK = 64     # files per task: big enough that a task outweighs its round trip
+
+
+def _scan_parallel(files, rels, max_bytes, result: ScanResult, jobs: int, advance) -> None:
+    import concurrent.futures as cf
+    import json
+    import multiprocessing
+    # NOTE: workers answer in JSON over their private pipe; nothing they send is unpickled as objects.
+    tasks = [([str(p) for p in files[i:i + _CHUNK]], rels[i:i + _CHUNK]) for i in range(0, len(files), _CHUNK)]
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        for doc in pool.map(_scan_chunk, tasks, [max_bytes] * len(tasks)):
+            part = json.loads(doc)
+            result.findings.extend(Finding(**f) for f in part["findings"])
+            result.skipped.extend(Skipped(**k) for k in part["skipped"])
+            result.files.update(part["files"])
+            for _ in range(part["n"]):
+                advance()
+
+
+def _scan_chunk(task, max_bytes: int) -> str:
+    import json
+    from dataclasses import asdict
+    paths, rels = task
+    part = ScanResult("")
+    table = default_table()
+    for p, rel in zip(paths, rels):
+        _scan_file(Path(p), rel, table, max_bytes, part, False)
+    return json.dumps({"findings": [asdict(f) for f in part.findings], "skipped": [asdict(k) for k in part.skipped],
+                       "files": part.files, "n": len(paths)})
 
 
 def _scan_file(p: Path, rel: str, table: Table, max_bytes: int, result: ScanResult, keep_tree: bool) -> None:
