@@ -22,11 +22,12 @@ from .errors import UnsupportedOpError, UsageError, first_line
 from .executor import Executor, compile_plan
 from .graph import Graph, Node, Ref, TensorMeta
 from .ops import OPS, op_for_target
-from .samples import NC, SAMPLES, B, C, F, I
+from .samples import NC, SAMPLES, B, C, F, I, Z
 
 aten = torch.ops.aten
 # dtype -> (atol, rtol) against the float64 reference: |actual - ref| <= atol + rtol * |ref|
 TOLERANCE = {"float64": (1e-9, 1e-7), "float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2),
+             "complex128": (1e-9, 1e-7), "complex64": (1e-5, 1e-4),
              "bfloat16": (5e-2, 5e-2)}
 DEFAULT_DTYPES = ("float32", "float16", "float64", "int64")
 
@@ -181,6 +182,11 @@ def run_case(backend, op, sample, case, dtype):
         return False, math.inf, math.inf, f"{len(actual)} outputs, want {len(expected)}"
     worst_abs = worst_rel = 0.0
     for a, e, m in zip(actual, expected, graph.nodes[-1].output_meta):
+        if m is None:            # a Python number (a size, an item): exact
+            same = np.array_equal(np.asarray(a, dtype=np.float64), e.to(torch.float64).numpy())
+            if not same:
+                return False, math.inf, math.inf, f"{a!r}, want {e.tolist()!r}"
+            continue
         ok, max_abs, max_rel, why = _compare(np.asarray(a), e, m, sample.values)
         worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
         if not ok:
@@ -202,7 +208,10 @@ def _tensor(spec, dtype, gen) -> torch.Tensor:
     shape = spec.shape
     if isinstance(spec, NC):
         shape = shape[:-2] + (shape[-1], shape[-2]) if len(shape) >= 2 else shape
-    if isinstance(spec, B):
+    if isinstance(spec, Z):              # complex: single precision unless the dtype under test is float64
+        parts = torch.rand(shape + (2,), generator=gen, dtype=torch.float64) * (spec.hi - spec.lo) + spec.lo
+        t = torch.view_as_complex(parts).to(torch.complex128 if dtype == "float64" else torch.complex64)
+    elif isinstance(spec, B):
         t = torch.rand(shape, generator=gen) > 0.4
     elif isinstance(spec, I):
         t = torch.randint(spec.lo, spec.hi, shape, generator=gen)
@@ -229,6 +238,8 @@ def _to64(x):
 def _flat(out) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
+    if isinstance(out, (int, float, bool, torch.SymInt)):    # sym_size, item: Python numbers
+        return [torch.tensor(out, dtype=torch.float64 if isinstance(out, float) else None)]
     return [t for o in out for t in _flat(o)]
 
 
@@ -279,10 +290,12 @@ def _one_op_graph(target, args, kwargs, tensors) -> Graph:
     # Output shapes and dtypes the way capture gets them: the op's own meta kernel.
     try:
         fake = target(*_on_meta(args), **_on_meta(kwargs))
-    except NotImplementedError:     # data-dependent shapes (boolean-mask index): run it for real
+        if not isinstance(fake, (torch.Tensor, list, tuple)):
+            raise NotImplementedError      # a Python number from meta (sym_size, item): its value is wanted
+    except (NotImplementedError, RuntimeError):   # data-dependent shapes (boolean-mask index, nonzero): run it
         fake = target(*args, **kwargs)
     multi = isinstance(fake, (list, tuple))
-    metas = [_meta(v) for v in fake] if multi else [_meta(fake)]
+    metas = [_meta(v) if isinstance(v, torch.Tensor) else None for v in (fake if multi else [fake])]
     outs = [new_slot(m) for m in metas]
     attrs = {}
     for arg_schema, a in zip(target._schema.arguments, args):
@@ -317,9 +330,13 @@ def _compare(actual: np.ndarray, expected: torch.Tensor, meta: TensorMeta, value
         return False, 0.0, 0.0, f"dtype {got}, want {meta.dtype}"
     if not values or actual.size == 0:
         return True, 0.0, 0.0, ""
-    e = expected.detach().to(torch.float64).numpy() if expected.dtype != torch.bool else expected.numpy()
-    a = actual.astype(np.float64) if actual.dtype != np.bool_ else actual
-    if meta.dtype not in FLOATS:
+    cplx = expected.is_complex()
+    if cplx:
+        e, a = expected.detach().to(torch.complex128).numpy(), actual.astype(np.complex128)
+    else:
+        e = expected.detach().to(torch.float64).numpy() if expected.dtype != torch.bool else expected.numpy()
+        a = actual.astype(np.float64) if actual.dtype != np.bool_ else actual
+    if meta.dtype not in FLOATS and not cplx:
         bad = np.asarray(a != e)
         n = int(bad.sum())
         diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if n else 0.0

@@ -10,6 +10,7 @@ that `conformance` materializes in the dtype under test:
     NC(4, 5)           the same, but non-contiguous (a transposed view produced inside the graph)
     I(4, 5, hi=7)      int64 in [0, hi) (indices, or the values of an int dtype under test)
     B(4, 5)            bool mask
+    Z(4, 5)            complex tensor (for the FFT's complex-to-real half)
 
 The edge cases a kernel gets wrong live here: empty dims, broadcasting, negative axes and
 non-contiguous inputs.
@@ -24,6 +25,7 @@ aten = torch.ops.aten
 FLOAT = ("float32", "float16", "float64")
 NUM = FLOAT + ("int64",)           # ops that are also defined on integers
 INT = ("int64",)
+F32_64 = ("float32", "float64")    # torch's CPU kernel has no float16 (or its float16 meta disagrees)
 ANY = ("float32",)                 # dtype-independent ops (creation with explicit dtype, index ops)
 
 
@@ -42,6 +44,10 @@ class F:
 
 class NC(F):
     """Non-contiguous: built contiguous with its last two dims swapped, then transposed in the graph."""
+
+
+class Z(F):
+    """A complex tensor (complex64; complex128 when the dtype under test is float64)."""
 
 
 @dataclass(frozen=True)
@@ -312,4 +318,151 @@ SAMPLES: dict[str, Sample] = {
     "to": Sample(aten.to.dtype, [(F(3, 4), torch.float64), (F(3, 4), torch.int64), (NC(3, 4), torch.float16),
                                  (aten._to_copy.default, F(3, 4)), C(aten._to_copy.default, F(3, 4), dtype=torch.float32),
                                  (aten.type_as.default, F(3, 4), I(2, hi=3))], NUM),
+    # --- trig, log and friends ------------------------------------------------------------
+    "tan": _unary("tan", lo=-1.2, hi=1.2), "asin": _unary("asin", lo=-0.99, hi=0.99),
+    "acos": _unary("acos", lo=-0.99, hi=0.99), "atan": _unary("atan"), "sinh": _unary("sinh"),
+    "cosh": _unary("cosh"), "asinh": _unary("asinh"), "acosh": _unary("acosh", lo=1.01, hi=4.0),
+    "atanh": _unary("atanh", lo=-0.99, hi=0.99), "expm1": _unary("expm1"), "log1p": _unary("log1p", lo=-0.9),
+    "log2": _unary("log2", lo=0.1), "log10": _unary("log10", lo=0.1), "trunc": _unary("trunc"),
+    "isinf": Sample(aten.isinf.default, [(F(4, 5),), (F(0, 3),)]),
+    "atan2": _binary("atan2", FLOAT, scalar=None),
+    "fmod": Sample(aten.fmod.Tensor, [(F(4, 5, lo=-9, hi=9), F(4, 5, lo=1, hi=3)),
+                                      (aten.fmod.Scalar, F(3, 4, lo=-9, hi=9), 2)], ("float64", "int64")),
+    "bitwise_xor": Sample(aten.bitwise_xor.Tensor, [(B(4, 5), B(4, 5)), (I(3, 4, hi=100), I(1, 4, hi=100)),
+                                                    (aten.bitwise_xor.Scalar, I(3, 4, hi=100), 5)], ANY),
+    "logical_xor": _logical("logical_xor"),
+    "histc": Sample(aten.histc.default, [(F(50),), (F(4, 5), 7, -1.0, 1.0), (F(30), 4, 0.0, 0.0)], F32_64),
+    # --- convolution, pooling, upsampling -----------------------------------------------
+    "conv3d": Sample(aten.conv3d.default, [(F(1, 2, 5, 5, 5), F(3, 2, 3, 3, 3), F(3)),
+                                           (F(1, 4, 5, 6, 5), F(4, 2, 2, 3, 2), None, [2, 1, 1], [1, 0, 1], [1, 1, 1], 2)]),
+    "conv_transpose1d": Sample(aten.conv_transpose1d.default, [(F(2, 3, 7), F(3, 4, 3), F(4)),
+                                                               (F(1, 4, 6), F(4, 2, 3), None, [2], [1], [1], 2, [2])]),
+    "conv_transpose2d": Sample(aten.conv_transpose2d.input, [(F(1, 3, 5, 5), F(3, 4, 3, 3), F(4), [2, 2]),
+                                                             (F(2, 4, 4, 5), F(4, 3, 2, 3), None, [2, 1], [1, 0], [1, 0], 2,
+                                                              [1, 2]), (F(3, 5, 5), F(3, 2, 3, 3))]),
+    "conv_transpose3d": Sample(aten.conv_transpose3d.input, [(F(1, 2, 3, 4, 3), F(2, 3, 2, 2, 2), F(3), [2, 1, 2])]),
+    "col2im": Sample(aten.col2im.default, [(F(1, 8, 9), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]),
+                                           (F(2, 4, 9), [5, 5], [2, 2], [1, 1], [1, 1], [2, 2])]),
+    "max_pool1d": Sample(aten.max_pool1d.default, [(F(2, 3, 9), [3]), (F(1, 2, 9), [3], [2], [1], [1], True)]),
+    "max_pool3d": Sample(aten.max_pool3d.default, [(F(1, 2, 5, 5, 5), [2, 2, 2]), (F(1, 2, 6, 5, 5), [3, 3, 3], [2, 2, 2], [1, 1, 1])]),
+    "max_pool1d_with_indices": Sample(aten.max_pool1d_with_indices.default, [(F(2, 3, 9), [3], [2], [1])]),
+    "max_pool2d_with_indices": Sample(aten.max_pool2d_with_indices.default, [
+        (F(2, 3, 8, 8), [2, 2]), (F(1, 2, 9, 9), [3, 3], [2, 2], [1, 1]), (F(1, 2, 7, 7), [3, 3], [2, 2], [0, 0], [2, 2], True)]),
+    "max_pool3d_with_indices": Sample(aten.max_pool3d_with_indices.default, [(F(1, 2, 5, 5, 5), [2, 2, 2], [2, 2, 2], [1, 1, 1])]),
+    "avg_pool1d": Sample(aten.avg_pool1d.default, [(F(2, 3, 9), [3]), (F(1, 2, 9), [3], [2], [1], False, False)]),
+    "avg_pool3d": Sample(aten.avg_pool3d.default, [(F(1, 2, 5, 5, 5), [2, 2, 2]),
+                                                   (F(1, 2, 6, 5, 5), [3, 3, 3], [2, 2, 2], [1, 1, 1], True, False)], F32_64),
+    "adaptive_avg_pool3d": Sample(aten.adaptive_avg_pool3d.default, [(F(1, 2, 4, 6, 6), [2, 3, 3]), (F(1, 2, 5, 7, 3), [2, 3, 2]),
+                                                                     (aten._adaptive_avg_pool3d.default, F(1, 2, 4, 4, 4), [2, 2, 2])]),
+    "adaptive_max_pool1d": Sample(aten.adaptive_max_pool1d.default, [(F(2, 3, 8), [4]), (F(1, 2, 7), [3])]),
+    "adaptive_max_pool2d": Sample(aten.adaptive_max_pool2d.default, [(F(2, 3, 8, 8), [1, 1]), (F(1, 2, 7, 9), [3, 4])]),
+    "adaptive_max_pool3d": Sample(aten.adaptive_max_pool3d.default, [(F(1, 2, 5, 6, 4), [2, 3, 2])]),
+    "upsample_nearest1d": Sample(aten.upsample_nearest1d.vec, [(F(1, 2, 5), [9], None), (F(1, 2, 5), None, [2.0])]),
+    "upsample_nearest2d": Sample(aten.upsample_nearest2d.vec, [(F(1, 2, 4, 5), [8, 7], None), (F(1, 2, 3, 3), None, [2.0, 3.0]),
+                                                               (aten.upsample_nearest2d.default, F(1, 2, 3, 4), [6, 8])]),
+    "upsample_nearest3d": Sample(aten.upsample_nearest3d.vec, [(F(1, 2, 2, 3, 3), [4, 6, 5], None)]),
+    "upsample_nearest_exact1d": Sample(aten._upsample_nearest_exact1d.vec, [(F(1, 2, 5), [9], None)]),
+    "upsample_nearest_exact2d": Sample(aten._upsample_nearest_exact2d.vec, [(F(1, 2, 4, 5), [7, 8], None)]),
+    "upsample_nearest_exact3d": Sample(aten._upsample_nearest_exact3d.vec, [(F(1, 2, 2, 3, 3), [3, 5, 4], None)]),
+    "upsample_linear1d": Sample(aten.upsample_linear1d.vec, [(F(1, 2, 5), [9], False, None), (F(1, 2, 5), [9], True, None)]),
+    "upsample_bilinear2d": Sample(aten.upsample_bilinear2d.vec, [
+        (F(1, 2, 4, 5), [8, 7], False, None), (F(1, 2, 4, 5), [8, 7], True, None), (F(2, 3, 3, 3), None, False, [2.0, 2.0]),
+        (aten.upsample_bilinear2d.default, F(1, 2, 3, 4), [6, 9], False)]),
+    "upsample_trilinear3d": Sample(aten.upsample_trilinear3d.vec, [(F(1, 2, 2, 3, 3), [4, 5, 6], False, None)]),
+    "grid_sampler_2d": Sample(aten.grid_sampler_2d.default, [(F(2, 3, 5, 6), F(2, 4, 3, 2, lo=-1.1, hi=1.1), 0, 0, False),
+                                                             (F(1, 2, 5, 5), F(1, 3, 3, 2, lo=-1, hi=1), 0, 1, True),
+                                                             (F(1, 2, 5, 5), F(1, 3, 3, 2, lo=-0.9, hi=0.9), 1, 0, False)]),
+    "reflection_pad": Sample(aten.reflection_pad2d.default, [(F(1, 2, 4, 5), [1, 2, 2, 1]),
+                                                             (aten.reflection_pad1d.default, F(2, 3, 6), [2, 3]),
+                                                             (aten.reflection_pad3d.default, F(1, 1, 3, 3, 3), [1, 1, 1, 1, 1, 1])]),
+    "replication_pad": Sample(aten.replication_pad2d.default, [(F(1, 2, 4, 5), [1, 2, 2, 1]),
+                                                               (aten.replication_pad1d.default, F(2, 3, 6), [2, 3]),
+                                                               (aten.replication_pad3d.default, F(1, 1, 3, 3, 3), [1, 0, 2, 1, 0, 1])]),
+    # --- normalization and dropout variants ----------------------------------------------
+    "native_group_norm": Sample(aten.native_group_norm.default, [(F(2, 6, 4, 4), F(6), F(6), 2, 6, 16, 3, 1e-5),
+                                                                 (F(2, 4, 5), None, None, 2, 4, 5, 2, 1e-5)]),
+    "native_batch_norm_legit": Sample(aten._native_batch_norm_legit.default, [
+        (F(2, 3, 4, 4), F(3), F(3), F(3), F(3, lo=0.5), False, 0.1, 1e-5),
+        (F(4, 3), None, None, F(3), F(3, lo=0.5), True, 0.1, 1e-3),
+        (aten._native_batch_norm_legit.no_stats, F(2, 3, 5), F(3), F(3), True, 0.1, 1e-5)], F32_64),
+    "native_batch_norm_no_training": Sample(aten._native_batch_norm_legit_no_training.default, [
+        (F(2, 3, 4, 4), F(3), F(3), F(3), F(3, lo=0.5), 0.1, 1e-5)], F32_64),
+    "weight_norm": Sample(aten._weight_norm.default, [(F(4, 3), F(4, 1)), (F(4, 3, 5), F(1, 1, 5), 2), (F(3, 4), F(1, 1), -1)]),
+    "weight_norm_interface": Sample(aten._weight_norm_interface.default, [(F(4, 3), F(4, 1)), (F(4, 3, 5), F(1, 1, 5), 2)], F32_64),
+    "feature_dropout": Sample(aten.feature_dropout.default, [(F(2, 3, 4, 4), 0.5, False), (F(2, 3, 4), 0.0, True)]),
+    "alpha_dropout": Sample(aten.alpha_dropout.default, [(F(4, 5), 0.5, False), (F(4, 5), 0.0, True)]),
+    "feature_alpha_dropout": Sample(aten.feature_alpha_dropout.default, [(F(2, 3, 4), 0.5, False)]),
+    "embedding_bag": Sample(aten._embedding_bag.default, [
+        (F(10, 3), I(8, hi=10), I(2, hi=1), False, 1),
+        (F(10, 3), I(8, hi=10), I(1, hi=1), False, 2), C(F(10, 3), I(6, hi=10), I(1, hi=1), False, 1, padding_idx=2)]),
+    "cdist": Sample(aten._cdist_forward.default, [(F(4, 3), F(5, 3), 2.0, None), (F(2, 4, 3), F(2, 5, 3), 1.0, None),
+                                                  (F(4, 3), F(5, 3), float("inf"), None)], F32_64),
+    "pdist": Sample(aten._pdist_forward.default, [(F(5, 3),), (F(4, 3), 1.0)], F32_64),
+    # --- recurrent -----------------------------------------------------------------------
+    "lstm": Sample(aten.lstm.input, [
+        (F(5, 2, 3), [F(1, 2, 4), F(1, 2, 4)], [F(16, 3), F(16, 4), F(16), F(16)], True, 1, 0.0, False, False, False),
+        (F(2, 5, 3), [F(4, 2, 4), F(4, 2, 4)], [F(16, 3), F(16, 4), F(16), F(16), F(16, 3), F(16, 4), F(16), F(16),
+                                                 F(16, 8), F(16, 4), F(16), F(16), F(16, 8), F(16, 4), F(16), F(16)],
+         True, 2, 0.0, False, True, True),
+        (F(5, 1, 3), [F(1, 1, 2), F(1, 1, 4)], [F(16, 3), F(16, 2), F(2, 4)], False, 1, 0.0, False, False, False)]),
+    "gru": Sample(aten.gru.input, [
+        (F(5, 2, 3), F(1, 2, 4), [F(12, 3), F(12, 4), F(12), F(12)], True, 1, 0.0, False, False, False),
+        (F(2, 5, 3), F(4, 2, 4), [F(12, 3), F(12, 4), F(12), F(12), F(12, 3), F(12, 4), F(12), F(12),
+                                  F(12, 8), F(12, 4), F(12), F(12), F(12, 8), F(12, 4), F(12), F(12)],
+         True, 2, 0.0, False, True, True)]),
+    "rnn_tanh": Sample(aten.rnn_tanh.input, [(F(5, 2, 3), F(1, 2, 4), [F(4, 3), F(4, 4), F(4), F(4)], True, 1, 0.0, False,
+                                              False, False)]),
+    "rnn_relu": Sample(aten.rnn_relu.input, [(F(5, 2, 3), F(2, 2, 4), [F(4, 3), F(4, 4), F(4, 3), F(4, 4)], False, 1, 0.0,
+                                              False, True, False)]),
+    # --- sorting and selection -------------------------------------------------------------
+    "sort": Sample(aten.sort.default, [(F(4, 5),), (F(4, 5), 0, True), (F(2, 3, 4), -1, True), (NC(3, 4), 1),
+                                       C(aten.sort.stable, F(4, 5), stable=True, dim=0, descending=True)]),
+    "argsort": Sample(aten.argsort.default, [(F(4, 5),), (F(4, 5), 0, True)]),
+    "msort": Sample(aten.msort.default, [(F(4, 5),)]),
+    "topk": Sample(aten.topk.default, [(F(4, 6), 2), (F(4, 6), 3, 0), (F(2, 3, 5), 2, -1, False), (NC(3, 5), 1)]),
+    "kthvalue": Sample(aten.kthvalue.default, [(F(4, 6), 2), (F(4, 6), 3, 0, True)]),
+    # --- scatter, index_put and friends ---------------------------------------------------
+    "scatter": Sample(aten.scatter.src, [(F(4, 5), 0, I(1, 5, hi=4), F(2, 5)), (F(4, 5), 1, I(4, 1, hi=5), F(4, 2)),
+                                         (aten.scatter.value, F(4, 5), 0, I(1, 3, hi=4), 1.5),
+                                         C(aten.scatter.reduce, F(4, 5), 0, I(3, 5, hi=4), F(3, 5), reduce="add")], NUM),
+    "scatter_add": Sample(aten.scatter_add.default, [(F(4, 5), 0, I(6, 5, hi=4), F(6, 5)), (F(4, 5), -1, I(4, 3, hi=5), F(4, 3))], NUM),
+    "scatter_reduce": Sample(aten.scatter_reduce.two, [
+        (F(4, 5), 0, I(6, 5, hi=4), F(6, 5), "sum"), (F(4, 5), 0, I(6, 5, hi=4), F(6, 5), "amax"),
+        C(F(4, 5), 1, I(4, 7, hi=5), F(4, 7), "amin", include_self=False), (F(4, 5, lo=0.5), 0, I(3, 5, hi=4), F(3, 5, lo=0.5), "prod"),
+        C(F(4, 5), 0, I(6, 5, hi=4), F(6, 5), "mean", include_self=False)], FLOAT),
+    "index_put": Sample(aten.index_put.default, [(F(5, 4), [I(3, hi=5)], F(3, 4), True), (F(5, 4), [I(1, hi=5)], F(4)),
+                                                 (F(5, 4), [B(5, 4)], F(1)), (F(5, 4, 3), [None, I(2, hi=4)], F(1, 2, 3), True)],
+                        NUM),
+    "index_add": Sample(aten.index_add.default, [(F(5, 4), 0, I(3, hi=5), F(3, 4)), C(F(5, 4), 1, I(6, hi=4), F(5, 6), alpha=2)],
+                        NUM),
+    "index_copy": Sample(aten.index_copy.default, [(F(5, 4), 0, I(1, hi=5), F(1, 4))], NUM),
+    "index_fill": Sample(aten.index_fill.int_Scalar, [(F(5, 4), 0, I(3, hi=5), -1.0), (F(5, 4), 1, I(2, hi=4), 2.0)], NUM),
+    "masked_scatter": Sample(aten.masked_scatter.default, [(F(4, 5), B(4, 5), F(20)), (F(2, 3, 4), B(3, 1), F(30))], NUM),
+    "nonzero": Sample(aten.nonzero.default, [(B(4, 5),), (F(3, 4),), (B(0, 3),)], ANY),
+    "one_hot": Sample(aten.one_hot.default, [(I(6, hi=4), 5), (I(2, 3, hi=4), 4)], ANY),
+    "select_scatter": Sample(aten.select_scatter.default, [(F(4, 5), F(5), 0, 2), (F(4, 5), F(4), -1, -1)], NUM),
+    "slice_scatter": Sample(aten.slice_scatter.default, [(F(6, 5), F(2, 5), 0, 1, 3), (F(6, 5), F(6, 2), 1, 0, 4, 2)], NUM),
+    "diagonal_scatter": Sample(aten.diagonal_scatter.default, [(F(4, 5), F(4)), (F(4, 5), F(3), 2), (F(2, 4, 4), F(2, 3), -1, 1, 2)],
+                               NUM),
+    "diagonal": Sample(aten.diagonal.default, [(F(4, 5),), (F(4, 5), 1), (F(2, 4, 4), -1, 1, 2)], NUM),
+    "as_strided": Sample(aten.as_strided.default, [(F(4, 5), [3, 3], [5, 1]), (F(4, 5), [2, 2], [1, 5], 3)], NUM),
+    "copy": Sample(aten.copy.default, [(F(4, 5), F(4, 5)), (F(4, 5), F(1, 5)), (F(3, 4), I(3, 4, hi=9))], NUM),
+    "fill": Sample(aten.fill.Scalar, [(F(4, 5), 2.5), (aten.fill.Tensor, F(3, 4), F())], NUM),
+    "sym_size": Sample(aten.sym_size.int, [(F(4, 5), 1), (F(2, 3, 4), -1)], ANY),
+    "sym_numel": Sample(aten.sym_numel.default, [(F(4, 5),)], ANY),
+    "sym_stride": Sample(aten.sym_stride.int, [(F(4, 5), 0), (F(2, 3, 4), 1)], ANY),
+    "sym_storage_offset": Sample(aten.sym_storage_offset.default, [(F(4, 5),)], ANY),
+    "item": Sample(aten._local_scalar_dense.default, [(F(),), (F(1),)], NUM),
+    # --- FFT -------------------------------------------------------------------------------
+    "fft_r2c": Sample(aten._fft_r2c.default, [(F(4, 8), [1], 0, True), (F(4, 6), [0, 1], 2, False), (F(3, 5), [1], 1, True)],
+                      ("float32", "float64")),
+    "fft_c2r": Sample(aten._fft_c2r.default, [(Z(4, 5), [1], 2, 8), (Z(4, 3), [0, 1], 0, 5)], F32_64),
+    "fft_c2c": Sample(aten._fft_c2c.default, [(Z(4, 5), [1], 0, True), (Z(4, 5), [0, 1], 2, False)], F32_64),
+    # --- random (shape and dtype only) -----------------------------------------------------
+    "rand": Sample(aten.rand.default, [([2, 3],), C([4], dtype=torch.float64)], ANY, values=False),
+    "randn": Sample(aten.randn.default, [([2, 3],), C([4], dtype=torch.float64)], ANY, values=False),
+    "randperm": Sample(aten.randperm.default, [(7,)], ANY, values=False),
+    "rand_like": Sample(aten.rand_like.default, [(F(3, 4),)], FLOAT, values=False),
+    "randn_like": Sample(aten.randn_like.default, [(F(3, 4),)], FLOAT, values=False),
+    "bernoulli": Sample(aten.bernoulli.default, [(F(3, 4, lo=0, hi=1),)], FLOAT, values=False),
 }

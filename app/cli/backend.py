@@ -1,5 +1,6 @@
 """`opscope backend check BACKEND`: conformance of every op the backend claims, against
-PyTorch's CPU kernels in float64 (runtime/conformance.py)."""
+PyTorch's CPU kernels in float64 (runtime/conformance.py); with `--opinfo`, PyTorch's own OpInfo
+samples and tolerances for every OpInfo whose ops the backend claims (runtime/opinfo.py)."""
 from __future__ import annotations
 
 from rich.console import Console
@@ -23,12 +24,18 @@ def register(sub) -> None:
     c.add_argument("--ops", default="", help="comma-separated op names (default: every op the backend claims)")
     c.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
                    help=f"comma-separated dtypes to check (default: {','.join(DEFAULT_DTYPES)})")
+    c.add_argument("--opinfo", action="store_true",
+                   help="run PyTorch's OpInfo samples (float32, first 3 per OpInfo) instead of opscope's own")
+    c.add_argument("--opinfos", default="", metavar="NAMES",
+                   help="with --opinfo: comma-separated OpInfo names (default: every OpInfo)")
     add_json(c)
     c.set_defaults(func=main)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
 def main(args) -> int:
+    if args.opinfo or args.opinfos:
+        return _main_opinfo(args)
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     bad = [d for d in dtypes if d not in ITEMSIZE]
     if not dtypes:
@@ -72,6 +79,40 @@ def _print(report, dtypes) -> None:
     console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing to check")
     for c in report.failed:
         console.print(f"[red]FAIL[/] {escape(c.op)} {escape(c.dtype)}: {escape(c.message)}", markup=True)
+
+
+def _main_opinfo(args) -> int:
+    from opscope.runtime.opinfo import check_opinfo, select
+    names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
+    backend = resolve(args.backend)
+    total = len(select(names))
+    err = Console(stderr=True)
+    with Progress(TextColumn("OpInfo {task.fields[cell]:<40}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("opinfo", total=total, cell="")
+        report = check_opinfo(backend, names, progress=lambda name: bar.update(task, advance=1, cell=name))
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        _print_opinfo(report)
+    return 1 if report.failed else 0
+
+
+_OPINFO_STYLE = {"pass": "green", "fallback": "yellow", "wrong": "red", "crash": "red"}
+
+
+def _print_opinfo(report) -> None:
+    rows = [[r.name, ", ".join(r.ops), Text(r.status if r.status != "fallback" else "fell back",
+                                             style=_OPINFO_STYLE.get(r.status, "")), str(r.samples)]
+            for r in report.claimed]
+    console.print(table(f"PyTorch OpInfo on {report.backend} (float32, torch.testing.assert_close tolerances)",
+                        ["OpInfo", "opscope ops", "result", "samples"], rows))
+    c = report.counts()
+    console.print(f"{len(report.claimed)} OpInfos claimed: {c['pass']} pass, {c['fallback']} refused and fell back, "
+                  f"{c['refused']} refused, {c['wrong']} wrong, {c['crash']} crashed; {c['uncapturable']} not capturable, "
+                  f"{c['unclaimed']} with ops opscope does not claim ({report.seconds:.0f} s)")
+    for r in report.failed:
+        console.print(f"[red]{r.status.upper()}[/] {escape(r.name)}: {escape(r.message)}", markup=True)
 
 
 def _cell(c) -> Text:

@@ -8,6 +8,7 @@ from ..description import Description
 from ..dtypes import to_numpy
 from ..hdi import Backend, MemoryManager, OperatorRegistry
 from ..ops import OPS
+from ..ops.registry import accepts
 
 _DEVICE_KW = ("device", "layout", "pin_memory", "memory_format", "non_blocking")
 
@@ -37,6 +38,8 @@ def numpy_kernel(node, backend):
     """The op's reference kernel, bound to the dtypes capture recorded for its outputs."""
     opdef = OPS.get(node.op)
     if opdef is None:
+        return None
+    if accepts(node) is not True:      # the kernel cannot take these arguments: refuse, so the node falls back
         return None
     fn = opdef.numpy
     if fn is None:

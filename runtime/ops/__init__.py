@@ -1,5 +1,8 @@
 """Hardware-agnostic operators: specifications, reference kernels, cost models, `@operator`."""
-from . import math as _math, nn as _nn, shape as _shape  # noqa: F401  (registration)
+from . import (convolution as _convolution, fft as _fft, indexing as _indexing, math as _math,  # noqa: F401
+               nn as _nn, pooling as _pooling, random as _random, recurrent as _recurrent, shape as _shape,
+               sorting as _sorting)
+from . import backward as _backward, optim as _optim  # noqa: F401,E402  (training ops: after the forward ones)
 from .registry import OPS, OpDef, bytes_of, flops_of, op_for_target
 from .user import operator
 

@@ -96,11 +96,35 @@ _unary("reciprocal", lambda self: np.reciprocal(self))
 _unary("erf", lambda self: _erf(self))
 _unary("floor", lambda self: np.floor(self))
 _unary("ceil", lambda self: np.ceil(self))
-_unary("round", lambda self: np.round(self))
+_unary("round", lambda self, decimals=0: np.round(self, decimals))
 _unary("sign", lambda self: np.sign(self))
 _unary("logical_not", lambda self: np.logical_not(self))
 _unary("bitwise_not", lambda self: np.invert(self))
 _unary("isnan", lambda self: np.isnan(self))
+_unary("isinf", lambda self: np.isinf(self))
+_unary("trunc", lambda self: np.trunc(self), aten=("aten.trunc", "aten.trunc_", "aten.fix"))
+for _name, _fn in {"tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+                   "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+                   "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2, "log10": np.log10}.items():
+    # transcendental: a few FLOPs each, counted like activations
+    _unary(_name, lambda self, _f=_fn: _f(self), kind="activation")
+alias("asin", "aten.arcsin", "aten.arcsin_")
+alias("acos", "aten.arccos", "aten.arccos_")
+alias("atan", "aten.arctan", "aten.arctan_")
+alias("asinh", "aten.arcsinh")
+alias("acosh", "aten.arccosh")
+alias("atanh", "aten.arctanh")
+
+
+@define("atan2", "activation", aten=("aten.atan2", "aten.atan2_", "aten.arctan2"))
+def atan2(self, other):
+    return np.arctan2(self, other)
+
+
+@define("fmod", "elementwise", aten=("aten.fmod", "aten.fmod_"))
+def fmod(self, other):
+    """C-style remainder: the sign of the dividend (remainder takes the divisor's)."""
+    return np.fmod(self, other)
 
 
 @define("clamp", "elementwise", aten=("aten.clamp", "aten.clamp_", "aten.clip"))
@@ -199,8 +223,8 @@ def softplus(self, beta=1.0, threshold=20.0):
 # --- comparison and selection ------------------------------------------------------------
 for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
                    "gt": np.greater, "ge": np.greater_equal, "logical_and": np.logical_and,
-                   "logical_or": np.logical_or, "bitwise_and": np.bitwise_and,
-                   "bitwise_or": np.bitwise_or}.items():
+                   "logical_or": np.logical_or, "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
+                   "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}.items():
     define(_name, "elementwise", aten=(f"aten.{_name}",))(lambda self, other, _f=_fn: _f(self, other))
 
 
@@ -217,35 +241,36 @@ def masked_fill(self, mask, value):
 
 
 # --- reductions --------------------------------------------------------------------------
-def _axes(dim):
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+def _axes(dim, x=None):
+    # NOTE: torch lets a 0-d tensor reduce over dim 0 or -1 (and returns it); numpy raises AxisError.
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) or (x is not None and np.ndim(x) == 0):
         return None
     return tuple(dim) if isinstance(dim, (list, tuple)) else dim
 
 
 @define("sum", "reduction", aten=("aten.sum",), flops=lambda n: n.input_meta[0].numel)
 def sum_(self, dim=None, keepdim=False, dtype=None):
-    return np.sum(self, axis=_axes(dim), keepdims=keepdim)
+    return np.sum(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("mean", "reduction", aten=("aten.mean",), flops=lambda n: n.input_meta[0].numel)
 def mean(self, dim=None, keepdim=False, dtype=None):
-    return np.mean(self, axis=_axes(dim), keepdims=keepdim)
+    return np.mean(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("prod", "reduction", aten=("aten.prod",), flops=lambda n: n.input_meta[0].numel)
 def prod(self, dim=None, keepdim=False, dtype=None):
-    return np.prod(self, axis=_axes(dim), keepdims=keepdim)
+    return np.prod(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("amax", "reduction", aten=("aten.amax",), flops=lambda n: n.input_meta[0].numel)
 def amax(self, dim=(), keepdim=False):
-    return np.amax(self, axis=_axes(dim), keepdims=keepdim)
+    return np.amax(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("amin", "reduction", aten=("aten.amin",), flops=lambda n: n.input_meta[0].numel)
 def amin(self, dim=(), keepdim=False):
-    return np.amin(self, axis=_axes(dim), keepdims=keepdim)
+    return np.amin(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("max", "reduction", aten=("aten.max",), flops=lambda n: n.input_meta[0].numel)
@@ -288,11 +313,13 @@ def _correction(correction, unbiased):
 
 @define("var", "reduction", aten=("aten.var",), flops=lambda n: 3 * n.input_meta[0].numel)
 def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):              # var.default(self, unbiased)
+        dim, unbiased = None, dim
     if isinstance(unbiased, bool) or unbiased is None:
         ddof = _correction(correction, unbiased)
     else:  # var.correction(self, dim, *, correction, keepdim)
         ddof = _correction(correction, True)
-    return np.var(self, axis=_axes(dim), ddof=ddof, keepdims=keepdim)
+    return np.var(self, axis=_axes(dim, self), ddof=ddof, keepdims=keepdim)
 
 
 @define("std", "reduction", aten=("aten.std",), flops=lambda n: 3 * n.input_meta[0].numel)
@@ -302,23 +329,47 @@ def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @define("all", "reduction", aten=("aten.all",))
 def all_(self, dim=None, keepdim=False):
-    return np.all(self, axis=_axes(dim), keepdims=keepdim)
+    return np.all(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("any", "reduction", aten=("aten.any",))
 def any_(self, dim=None, keepdim=False):
-    return np.any(self, axis=_axes(dim), keepdims=keepdim)
+    return np.any(self, axis=_axes(dim, self), keepdims=keepdim)
 
 
 @define("vector_norm", "reduction", aten=("aten.linalg_vector_norm",), flops=lambda n: 2 * n.input_meta[0].numel)
 def vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
-    return np.linalg.norm(self, ord=ord, axis=_axes(dim), keepdims=keepdim) if dim is not None else \
-        np.asarray(np.linalg.norm(self.reshape(-1), ord=ord))
+    # NOTE: not np.linalg.norm -- over two axes it computes a matrix norm (ord=2: the spectral norm).
+    axis = _axes(dim, self)
+    a = np.abs(self)
+    if ord == math.inf:
+        return np.amax(a, axis=axis, keepdims=keepdim)
+    if ord == -math.inf:
+        return np.amin(a, axis=axis, keepdims=keepdim)
+    if ord == 0:
+        return np.sum(a != 0, axis=axis, keepdims=keepdim).astype(self.dtype)
+    if ord == 1:
+        return np.sum(a, axis=axis, keepdims=keepdim)
+    if ord == 2:
+        return np.sqrt(np.sum(a * a, axis=axis, keepdims=keepdim))
+    return np.sum(a ** ord, axis=axis, keepdims=keepdim) ** (1.0 / ord)
+
+
+@define("histc", "reduction", aten=("aten.histc",), flops=lambda n: n.input_meta[0].numel)
+def histc(self, bins=100, min=0, max=0):
+    """Counts in `bins` equal bins over [min, max] (the data's range when min == max); others ignored."""
+    lo, hi = float(min), float(max)
+    if lo == hi and self.size:
+        lo, hi = float(np.min(self)), float(np.max(self))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts, _ = np.histogram(self.astype(np.float64), bins=bins, range=(lo, hi))
+    return counts.astype(self.dtype)
 
 
 @define("cumsum", "reduction", aten=("aten.cumsum",), flops=lambda n: n.input_meta[0].numel)
 def cumsum(self, dim, dtype=None):
-    return np.cumsum(self, axis=dim)
+    return np.array(self) if self.ndim == 0 else np.cumsum(self, axis=dim)
 
 
 # bool tensors use & and | (aten.__and__ / __or__) for masks

@@ -1,5 +1,5 @@
-"""Neural-network ops (linear algebra, convolution, pooling, normalization, attention,
-embedding, softmax): numpy reference kernels and their cost models."""
+"""Neural-network ops (linear algebra, normalization, attention, embedding, softmax, dropout):
+numpy reference kernels and their cost models. Convolution and pooling live in their own modules."""
 from __future__ import annotations
 
 import math
@@ -47,143 +47,6 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
         dtypes=FLOATS)
 def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     return beta * self + alpha * np.matmul(batch1, batch2)
-
-
-# --- convolution -------------------------------------------------------------------------
-def _tuple(v, n):
-    if isinstance(v, (list, tuple)):
-        return tuple(v) if len(v) == n else tuple(v) * n
-    return (v,) * n
-
-
-def _conv_flops(n):
-    w = n.input_meta[1].shape            # (C_out, C_in/groups, *k)
-    per_out = 2 * math.prod(w[1:])
-    return n.output_meta[0].numel * per_out
-
-
-def _convnd(x, w, b, stride, padding, dilation, groups, nd):
-    stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
-    ks = w.shape[2:]
-    if isinstance(padding, str):
-        if padding == "valid":
-            pads = [(0, 0)] * nd
-        else:  # "same": torch pads the extra element on the right
-            pads = []
-            for k, d in zip(ks, dilation):
-                total = d * (k - 1)
-                pads.append((total // 2, total - total // 2))
-    else:
-        pads = [(p, p) for p in _tuple(padding, nd)]
-    x = np.pad(x, [(0, 0), (0, 0)] + pads)
-    n_, c = x.shape[:2]
-    co = w.shape[0]
-    spatial = x.shape[2:]
-    out_sz = [(s - d * (k - 1) - 1) // st + 1 for s, k, d, st in zip(spatial, ks, dilation, stride)]
-    # im2col through a strided window view: (N, C, *out, *k)
-    win = np.lib.stride_tricks.sliding_window_view(
-        x, [d * (k - 1) + 1 for k, d in zip(ks, dilation)], axis=tuple(range(2, 2 + nd)))
-    sl = (slice(None), slice(None)) + tuple(slice(None, o * st, st) for o, st in zip(out_sz, stride)) + \
-        tuple(slice(None, None, d) for d in dilation)
-    win = win[sl]
-    cg, cog = c // groups, co // groups
-    outs = []
-    for g in range(groups):
-        xg = win[:, g * cg:(g + 1) * cg]                      # N, cg, *out, *k
-        wg = w[g * cog:(g + 1) * cog]                         # cog, cg, *k
-        xs = np.moveaxis(xg, 1, 1 + nd)                       # N, *out, cg, *k
-        cols = xs.reshape(n_, math.prod(out_sz), cg * math.prod(ks))
-        outs.append(cols @ wg.reshape(cog, -1).T)             # N, P, cog
-    out = np.concatenate(outs, axis=2) if groups > 1 else outs[0]
-    out = np.moveaxis(out, 2, 1).reshape(n_, co, *out_sz)
-    if b is not None:
-        out = out + b.reshape((1, co) + (1,) * nd)
-    return np.ascontiguousarray(out.astype(x.dtype, copy=False))
-
-
-@define("conv1d", "compute", aten=("aten.conv1d",), flops=_conv_flops, dtypes=FLOATS)
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _convnd(input, weight, bias, stride, padding, dilation, groups, 1)
-
-
-@define("conv2d", "compute", aten=("aten.conv2d",), flops=_conv_flops, dtypes=FLOATS)
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _convnd(input, weight, bias, stride, padding, dilation, groups, 2)
-
-
-@define("convolution", "compute", aten=("aten.convolution",), flops=_conv_flops, dtypes=FLOATS)
-def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise NotImplementedError("transposed convolution has no numpy kernel yet")
-    return _convnd(input, weight, bias, stride, padding, dilation, groups, input.ndim - 2)
-
-
-# --- pooling -----------------------------------------------------------------------------
-def _pool_windows(x, kernel, stride, padding, ceil_mode, fill, dilation=(1, 1)):
-    kernel = _tuple(kernel, 2)
-    stride = _tuple(stride, 2) if stride not in (None, [], ()) else kernel
-    padding, dilation = _tuple(padding, 2), _tuple(dilation, 2)
-    h, w = x.shape[-2:]
-    outs = []
-    for s, k, st, p, d in zip((h, w), kernel, stride, padding, dilation):
-        span = d * (k - 1) + 1
-        o = (s + 2 * p - span + (st - 1 if ceil_mode else 0)) // st + 1
-        if ceil_mode and (o - 1) * st >= s + p:
-            o -= 1
-        outs.append(o)
-    extra = [max(0, (o - 1) * st + d * (k - 1) + 1 - s - 2 * p) for o, st, k, s, p, d in
-             zip(outs, stride, kernel, (h, w), padding, dilation)]
-    pad = [(0, 0)] * (x.ndim - 2) + [(p, p + e) for p, e in zip(padding, extra)]
-    xp = np.pad(x, pad, constant_values=fill)
-    win = np.lib.stride_tricks.sliding_window_view(xp, [d * (k - 1) + 1 for k, d in zip(kernel, dilation)], axis=(-2, -1))
-    win = win[..., :outs[0] * stride[0]:stride[0], :outs[1] * stride[1]:stride[1], ::dilation[0], ::dilation[1]]
-    return win, kernel, padding, stride, (h, w)
-
-
-@define("max_pool2d", "reduction", aten=("aten.max_pool2d",), flops=lambda n: n.input_meta[0].numel)
-def max_pool2d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    win, *_ = _pool_windows(self, kernel_size, stride, padding, ceil_mode, -np.inf, _tuple(dilation, 2))
-    return win.max(axis=(-2, -1)).astype(self.dtype)
-
-
-@define("avg_pool2d", "reduction", aten=("aten.avg_pool2d",), flops=lambda n: n.input_meta[0].numel)
-def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
-    win, kernel, pad, stride_, (h, w) = _pool_windows(self, kernel_size, stride, padding, ceil_mode, 0.0)
-    total = win.sum(axis=(-2, -1))
-    if divisor_override:
-        return (total / divisor_override).astype(self.dtype)
-    ones = np.ones((h, w), dtype=self.dtype)
-    if count_include_pad:
-        ones = np.pad(ones, [(p, p) for p in pad], constant_values=1.0)
-        cwin, *_ = _pool_windows(ones[None], kernel, stride_, 0, ceil_mode, 0.0)
-    else:
-        cwin, *_ = _pool_windows(ones[None], kernel, stride_, pad, ceil_mode, 0.0)
-    count = cwin.sum(axis=(-2, -1))[0][: total.shape[-2], : total.shape[-1]]
-    return (total / count).astype(self.dtype)
-
-
-def _adaptive_bounds(size, out):
-    return [(math.floor(i * size / out), math.ceil((i + 1) * size / out)) for i in range(out)]
-
-
-@define("adaptive_avg_pool2d", "reduction", aten=("aten.adaptive_avg_pool2d",), flops=lambda n: n.input_meta[0].numel)
-def adaptive_avg_pool2d(self, output_size):
-    oh, ow = _tuple(output_size, 2)
-    h, w = self.shape[-2:]
-    oh, ow = oh or h, ow or w
-    if h % oh == 0 and w % ow == 0:
-        r = self.reshape(*self.shape[:-2], oh, h // oh, ow, w // ow)
-        return r.mean(axis=(-3, -1)).astype(self.dtype)
-    out = np.empty(self.shape[:-2] + (oh, ow), dtype=self.dtype)
-    for i, (h0, h1) in enumerate(_adaptive_bounds(h, oh)):
-        for j, (w0, w1) in enumerate(_adaptive_bounds(w, ow)):
-            out[..., i, j] = self[..., h0:h1, w0:w1].mean(axis=(-2, -1))
-    return out
-
-
-@define("adaptive_avg_pool1d", "reduction", aten=("aten.adaptive_avg_pool1d",), flops=lambda n: n.input_meta[0].numel)
-def adaptive_avg_pool1d(self, output_size):
-    return adaptive_avg_pool2d(self[..., None, :], (1, _tuple(output_size, 1)[0]))[..., 0, :]
 
 
 # --- normalization -----------------------------------------------------------------------
@@ -300,7 +163,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = np.where(attn_mask, scores, -np.inf)
         else:
             scores = scores + attn_mask
-    return np.matmul(_softmax(scores, -1), value).astype(query.dtype, copy=False)
+    weights = _softmax(scores, -1)
+    if dropout_p > 0:               # sdpa applies dropout whenever dropout_p > 0, whatever the module's mode
+        weights = weights * _keep(weights.shape, dropout_p) / (1 - dropout_p)
+    return np.matmul(weights, value).astype(query.dtype, copy=False)
 
 
 @define("embedding", "copy", aten=("aten.embedding",), flops=lambda n: 0)
@@ -308,9 +174,192 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return weight[indices]
 
 
-@define("dropout", "copy", aten=("aten.dropout", "aten.dropout_", "aten.feature_dropout", "aten.alpha_dropout"),
-        flops=lambda n: 0)
+@define("embedding_bag", "reduction", aten=("aten._embedding_bag", "aten._embedding_bag_forward_only"),
+        flops=lambda n: n.input_meta[1].numel * n.input_meta[0].shape[-1])
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """(output, offset2bag, bag_size, max_indices): sum (0), mean (1) or max (2) of each bag's rows.
+
+    The three extra outputs are ATen's bookkeeping for the backward, reproduced as the CPU kernel
+    returns them (its float32 sum fast path leaves offset2bag empty; bag_size is zero in sum mode)."""
+    n, d = len(indices), weight.shape[1]
+    bounds = list(offsets) + ([] if include_last_offset else [n])
+    bags = len(bounds) - 1
+    out = np.zeros((bags, d), dtype=weight.dtype)
+    bag_of = np.zeros(n, dtype=np.int64)
+    size = np.zeros(bags, dtype=np.int64)
+    argmax = np.zeros((bags, d) if mode == 2 else (bags,), dtype=np.int64)
+    for b in range(bags):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        bag_of[lo:hi] = b
+        idx = indices[lo:hi]
+        keep = idx != padding_idx if padding_idx is not None and padding_idx >= 0 else np.ones(len(idx), bool)
+        rows = weight[idx[keep]].astype(np.float64)
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights[lo:hi][keep][:, None]
+        size[b] = int(keep.sum())
+        if not len(rows):
+            continue
+        if mode == 2:
+            pick = rows.argmax(axis=0)
+            out[b], argmax[b] = rows[pick, np.arange(d)], idx[keep][pick]
+        else:
+            out[b] = rows.sum(axis=0) / (len(rows) if mode == 1 else 1)
+    if mode == 0:
+        fast = weight.dtype == np.float32 and per_sample_weights is None
+        return out, np.zeros(0, np.int64) if fast else bag_of, np.zeros(bags, np.int64), np.zeros(bags, np.int64)
+    return out, bag_of, size, (argmax if mode == 2 else size.copy())
+
+
+_RNG = np.random.default_rng()
+
+
+def _keep(shape, p):
+    return _RNG.random(shape) >= p
+
+
+@define("dropout", "copy", aten=("aten.dropout", "aten.dropout_"), flops=lambda n: 0)
 def dropout(input, p=0.5, train=False):
-    if train and p > 0:
-        raise NotImplementedError("dropout in training mode is not deterministic; run the model in eval()")
-    return input
+    """Zero each element with probability p and scale the rest by 1/(1-p) (training); identity in eval."""
+    if not train or p == 0:
+        return input
+    if p >= 1:
+        return np.zeros_like(input)
+    return (input * _keep(input.shape, p) / (1 - p)).astype(input.dtype)
+
+
+@define("feature_dropout", "copy", aten=("aten.feature_dropout", "aten.feature_dropout_"), flops=lambda n: 0)
+def feature_dropout(input, p=0.5, train=False):
+    """Dropout of whole channels (dropout2d/3d): one draw per (batch, channel)."""
+    if not train or p == 0:
+        return input
+    mask = _keep(input.shape[:2] + (1,) * (input.ndim - 2), p) if p < 1 else np.zeros(input.shape[:2], bool)
+    return (input * mask / max(1 - p, 1e-30)).astype(input.dtype) if p < 1 else np.zeros_like(input)
+
+
+def _alpha(input, p, mask):
+    alpha = 1.7580993408473766                  # SELU's -scale*alpha: keeps mean and variance (ATen's constant)
+    a = 1.0 / math.sqrt((alpha * alpha * p + 1) * (1 - p))
+    return (input * mask * a + (mask - 1.0) * alpha * a + alpha * a * p).astype(input.dtype)
+
+
+@define("alpha_dropout", "copy", aten=("aten.alpha_dropout", "aten.alpha_dropout_"), flops=lambda n: 0)
+def alpha_dropout(input, p=0.5, train=False):
+    if not train or p == 0:
+        return input
+    if p >= 1:
+        return np.zeros_like(input)
+    return _alpha(input, p, _keep(input.shape, p))
+
+
+@define("feature_alpha_dropout", "copy", aten=("aten.feature_alpha_dropout", "aten.feature_alpha_dropout_"),
+        flops=lambda n: 0)
+def feature_alpha_dropout(input, p=0.5, train=False):
+    if not train or p == 0:
+        return input
+    if p >= 1:
+        return np.zeros_like(input)
+    return _alpha(input, p, _keep(input.shape[:2] + (1,) * (input.ndim - 2), p))
+
+
+# --- normalization variants that return their statistics (what decompositions and training use) ---
+# native_layer_norm and native_dropout live with the training ops (backward.py), beside their backwards.
+@define("native_group_norm", "normalization", aten=("aten.native_group_norm",), flops=_norm_flops, dtypes=FLOATS)
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """(output, mean (N, G), rstd (N, G))."""
+    x = input.astype(np.float64).reshape(N, group, -1)
+    mean = x.mean(axis=2, keepdims=True)
+    rstd = 1.0 / np.sqrt(x.var(axis=2, keepdims=True) + eps)
+    out = ((x - mean) * rstd).reshape(input.shape)
+    shape = (1, C) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out.astype(input.dtype), mean[..., 0].astype(input.dtype), rstd[..., 0].astype(input.dtype)
+
+
+def _bn(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    axes = (0,) + tuple(range(2, input.ndim))
+    shape = (1, -1) + (1,) * (input.ndim - 2)
+    x = input.astype(np.float64)
+    if training:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        if running_mean is not None:        # ATen updates the running statistics in place
+            n = x.size / x.shape[1]
+            running_mean[...] = (1 - momentum) * running_mean + momentum * mean
+            running_var[...] = (1 - momentum) * running_var + momentum * var * n / max(n - 1, 1)
+    else:
+        mean, var = running_mean.astype(np.float64), running_var.astype(np.float64)
+    rstd = 1.0 / np.sqrt(var + eps)
+    out = (x - mean.reshape(shape)) * rstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    saved = (mean, rstd) if training else (np.zeros(0), np.zeros(0))
+    return out.astype(input.dtype), saved[0].astype(input.dtype), saved[1].astype(input.dtype)
+
+
+@define("native_batch_norm_legit", "normalization", aten=("aten._native_batch_norm_legit", "aten.native_batch_norm"),
+        flops=_norm_flops, dtypes=FLOATS)
+def native_batch_norm_legit(input, weight, bias, running_mean, running_var, training=None, momentum=0.1, eps=1e-5):
+    """(output, save_mean, save_rstd); the .no_stats overload has no running statistics."""
+    if isinstance(running_mean, bool):      # .no_stats(input, weight, bias, training, momentum, eps)
+        training, momentum, eps = running_mean, running_var, training
+        running_mean = running_var = None
+    return _bn(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@define("native_batch_norm_no_training", "normalization", aten=("aten._native_batch_norm_legit_no_training",),
+        flops=_norm_flops, dtypes=FLOATS)
+def native_batch_norm_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _bn(input, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+def _norm_except(v, dim):
+    if dim == -1:
+        return np.sqrt(np.sum(v.astype(np.float64) ** 2))
+    dim = dim % v.ndim
+    axes = tuple(a for a in range(v.ndim) if a != dim)
+    return np.sqrt(np.sum(v.astype(np.float64) ** 2, axis=axes, keepdims=True))
+
+
+@define("weight_norm", "normalization", aten=("aten._weight_norm",), flops=lambda n: 3 * n.input_meta[0].numel,
+        dtypes=FLOATS)
+def weight_norm(v, g, dim=0):
+    """w = g * v / ||v|| (the norm over every dim but `dim`): nn.utils.weight_norm."""
+    return (v * (g / _norm_except(v, dim))).astype(v.dtype)
+
+
+@define("weight_norm_interface", "normalization", aten=("aten._weight_norm_interface",),
+        flops=lambda n: 3 * n.input_meta[0].numel, dtypes=FLOATS)
+def weight_norm_interface(v, g, dim=0):
+    """(w, norms): the fused kernel _weight_norm calls; norms has g's shape."""
+    norm = _norm_except(v, dim)
+    return (v * (g / norm)).astype(v.dtype), norm.reshape(g.shape).astype(g.dtype)
+
+
+# --- distances ---------------------------------------------------------------------------
+def _pnorm(d, p, axis):
+    a = np.abs(d.astype(np.float64))
+    if p == 0:
+        return np.sum(a != 0, axis=axis).astype(np.float64)
+    if p == math.inf:
+        return np.max(a, axis=axis) if a.shape[axis] else np.zeros(np.delete(a.shape, axis % a.ndim))
+    return np.sum(a ** p, axis=axis) ** (1.0 / p)
+
+
+@define("cdist", "compute", aten=("aten._cdist_forward", "aten.cdist"), dtypes=FLOATS,
+        flops=lambda n: 3 * n.output_meta[0].numel * n.input_meta[0].shape[-1])
+def cdist(x1, x2, p=2.0, compute_mode=None):
+    """Pairwise p-norm distances between the rows of x1 (.., P, M) and x2 (.., R, M)."""
+    return _pnorm(x1[..., :, None, :] - x2[..., None, :, :], p, -1).astype(x1.dtype)
+
+
+@define("pdist", "compute", aten=("aten._pdist_forward", "aten.pdist"), dtypes=FLOATS,
+        flops=lambda n: 3 * n.output_meta[0].numel * n.input_meta[0].shape[-1])
+def pdist(self, p=2.0):
+    """Condensed distances between every pair of rows i < j."""
+    i, j = np.triu_indices(self.shape[0], 1)
+    return _pnorm(self[i] - self[j], p, -1).astype(self.dtype)

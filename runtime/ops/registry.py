@@ -15,6 +15,7 @@ from ..dtypes import FLOATS
 
 ALL_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "int64", "int32",
                         "int16", "int8", "uint8", "bool"})
+COMPLEX = frozenset({"complex64", "complex128"})
 
 # kind -> default FLOPs per output element (views and copies move bytes, compute nothing)
 _KIND_FLOPS = {"elementwise": 1, "activation": 4, "reduction": 1, "view": 0, "copy": 0,
@@ -33,17 +34,21 @@ class OpDef:
     torch: Callable | None = None       # for user ops: the torch implementation
     composite: Callable | None = None   # for user ops written in terms of other ops
     extra: dict = field(default_factory=dict)
+    # accepts(node) -> True | "why not": the reference kernel cannot take this node's arguments
+    # (placement then sends the node to a fallback instead of letting the kernel raise)
+    accepts: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
 _ATEN: dict[str, str] = {}
 
 
-def define(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc=""):
+def define(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc="", accepts=None):
     """Register the decorated numpy function as the reference kernel of op `name`."""
 
     def wrap(fn):
-        OPS[name] = OpDef(name, kind, fn, tuple(aten), flops, frozenset(dtypes), doc or (fn.__doc__ or "").strip())
+        OPS[name] = OpDef(name, kind, fn, tuple(aten), flops, frozenset(dtypes), doc or (fn.__doc__ or "").strip(),
+                          accepts=accepts)
         for packet in aten:
             _ATEN[packet] = name
         return fn
@@ -68,6 +73,27 @@ def op_for_target(target) -> str | None:
     if key.startswith("opscope.") and key.split(".", 1)[1] in OPS:
         return key.split(".", 1)[1]
     return None
+
+
+def accepts(node) -> bool | str:
+    """True when the op's reference kernel takes this node's arguments, else why not."""
+    op = OPS.get(node.op)
+    check = getattr(op, "accepts", None)
+    if check is None:
+        return True
+    try:
+        return check(node)
+    except Exception as e:  # a check that cannot read the node refuses it rather than guessing
+        return f"{node.op}: cannot check its arguments ({type(e).__name__}: {e})"
+
+
+def arg(node, i: int, name: str, default=None):
+    """Argument `name` (position i) of a node, wherever capture put it; tensors stay Refs."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    if len(node.args) > i:
+        return node.args[i]
+    return node.attrs.get(name, default)
 
 
 def flops_of(node) -> int:

@@ -90,6 +90,20 @@ def unflatten(self, dim, sizes):
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
 
+@define("diagonal", "view", aten=("aten.diagonal",))
+def diagonal(self, offset=0, dim1=0, dim2=1):
+    return np.diagonal(self, offset, dim1, dim2)
+
+
+@define("as_strided", "view", aten=("aten.as_strided", "aten.as_strided_"))
+def as_strided(self, size, stride, storage_offset=None):
+    """A view with explicit strides over self's elements in row-major order (its storage, when contiguous)."""
+    base = np.ascontiguousarray(self).reshape(-1)
+    start = base[storage_offset or 0:]
+    item = base.itemsize
+    return np.lib.stride_tricks.as_strided(start, tuple(size), tuple(s * item for s in stride), writeable=False).copy()
+
+
 @define("alias", "view", aten=("aten.alias", "aten.detach", "aten.detach_", "aten.lift_fresh", "aten.view_as_real"))
 def alias(self):
     return self
@@ -122,6 +136,53 @@ def chunk(self, chunks, dim=0):
     return split(self, size, dim)
 
 
+@define("copy", "copy", aten=("aten.copy", "aten.copy_"))
+def copy(self, src, non_blocking=False):
+    """self's shape and dtype, src's values (broadcast)."""
+    return np.array(np.broadcast_to(src, self.shape), dtype=self.dtype)
+
+
+@define("fill", "copy", aten=("aten.fill", "aten.fill_"))
+def fill(self, value):
+    return np.full(self.shape, np.asarray(value).reshape(()), dtype=self.dtype)
+
+
+# --- sizes and scalars: what dynamic shapes and .item() capture to (Python numbers out) ----
+def _strides(shape):
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(s, 1)
+    return out[::-1]
+
+
+@define("sym_size", "view", aten=("aten.sym_size",), flops=lambda n: 0)
+def sym_size(self, dim=None):
+    return self.shape[dim] if dim is not None else list(self.shape)
+
+
+@define("sym_numel", "view", aten=("aten.sym_numel",), flops=lambda n: 0)
+def sym_numel(self):
+    return int(self.size)
+
+
+@define("sym_stride", "view", aten=("aten.sym_stride",), flops=lambda n: 0)
+def sym_stride(self, dim=None):
+    """Strides of the contiguous layout the numpy backend keeps values in."""
+    strides = _strides(self.shape)
+    return strides[dim] if dim is not None else strides
+
+
+@define("sym_storage_offset", "view", aten=("aten.sym_storage_offset",), flops=lambda n: 0)
+def sym_storage_offset(self):
+    return 0
+
+
+@define("item", "copy", aten=("aten._local_scalar_dense", "aten.item"), flops=lambda n: 0)
+def item(self):
+    return self.item()
+
+
 # --- joining and indexing ----------------------------------------------------------------
 @define("cat", "copy", aten=("aten.cat", "aten.concat", "aten.concatenate"))
 def cat(tensors, dim=0):
@@ -148,6 +209,8 @@ def index(self, indices):
 
 @define("index_select", "copy", aten=("aten.index_select",))
 def index_select(self, dim, index):
+    if self.ndim == 0:              # torch: a 0-d tensor indexed by [0] is itself
+        return np.array(self)
     return np.take(self, index, axis=dim)
 
 
@@ -191,12 +254,41 @@ def pad(self, pad, value=0.0, *rest):
     mode = "constant"
     if isinstance(value, str):       # aten.pad(self, pad, mode, value)
         mode, value = value, (rest[0] if rest else 0.0)
+    return pad_nd(self, pad, mode, value)
+
+
+@define("reflection_pad", "copy", aten=("aten.reflection_pad1d", "aten.reflection_pad2d", "aten.reflection_pad3d"))
+def reflection_pad(self, padding):
+    return pad_nd(self, padding, "reflect")
+
+
+@define("replication_pad", "copy", aten=("aten.replication_pad1d", "aten.replication_pad2d",
+                                         "aten.replication_pad3d"))
+def replication_pad(self, padding):
+    return pad_nd(self, padding, "replicate")
+
+
+def pad_nd(self, pad, mode="constant", value=0.0):
+    """torch's pad list (last dim first, (before, after) pairs); a negative width crops."""
+    if mode == "replicate":     # out[i] = x[clamp(i - before)]: also right when a crop empties a side
+        out = self
+        for i in range(len(pad) // 2):
+            d = self.ndim - 1 - i
+            lo, hi = pad[2 * i], pad[2 * i + 1]
+            src = np.clip(np.arange(self.shape[d] + lo + hi) - lo, 0, self.shape[d] - 1)
+            out = np.take(out, src, axis=d)
+        return out
     widths = [(0, 0)] * self.ndim
+    crop = [slice(None)] * self.ndim
     for i in range(len(pad) // 2):
-        widths[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+        d = self.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        widths[d] = (max(lo, 0), max(hi, 0))
+        crop[d] = slice(-min(lo, 0), self.shape[d] + min(hi, 0))
+    x = self[tuple(crop)]             # numpy cannot take negative widths: crop first, then pad
     if mode == "constant":
-        return np.pad(self, widths, constant_values=value or 0)
-    return np.pad(self, widths, mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
+        return np.pad(x, widths, constant_values=value or 0)
+    return np.pad(x, widths, mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
 
 
 # --- creation ----------------------------------------------------------------------------

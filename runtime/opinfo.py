@@ -1,0 +1,288 @@
+"""PyTorch's OpInfo suite on any backend: PyTorch's own sample inputs and tolerances, not ours.
+
+Each OpInfo sample (float32, the first three per OpInfo) becomes a one-op `nn.Module`, is captured
+the way a user's model is (torch.export), placed on the backend and run; the result is compared
+with the op's eager output by `torch.testing.assert_close` at its default float32 tolerances.
+An OpInfo counts when opscope claims every op its capture contains ("claimed"); the rest are
+listed as unclaimed or not capturable.
+
+    from opscope.runtime.opinfo import check_opinfo
+    report = check_opinfo(resolve("numpy"), names=["add", "nn.functional.conv2d"])
+    report.counts()    # {"pass": .., "fallback": .., "refused": .., "wrong": .., "crash": .., ...}
+
+A node the backend refuses runs on its fallback (torch:cpu when the backend names none), so a
+"fallback" result is a correct answer with some nodes refused; "crash" is a kernel that was
+claimed and then raised -- the thing that must never happen.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from .errors import UsageError, first_line
+
+SAMPLES_PER_OP = 3
+STATUSES = ("pass", "fallback", "refused", "wrong", "crash", "uncapturable", "unclaimed")
+# Worse first: an OpInfo's status is the worst over its claimed samples. "refused": no backend in
+# the fallback chain took a node (a clean refusal, not a crash).
+_RANK = {"crash": 0, "wrong": 1, "refused": 2, "fallback": 3, "pass": 4}
+# OpInfos whose values are undefined (uninitialised memory): compare shape and dtype only. Random
+# ops are found by running them (see _is_random), not listed.
+_UNINITIALISED = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted")
+
+
+@dataclass
+class OpInfoResult:
+    """One OpInfo on one backend."""
+
+    name: str
+    status: str                         # one of STATUSES
+    ops: list[str] = field(default_factory=list)       # opscope ops its samples captured to
+    samples: int = 0                    # claimed samples that ran
+    message: str = ""                   # the first failure, or why not claimed
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"opinfo": self.name, "status": self.status, "ops": self.ops, "samples": self.samples,
+                "message": self.message, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class OpInfoReport:
+    backend: str
+    results: list[OpInfoResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def claimed(self) -> list[OpInfoResult]:
+        return [r for r in self.results if r.status in _RANK]
+
+    @property
+    def failed(self) -> list[OpInfoResult]:
+        return [r for r in self.results if r.status in ("wrong", "crash")]
+
+    def counts(self) -> dict:
+        out = dict.fromkeys(STATUSES, 0)
+        for r in self.results:
+            out[r.status] += 1
+        return out
+
+    def as_dict(self) -> dict:
+        return {"backend": self.backend, "summary": self.counts(), "ok": not self.failed,
+                "seconds": self.seconds, "results": [r.as_dict() for r in self.results]}
+
+
+def op_db() -> list:
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    except ImportError as e:       # expecttest is what is usually missing
+        raise UsageError(f"PyTorch's OpInfo database does not import here ({e}); `pip install expecttest`") from e
+    return db
+
+
+def select(names=None) -> list:
+    """OpInfos defined for float32 on the CPU, optionally only `names` (OpInfo name or name.variant)."""
+    db = [o for o in op_db() if torch.float32 in o.supported_dtypes("cpu")]
+    if not names:
+        return db
+    by = {_full_name(o): o for o in db}
+    unknown = [n for n in names if n not in by]
+    if unknown:
+        raise UsageError(f"no float32 OpInfo named {', '.join(unknown)} (names look like add, nn.functional.conv2d, "
+                         "max.reduction_with_dim)")
+    return [by[n] for n in names]
+
+
+def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPLES_PER_OP) -> OpInfoReport:
+    """Run the OpInfo samples of every selected OpInfo on `backend`; `progress(name)` before each."""
+    import time
+
+    from .backends import resolve
+    if backend.fallback is None and not backend.name.startswith("torch"):
+        backend.fallback = resolve("torch:cpu")      # refused nodes still run, so their answer is checked
+    report = OpInfoReport(backend.name)
+    t0 = time.perf_counter()
+    with _quiet(), np.errstate(all="ignore"):
+        for info in select(names):
+            if progress:
+                progress(_full_name(info))
+            t = time.perf_counter()
+            result = _check_one(backend, info, samples_per_op)
+            result.seconds = time.perf_counter() - t
+            report.results.append(result)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _full_name(info) -> str:
+    return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+
+
+@contextlib.contextmanager
+def _quiet():
+    # torch.export and OpInfo sample generators warn on almost every call; the report says what matters.
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _check_one(backend, info, n) -> OpInfoResult:
+    name = _full_name(info)
+    result = OpInfoResult(name, "uncapturable")
+    try:
+        samples = list(_first(info.sample_inputs("cpu", torch.float32, requires_grad=False), n))
+    except Exception as e:  # a sample generator that needs something this machine lacks
+        result.message = f"no samples: {type(e).__name__}: {first_line(e)[:160]}"
+        return result
+    statuses, ops = [], set()
+    unclaimed = uncapturable = ""
+    for i, sample in enumerate(samples):
+        status, why, sample_ops = _check_sample(backend, info, sample)
+        ops.update(sample_ops)
+        if status == "uncapturable":
+            uncapturable = uncapturable or f"sample {i}: {why}"
+        elif status == "unclaimed":
+            unclaimed = unclaimed or f"sample {i}: {why}"
+        else:
+            statuses.append(status)
+            if status in ("wrong", "crash") and not result.message:
+                result.message = f"sample {i}: {why}"
+    result.ops = sorted(ops)
+    if statuses:
+        result.status = min(statuses, key=_RANK.__getitem__)
+        result.samples = len(statuses)
+    elif unclaimed:
+        result.status, result.message = "unclaimed", unclaimed
+    else:
+        result.message = uncapturable or "no float32 samples"
+    return result
+
+
+def _first(it, n):
+    for i, x in enumerate(it):
+        if i >= n:
+            return
+        yield x
+
+
+class _OneOp(torch.nn.Module):
+    """The sample's op as a model: its tensors are the model's inputs, everything else is fixed."""
+
+    def __init__(self, fn, spec, consts):
+        super().__init__()
+        self.fn, self.spec, self.consts = fn, spec, consts
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        leaves = [next(it) if c is _TENSOR else c for c in self.consts]
+        inp, args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return self.fn(inp, *args, **kwargs)
+
+
+_TENSOR = object()
+
+
+def _check_sample(backend, info, sample) -> tuple[str, str, set]:
+    from .capture import capture
+    from .errors import UnsupportedOpError
+    from .executor import Executor, compile_plan
+    from .ops import OPS
+
+    leaves, spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    consts = [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
+    model = _OneOp(info.op, spec, consts)
+    try:
+        expected = model(*[t.clone() for t in tensors])
+        shape_only = info.name in _UNINITIALISED or _is_random(info, model, tensors)
+    except Exception as e:
+        return "uncapturable", f"eager: {type(e).__name__}: {first_line(e)[:160]}", set()
+    try:
+        graph = capture(model, tuple(t.clone() for t in tensors), name=info.name)
+    except Exception as e:
+        return "uncapturable", first_line(e)[:200], set()
+    ops = {n.op for n in graph.nodes}
+    claims = set(backend.ops.ops())
+    missing = sorted(o for o in ops if o not in OPS or o not in claims)
+    if missing:
+        return "unclaimed", f"no opscope op claimed for {', '.join(missing)}", ops
+    try:
+        plan = compile_plan(graph, backend, allow_fallback=True)
+    except UnsupportedOpError as e:
+        return "refused", first_line(e)[:200], ops
+    try:
+        fell_back = any(getattr(node, "fallback", False) for node, _ in plan.placement.assignments)
+        actual = Executor(plan).run_host(*[t.clone() for t in tensors])
+    except Exception as e:  # claimed, then raised: what the check exists to catch
+        return "crash", f"{type(e).__name__}: {first_line(e)[:200]}", ops
+    why = _compare(actual, expected, shape_only)
+    if why:
+        return "wrong", why, ops
+    return ("fallback" if fell_back else "pass"), "", ops
+
+
+def _is_random(info, model, tensors) -> bool:
+    """True when the sample's values depend on the random stream (dropout with p > 0, rand_like...).
+
+    OpInfo wraps such ops in `wrapper_set_seed`, which reseeds torch before every call so that eager
+    runs agree; the run on a backend cannot follow torch's stream. Run the op twice under different
+    seeds without the reseeding: different answers mean only shape and dtype can be compared."""
+    code = getattr(info.op, "__code__", None)
+    if code is None or "wrapper_set_seed" not in code.co_names:
+        return False
+    module = info.op.__globals__
+    saved = module["wrapper_set_seed"]
+    module["wrapper_set_seed"] = lambda op, *args, **kwargs: op(*args, **kwargs)
+    try:
+        outs = []
+        for seed in range(1, 6):         # five draws: a few-element sample rarely repeats by chance
+            torch.manual_seed(seed)
+            outs.append([x for x in pytree.tree_leaves(model(*[t.clone() for t in tensors]))
+                         if isinstance(x, torch.Tensor)])
+    finally:
+        module["wrapper_set_seed"] = saved
+    first = outs[0]
+    return any(not torch.equal(a, b) for other in outs[1:] for a, b in zip(first, other)
+               if not (a.is_floating_point() and a.isnan().any()))
+
+
+def _compare(actual: list, expected, shape_only: bool) -> str:
+    """'' when equal at assert_close's float32 tolerances, else what differs."""
+    want = [x for x in pytree.tree_leaves(expected)]
+    if len(actual) != len(want):
+        return f"{len(actual)} outputs, want {len(want)}"
+    for i, (a, e) in enumerate(zip(actual, want)):
+        if not isinstance(e, torch.Tensor):
+            if isinstance(e, (int, float, bool)) and not (isinstance(e, float) and math.isnan(e)):
+                if not np.allclose(np.asarray(a, dtype=np.float64), float(e), rtol=1.3e-6, atol=1e-5):
+                    return f"output {i}: {a!r}, want {e!r}"
+            continue
+        got = torch.from_numpy(np.array(a)) if not isinstance(a, torch.Tensor) else a   # np.array keeps 0-d
+        if e.dtype == torch.bfloat16 and got.dtype == torch.float32:
+            got = got.to(torch.bfloat16)
+        if tuple(got.shape) != tuple(e.shape):
+            return f"output {i}: shape {tuple(got.shape)}, want {tuple(e.shape)}"
+        if got.dtype != e.dtype:
+            return f"output {i}: dtype {got.dtype}, want {e.dtype}"
+        if shape_only:
+            continue
+        try:
+            torch.testing.assert_close(got, e.detach(), equal_nan=True, check_device=False, check_stride=False)
+        except AssertionError as err:
+            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+            return f"output {i}: " + "; ".join(lines[:3])[:200]
+    return ""

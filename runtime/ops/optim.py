@@ -1,0 +1,97 @@
+"""Optimizer updates as ops: `sgd` and `adamw`, one node per parameter.
+
+Each op takes a parameter, its gradient and its state, and returns the new parameter and new
+state (functional: the executor carries them into the next step on the device). The formulas are
+torch.optim's single-tensor ones (CPU default), in the same order of float32 operations, so a
+run matches eager PyTorch step for step. The torch implementations below are what the torch
+backend runs; the numpy ones are the reference.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..samples import SAMPLES, F, Sample
+from .registry import FLOATS, define
+
+# Hyperparameters each op takes, with torch.optim's defaults.
+SGD_DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0, "nesterov": False}
+ADAMW_DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2}
+
+
+def _n(n):
+    return n.input_meta[0].numel
+
+
+# --- torch implementations: custom ops `opscope::sgd` / `opscope::adamw` (the torch backend
+# runs a node's target, and conformance compares the numpy kernels with these in float64) ---
+@torch.library.custom_op("opscope::sgd", mutates_args=())
+def sgd_torch(param: torch.Tensor, grad: torch.Tensor, momentum_buffer: Optional[torch.Tensor], lr: float,
+              momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> list[torch.Tensor]:
+    d = grad.add(param, alpha=weight_decay) if weight_decay else grad
+    if momentum:
+        buf = momentum_buffer.mul(momentum).add_(d)
+        d = d.add(buf, alpha=momentum) if nesterov else buf
+        return [param.add(d, alpha=-lr), buf]
+    return [param.add(d, alpha=-lr)]
+
+
+@sgd_torch.register_fake
+def _(param, grad, momentum_buffer, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    return [torch.empty_like(param)] + ([torch.empty_like(param)] if momentum else [])
+
+
+@torch.library.custom_op("opscope::adamw", mutates_args=())
+def adamw_torch(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                step: torch.Tensor, lr: float, beta1: float, beta2: float, eps: float,
+                weight_decay: float) -> list[torch.Tensor]:
+    t = float(step)
+    p = param.mul(1 - lr * weight_decay)
+    m = exp_avg.lerp(grad, 1 - beta1)
+    v = exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
+    return [p.addcdiv(m, denom, value=-(lr / (1 - beta1 ** t))), m, v]
+
+
+@adamw_torch.register_fake
+def _(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    return [torch.empty_like(param), torch.empty_like(param), torch.empty_like(param)]
+
+
+# --- specs and numpy reference kernels ------------------------------------------------------
+@define("sgd", "elementwise", flops=lambda n: 4 * _n(n), dtypes=FLOATS,
+        doc="SGD update (momentum, weight decay): returns the new parameter (and momentum buffer)")
+def sgd(param, grad, momentum_buffer=None, lr=1e-3, momentum=0.0, weight_decay=0.0, nesterov=False):
+    dt = param.dtype.type
+    d = grad + param * dt(weight_decay) if weight_decay else grad
+    if momentum:
+        buf = momentum_buffer * dt(momentum) + d
+        d = d + buf * dt(momentum) if nesterov else buf
+        return [(param - d * dt(lr)).astype(param.dtype), buf.astype(param.dtype)]
+    return [(param - d * dt(lr)).astype(param.dtype)]
+
+
+@define("adamw", "elementwise", flops=lambda n: 12 * _n(n), dtypes=FLOATS,
+        doc="AdamW update: returns the new parameter, first and second moments")
+def adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    dt = param.dtype.type
+    t = float(np.asarray(step))
+    p = param * dt(1 - lr * weight_decay)
+    m = exp_avg + (grad - exp_avg) * dt(1 - beta1)          # lerp, as torch computes it for weight < 0.5
+    v = exp_avg_sq * dt(beta2) + grad * grad * dt(1 - beta2)
+    denom = np.sqrt(v) / dt(math.sqrt(1 - beta2 ** t)) + dt(eps)
+    p = p - m / denom * dt(lr / (1 - beta1 ** t))
+    return [p.astype(param.dtype), m.astype(param.dtype), v.astype(param.dtype)]
+
+
+OPTIM_SAMPLES = {
+    "sgd": Sample(torch.ops.opscope.sgd.default, [(F(4, 5), F(4, 5), None, 0.1),
+                                                  (F(4, 5), F(4, 5), F(4, 5), 0.1, 0.9, 0.01),
+                                                  (F(4, 5), F(4, 5), F(4, 5), 0.1, 0.9, 0.0, True)], ("float32", "float64")),
+    "adamw": Sample(torch.ops.opscope.adamw.default, [(F(4, 5), F(4, 5), F(4, 5), F(4, 5, lo=0.0, hi=1.0), F(lo=1.0, hi=5.0),
+                                                      1e-3, 0.9, 0.999, 1e-8, 0.01)], ("float32", "float64")),
+}
+SAMPLES.update(OPTIM_SAMPLES)       # NOTE: conformance reads SAMPLES; new op modules add their own entries
