@@ -1,9 +1,16 @@
-"""Capture: nn.Module + example inputs -> opscope Graph, through torch.export.
+"""Capture: nn.Module + example inputs -> opscope Graph.
 
-We keep the pre-dispatch ATen graph that `torch.export.export` returns and map each ATen
-overload to an opscope op. We do not call `run_decompositions()`: it fails on real models
-(GPT-2 under torch 2.13, a view over non-contiguous strides) and would hide the ops users
-wrote (`linear`, `layer_norm`, `scaled_dot_product_attention`) behind their pieces.
+Two front ends share one translation (`translate`), from an FX graph of ATen calls to opscope
+nodes: `capture()` runs torch.export, and the torch.compile backend (runtime/dynamo.py) hands
+over the forward and backward graphs AOTAutograd makes of each region TorchDynamo captured.
+
+For torch.export we keep the pre-dispatch ATen graph and map each ATen overload to an opscope
+op. We do not call `run_decompositions()`: it fails on real models (GPT-2 under torch 2.13, a
+view over non-contiguous strides) and would hide the ops users wrote (`linear`, `layer_norm`,
+`scaled_dot_product_attention`) behind their pieces.
+
+An op opscope does not map keeps its own name and namespace -- `aten:lstm`,
+`transformers:grouped_mm_fallback` -- so a backend that knows it (torch) can still run it.
 """
 from __future__ import annotations
 
@@ -33,7 +40,148 @@ def capture(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> Gr
             ep = torch.export.export(model, tuple(example_inputs), strict=False)
     except Exception as e:  # torch raises many types here; the user needs the first line
         raise ModelError(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: {first_line(e)}") from e
-    return _translate(ep, name or type(model).__name__)
+    return translate_export(ep, name or type(model).__name__)
+
+
+def translate_export(ep: torch.export.ExportedProgram, model_name: str) -> Graph:
+    """An ExportedProgram's graph: lifted parameters, buffers and constants become constant slots."""
+    sig: ExportGraphSignature = ep.graph_signature
+    lifted = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+    user_inputs = set(sig.user_inputs)
+    constants: dict = {}
+    for fx in ep.graph.nodes:
+        if fx.op != "placeholder" or fx.name in user_inputs:
+            continue
+        key = lifted.get(fx.name)
+        if key is None:
+            constants[fx.name] = None        # a token or an unused input
+        else:
+            t = ep.state_dict[key] if key in ep.state_dict else ep.constants[key]
+            constants[fx.name] = t.detach()
+    user_out = [i for i, spec in enumerate(sig.output_specs) if spec.kind.name == "USER_OUTPUT"]
+    returned = ep.graph.output_node().args[0]
+    # Mutated buffers come first among the outputs; the spec list says which outputs are the user's.
+    return translate(ep.graph, model_name, constants=constants,
+                     outputs=user_out if len(sig.output_specs) == len(returned) else None)
+
+
+def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | None = None,
+              outputs: list[int] | None = None) -> Graph:
+    """An FX graph of ATen calls -> an opscope Graph.
+
+    Every placeholder is a user input, in order, unless `constants` maps its name to a tensor
+    (parameters, buffers; None for a token nobody reads). `outputs` picks which of the graph's
+    outputs the Graph returns (all by default). Node metadata (`val`, `stack_trace`,
+    `nn_module_stack`) gives shapes, source lines and module paths; torch.export and
+    AOTAutograd both keep it.
+    """
+    constants = constants or {}
+    slots: dict = {}               # fx node -> slot, or (fx node, i) -> slot for multi outputs
+    slot_meta: dict[int, TensorMeta] = {}
+    constant_slots: dict[int, torch.Tensor | None] = {}
+    input_slots: list[int] = []
+    nodes: list[Node] = []
+    output_refs: list = []
+    counter = [0]
+
+    def new_slot(meta=None):
+        s = counter[0]
+        counter[0] += 1
+        if meta is not None:
+            slot_meta[s] = meta
+        return s
+
+    def sub(a, inputs):
+        if isinstance(a, torch.fx.Node):
+            s = slots[a]
+            inputs.append(s)
+            return Ref(s)
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x, inputs) for x in a) if not isinstance(a, torch.fx.immutable_collections.immutable_list) \
+                else [sub(x, inputs) for x in a]
+        return a
+
+    for fx in fx_graph.nodes:
+        if fx.op == "placeholder":
+            s = new_slot(_meta(fx.meta.get("val")))
+            slots[fx] = s
+            if fx.name in constants:
+                constant_slots[s] = constants[fx.name]
+            else:
+                input_slots.append(s)
+            continue
+        if fx.op == "output":
+            outs = fx.args[0]
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            flat = [outs[i] for i in outputs] if outputs is not None else outs
+            output_refs = [Ref(slots[o]) if isinstance(o, torch.fx.Node) else o for o in flat]
+            continue
+        if fx.op != "call_function":
+            raise ModelError(f"capture: unexpected node kind {fx.op!r} at {fx.name}")
+        target = fx.target
+        if target is _pyop.getitem and isinstance(fx.args[0], torch.fx.Node) and (fx.args[0], fx.args[1]) in slots:
+            producer, i = fx.args
+            slots[fx] = slots[(producer, i)]
+            continue
+        if _DROP.match(str(target)):
+            continue
+        op = op_for_target(target) or op_name(target)
+        inputs: list[int] = []
+        args = sub(tuple(fx.args), inputs)
+        kwargs = {k: sub(v, inputs) for k, v in fx.kwargs.items()}
+        val = fx.meta.get("val")
+        multi = isinstance(val, (list, tuple))
+        if multi:
+            metas = [_meta(v) for v in val]
+            outs = []
+            for i, m in enumerate(metas):
+                s = new_slot(m)
+                slots[(fx, i)] = s
+                outs.append(s)
+        else:
+            metas = [_meta(val)]
+            s = new_slot(metas[0])
+            slots[fx] = s
+            outs = [s]
+        module_path, module_type = _module(fx)
+        source, line = _source(fx)
+        nodes.append(Node(
+            index=len(nodes), name=fx.name, op=op, target=target, args=args, kwargs=kwargs,
+            inputs=inputs, outputs=outs, input_meta=[slot_meta.get(s) or TensorMeta((), "float32") for s in inputs],
+            output_meta=metas, attrs=_attrs(fx), module_path=module_path,
+            module_type=module_type, source=source, source_line=line, multi_output=multi))
+    return Graph(nodes=nodes, num_slots=counter[0], input_slots=input_slots, constant_slots=constant_slots,
+                 output_refs=output_refs, slot_meta=slot_meta, model_name=model_name)
+
+
+def op_name(target) -> str:
+    """The name of an op opscope does not map: `aten:topk`, `transformers:grouped_mm_fallback`.
+
+    The namespace stays, so a custom op is never mistaken for an ATen one (a backend that
+    passes ATen ops through must not guess at a library's op).
+    """
+    schema_name = getattr(getattr(target, "_schema", None), "name", None)      # "aten::topk"
+    if schema_name and "::" in schema_name:
+        ns, name = schema_name.split("::", 1)
+        return f"{ns}:{name}"
+    name = getattr(target, "__name__", None) or str(target)
+    module = getattr(target, "__module__", None) or "python"
+    return f"{module.rsplit('.', 1)[-1].lstrip('_')}:{name}"
+
+
+def _attrs(fx) -> dict:
+    """Non-tensor arguments by schema name, as JSON-friendly values."""
+    attrs = {}
+    schema = getattr(fx.target, "_schema", None)
+    if schema is None:
+        return attrs
+    for arg_schema, a in zip(schema.arguments, fx.args):
+        if not isinstance(a, torch.fx.Node) and not (isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.fx.Node)):
+            attrs[arg_schema.name] = a
+    for k, v in fx.kwargs.items():
+        if not isinstance(v, torch.fx.Node) and k not in ("device", "layout", "pin_memory"):
+            attrs[k] = v
+    return {k: _plain(v) for k, v in attrs.items()}
 
 
 def _meta(val) -> TensorMeta | None:
@@ -54,108 +202,24 @@ def _source(fx_node) -> tuple[str, str]:
 
 
 def _module(fx_node) -> tuple[str, str]:
-    stack = fx_node.meta.get("nn_module_stack") or {}
+    # AOTAutograd's backward nodes carry the module stack of the forward op they differentiate.
+    stack = fx_node.meta.get("nn_module_stack") or fx_node.meta.get("fwd_nn_module_stack") or {}
     if not stack:
         return "", ""
     path, typ = list(stack.values())[-1]
     typ = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    return path, typ.rsplit(".", 1)[-1]
+    return module_path(path), typ.rsplit(".", 1)[-1]
 
 
-def _translate(ep, model_name: str) -> Graph:
-    sig: ExportGraphSignature = ep.graph_signature
-    slots: dict = {}               # fx node -> slot, or (fx node, i) -> slot for multi outputs
-    slot_meta: dict[int, TensorMeta] = {}
-    constants: dict[int, torch.Tensor] = {}
-    input_slots: list[int] = []
-    nodes: list[Node] = []
-    counter = [0]
-
-    def new_slot(meta=None):
-        s = counter[0]
-        counter[0] += 1
-        if meta is not None:
-            slot_meta[s] = meta
-        return s
-
-    lifted = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
-    user_inputs = set(sig.user_inputs)
-
-    def sub(a, inputs):
-        if isinstance(a, torch.fx.Node):
-            s = slots[a]
-            inputs.append(s)
-            return Ref(s)
-        if isinstance(a, (list, tuple)):
-            return type(a)(sub(x, inputs) for x in a) if not isinstance(a, torch.fx.immutable_collections.immutable_list) \
-                else [sub(x, inputs) for x in a]
-        return a
-
-    for fx in ep.graph.nodes:
-        if fx.op == "placeholder":
-            s = new_slot(_meta(fx.meta.get("val")))
-            slots[fx] = s
-            if fx.name in lifted:
-                key = lifted[fx.name]
-                t = ep.state_dict[key] if key in ep.state_dict else ep.constants[key]
-                constants[s] = t.detach()
-            elif fx.name in user_inputs:
-                input_slots.append(s)
-            else:
-                constants[s] = None          # token / unused input
-            continue
-        if fx.op == "output":
-            outs = fx.args[0]
-            user_out = [i for i, spec in enumerate(sig.output_specs) if spec.kind.name == "USER_OUTPUT"]
-            flat = [outs[i] for i in user_out] if len(sig.output_specs) == len(outs) else list(outs)
-            output_refs = [Ref(slots[o]) if isinstance(o, torch.fx.Node) else o for o in flat]
-            continue
-        if fx.op != "call_function":
-            raise ModelError(f"capture: unexpected node kind {fx.op!r} at {fx.name}")
-        target = fx.target
-        if target is _pyop.getitem:
-            producer, i = fx.args
-            slots[fx] = slots[(producer, i)]
-            continue
-        tname = str(target)
-        if _DROP.match(tname):
-            continue
-        op = op_for_target(target) or f"aten:{tname.split('.')[1] if tname.startswith('aten.') else tname}"
-        inputs: list[int] = []
-        args = sub(tuple(fx.args), inputs)
-        kwargs = {k: sub(v, inputs) for k, v in fx.kwargs.items()}
-        val = fx.meta.get("val")
-        multi = isinstance(val, (list, tuple))
-        if multi:
-            metas = [_meta(v) for v in val]
-            outs = []
-            for i, m in enumerate(metas):
-                s = new_slot(m)
-                slots[(fx, i)] = s
-                outs.append(s)
-        else:
-            metas = [_meta(val)]
-            s = new_slot(metas[0])
-            slots[fx] = s
-            outs = [s]
-        attrs = {}
-        schema = getattr(target, "_schema", None)
-        if schema is not None:
-            for arg_schema, a in zip(schema.arguments, fx.args):
-                if not isinstance(a, torch.fx.Node) and not (isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.fx.Node)):
-                    attrs[arg_schema.name] = a
-            for k, v in fx.kwargs.items():
-                if not isinstance(v, torch.fx.Node) and k not in ("device", "layout", "pin_memory"):
-                    attrs[k] = v
-        module_path, module_type = _module(fx)
-        source, line = _source(fx)
-        nodes.append(Node(
-            index=len(nodes), name=fx.name, op=op, target=target, args=args, kwargs=kwargs,
-            inputs=inputs, outputs=outs, input_meta=[slot_meta.get(s) or TensorMeta((), "float32") for s in inputs],
-            output_meta=metas, attrs={k: _plain(v) for k, v in attrs.items()}, module_path=module_path,
-            module_type=module_type, source=source, source_line=line, multi_output=multi))
-    return Graph(nodes=nodes, num_slots=counter[0], input_slots=input_slots, constant_slots=constants,
-                 output_refs=output_refs, slot_meta=slot_meta, model_name=model_name)
+def module_path(path: str) -> str:
+    """A module path as named_modules() spells it. TorchDynamo writes the Python expression it
+    reached the module by (`L['self'].layers[0]._modules['mlp']`); torch.export the plain path."""
+    if not path.startswith(("L[", "G[")):
+        return path
+    path = re.sub(r"^[LG]\['[^']*'\]", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    return path.lstrip(".")
 
 
 def _plain(v):

@@ -14,6 +14,10 @@ A hook is any object with some of these methods (all optional):
     on_run_end(run: RunInfo, error)        after the last op, or when an op raised
 
 This is the API the profiler and the debugger build on.
+
+Training carries state across runs on the device: `compile_plan(graph, backend, carry={c: o})`
+makes output slot `o` of one run the value of constant slot `c` in the next (new parameters,
+optimizer state, batch-norm statistics), with no host round trip (runtime/train builds on it).
 """
 from __future__ import annotations
 
@@ -83,6 +87,8 @@ class Plan:
     placement: Placement
     constants: dict                    # slot -> value on the backend of its readers
     output_refs: list
+    carry: dict = field(default_factory=dict)   # constant slot -> output slot that replaces it after a run
+    constant_backend: dict = field(default_factory=dict)   # constant slot -> backend holding it
 
     @property
     def peak_bytes(self) -> int:
@@ -107,7 +113,7 @@ class Plan:
         return list(seen.values()) or [self.backend]
 
 
-def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Plan:
+def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True, carry: dict | None = None) -> Plan:
     placement = place(graph, backend, allow_fallback=allow_fallback)
     last_read: dict[int, int] = {}
     for i, (node, _) in enumerate(placement.assignments):
@@ -116,10 +122,12 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True)
     keep = {r.slot for r in graph.output_refs if isinstance(r, Ref)}
     # Constants go to the backend of their first reader, once per plan (not once per run).
     constants: dict[int, Any] = {}
+    constant_backend: dict[int, Backend] = {}
     for node, b in placement.assignments:
         for s in node.inputs:
             if s in graph.constant_slots and s not in constants and graph.constant_slots[s] is not None:
                 constants[s] = b.memory.to_device(graph.constant_slots[s])
+                constant_backend[s] = b
     free_at: dict[int, list[int]] = {}
     for s, i in last_read.items():
         if s not in keep and s not in graph.constant_slots:
@@ -142,7 +150,7 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True)
         free_bytes = sum(graph.slot_meta[s].nbytes for s in frees if s in graph.slot_meta and s not in views)
         steps.append(Step(node, b, kernel, node.args, node.kwargs, None if nested else flat, node.outputs, frees,
                           alloc, free_bytes, bool(getattr(node, "fallback", False))))
-    return Plan(graph, backend, steps, placement, constants, graph.output_refs)
+    return Plan(graph, backend, steps, placement, constants, graph.output_refs, dict(carry or {}), constant_backend)
 
 
 def _has_ref(v) -> bool:
@@ -211,19 +219,42 @@ class Executor:
         else:
             self._run_fast(env)
         self.step += 1
+        if self.plan.carry:
+            self._carry(env)
         return [env[r.slot] if isinstance(r, Ref) else r for r in self.plan.output_refs]
+
+    def _carry(self, env) -> None:
+        """Outputs become next run's constants, on the backend that reads them (a copy only
+        when placement put the producer and the reader on different backends)."""
+        plan = self.plan
+        for c, o in plan.carry.items():
+            dst = plan.constant_backend.get(c)
+            if dst is None:
+                continue                      # read by no op: nothing to feed
+            value = env[o]
+            src = self.holder(o)
+            plan.constants[c] = value if src is dst else dst.memory.to_device(src.memory.to_host(value))
 
     def run_host(self, *inputs) -> list:
         """Run one step; returns the outputs as numpy arrays."""
         outs = self.run(*inputs)
-        return [self._holder(r).memory.to_host(o) if isinstance(r, Ref) else o
+        return [self.holder(r.slot).memory.to_host(o) if isinstance(r, Ref) else o
                 for r, o in zip(self.plan.output_refs, outs)]
 
-    def _holder(self, ref) -> Backend:
-        for st in reversed(self.plan.steps):
-            if ref.slot in st.out_slots:
-                return st.backend
-        return self.plan.backend
+    def _holder(self, ref) -> Backend:          # the debugger's spelling
+        return self.holder(ref.slot)
+
+    def holder(self, slot: int) -> Backend:
+        """The backend that holds the value of `slot` (its producer's, or a constant's)."""
+        holders = self.__dict__.setdefault("_holders", {})
+        if slot not in holders:
+            b = self.plan.constant_backend.get(slot)
+            for st in reversed(self.plan.steps):
+                if slot in st.out_slots:
+                    b = st.backend
+                    break
+            holders[slot] = b or self.plan.backend
+        return holders[slot]
 
     def _call(self, st: Step, env):
         if st.arg_slots is not None:

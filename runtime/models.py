@@ -41,6 +41,18 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple]:
     return _call(factory, spec)
 
 
+def load_train(spec: str) -> tuple[torch.nn.Module, tuple]:
+    """(model that returns its loss, inputs) for training: a demo's training form (its loss on
+    seeded synthetic targets), or a user factory whose model already returns the loss."""
+    spec = (spec or "").strip()
+    if spec.startswith("demo:") and spec[5:] in DEMOS:
+        module = importlib.import_module(f"opscope.runtime.demos.{spec[5:]}")
+        model, inputs = _call(module.train_factory, spec)
+    else:
+        model, inputs = load(spec)
+    return model.train(), inputs
+
+
 def _call(factory, spec):
     try:
         result = factory()

@@ -44,3 +44,11 @@ def factory():
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.8, 1.2)
     return model, (torch.randn(8, 3, 32, 32),)
+
+
+def train_factory():
+    """(model returning a cross-entropy loss, (images, seeded class labels))."""
+    from .losses import Classification
+    model, (x,) = factory()
+    g = torch.Generator().manual_seed(1)
+    return Classification(model), (x, torch.randint(0, 10, (x.shape[0],), generator=g))

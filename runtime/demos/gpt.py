@@ -65,3 +65,12 @@ class GPT(nn.Module):
 def factory():
     torch.manual_seed(0)
     return GPT().eval(), (torch.randint(0, 2048, (2, 128)),)
+
+
+def train_factory():
+    """(model returning the next-token loss, (tokens, the same tokens shifted by one)), seeded."""
+    from .losses import NextToken
+    model, (idx,) = factory()
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 2048, (idx.shape[0], idx.shape[1] + 1), generator=g)
+    return NextToken(model), (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())

@@ -1,0 +1,61 @@
+"""`opscope train MODEL --backend B --steps N`: train on a backend and in eager PyTorch side by side."""
+from __future__ import annotations
+
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+
+TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="run N training steps on a backend and compare with eager PyTorch")
+    add_model_and_backend(p)
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="optimizer (default sgd, momentum 0.9)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
+    p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from opscope.runtime.train import OptimizerSpec, compare_with_eager
+
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1 (got {args.steps})")
+    lr = args.lr if args.lr is not None else (1e-2 if args.optimizer == "sgd" else 1e-3)
+    opt = OptimizerSpec(args.optimizer, lr=lr)
+    r = compare_with_eager(args.model, args.backend, steps=args.steps, optimizer=opt,
+                           allow_fallback=not args.no_fallback)
+    loss_ok = all(abs(a - e) <= TOLERANCE * max(1.0, abs(e)) for a, e in zip(r["losses"], r["eager_losses"]))
+    r["within_tolerance"] = bool(loss_ok and r["parameter_error"]["max_abs"] <= TOLERANCE)
+    r["tolerance"] = TOLERANCE
+    if args.json:
+        emit_json(r)
+        return 0
+    rep = r["placement"]
+    console.print(f"[bold]{args.model}[/] trained {r['steps']} steps on [bold]{r['backend']}[/] with {opt.name} "
+                  f"(lr {opt.lr:g}): {r['nodes']} ops per step ({', '.join(f'{n} {p}' for p, n in r['phases'].items())})")
+    console.print(table("loss per step", ["step", r["backend"], "eager PyTorch", "abs err"],
+                        [[i + 1, f"{a:.6f}", f"{e:.6f}", f"{abs(a - e):.1e}"]
+                         for i, (a, e) in enumerate(zip(r["losses"], r["eager_losses"]))],
+                        justify_right={"step", r["backend"], "eager PyTorch", "abs err"}))
+    worst = sorted(r["parameters"].items(), key=lambda kv: -kv[1]["max_abs"])[:5]
+    console.print(f"after step {r['steps']}: loss max abs err {r['loss_error']['max_abs']:.2e} (rel "
+                  f"{r['loss_error']['max_rel']:.2e}); parameters max abs err {r['parameter_error']['max_abs']:.2e} "
+                  f"(rel {r['parameter_error']['max_rel']:.2e}) over {len(r['parameters'])} tensors -- "
+                  + ("[green]within[/]" if r["within_tolerance"] else "[red]outside[/]") + f" {TOLERANCE:g}")
+    console.print(table("largest parameter errors", ["parameter", "max abs", "max rel"],
+                        [[n, f"{e['max_abs']:.2e}", f"{e['max_rel']:.2e}"] for n, e in worst]))
+    mem = r["memory"]
+    console.print(f"time per step: {r['step_seconds'] * 1e3:.1f} ms on {r['backend']}, "
+                  f"{r['eager_step_seconds'] * 1e3:.1f} ms eager (medians); capture {r['capture_seconds']:.1f} s")
+    console.print("memory: " + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in mem.items()))
+    console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
+                        justify_right={"nodes"}))
+    if rep["fallback_ops"]:
+        console.print(table("fell back", ["op", "nodes", "to", "why"],
+                            [[f["op"], f["nodes"], f["backend"], f["reason"]] for f in rep["fallback_ops"]]))
+    console.print(f"{rep['transfers']} transfers, {fmt_bytes(rep['transfer_bytes'])} moved between backends per step")
+    return 0

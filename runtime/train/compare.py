@@ -1,0 +1,76 @@
+"""The same N training steps on a backend and in eager PyTorch, from the same weights and data."""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from .. import backends, models
+from .joint import loss_of
+from .step import OptimizerSpec, Trainer
+
+
+def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps: int) -> dict:
+    """Train a copy of `model` for `steps` steps in eager PyTorch: losses, parameters, seconds."""
+    model = copy.deepcopy(model).train()
+    optimizer = opt.torch_optimizer(model.parameters())
+    losses, times = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(model(*inputs))
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    params = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    return {"losses": losses, "parameters": params, "step_seconds": times}
+
+
+def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimizer: OptimizerSpec | None = None,
+                       allow_fallback: bool = True, model=None, inputs=None) -> dict:
+    """Run `steps` steps of `spec` on the backend and in eager PyTorch; a JSON-ready report."""
+    opt = optimizer or OptimizerSpec()
+    backend = backends.resolve(backend_spec)          # a bad backend fails before the model loads
+    if model is None:
+        model, inputs = models.load_train(spec)
+    reference = eager_steps(model, inputs, opt, steps)
+    trainer = Trainer.create(model, inputs, backend, opt, name=spec, allow_fallback=allow_fallback)
+    losses, times = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        losses.append(trainer.step())
+        times.append(time.perf_counter() - t0)
+    params = trainer.parameters()
+    per_param = {}
+    for name, want in reference["parameters"].items():
+        got = params.get(name)
+        per_param[name] = _err(got, want) if got is not None else {"max_abs": float("inf"), "max_rel": float("inf")}
+    loss_err = _err(np.array(losses), np.array(reference["losses"]))
+    worst = {"max_abs": max([e["max_abs"] for e in per_param.values()] or [0.0]),
+             "max_rel": max([e["max_rel"] for e in per_param.values()] or [0.0])}
+    return {"model": spec, "backend": backend.name, "steps": steps,
+            "optimizer": {"name": opt.name, "lr": opt.lr, "momentum": opt.momentum if opt.name == "sgd" else None,
+                          "weight_decay": opt.weight_decay},
+            "losses": losses, "eager_losses": reference["losses"],
+            "loss_error": loss_err, "parameter_error": worst, "parameters": per_param,
+            "step_seconds": _median(times), "eager_step_seconds": _median(reference["step_seconds"]),
+            "capture_seconds": trainer.capture_seconds,
+            "nodes": len(trainer.train.graph.nodes), "phases": trainer.phase_counts(),
+            "placement": trainer.plan.placement.report(), "memory": trainer.memory()}
+
+
+def _err(got, want) -> dict:
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return {"max_abs": float("inf"), "max_rel": float("inf")}
+    if got.size == 0:
+        return {"max_abs": 0.0, "max_rel": 0.0}
+    d = np.abs(got - want)
+    return {"max_abs": float(d.max()), "max_rel": float((d / np.maximum(np.abs(want), 1e-6)).max())}
+
+
+def _median(xs):
+    return float(np.median(xs)) if xs else 0.0

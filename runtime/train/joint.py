@@ -1,0 +1,192 @@
+"""Joint capture: a loss-returning model -> one opscope Graph of forward, loss and backward.
+
+Why not `aot_export_module(..., trace_joint=True)` as is: it traces the joint graph twice, and
+the second trace (which flattens the calling convention) drops every node's metadata -- no
+`seq_nr`, no module path, no source line -- so a backward op could not say which forward op it
+differentiates. We run the same AOTAutograd stage it runs (`_aot_export_function`, functionalized,
+ATen backward ops such as `gelu_backward`) once, under `preserve_node_meta()`, and keep that graph:
+
+- `seq_nr`: the autograd sequence number of the forward op; a backward node carries the number of
+  the grad_fn it came from, so backward -> forward is an exact lookup, not a guess.
+- `partitioner_tag`: is_forward / is_backward.
+- module path and source line: module hooks and a TorchFunctionMode put `nn_module_stack` and
+  `stack_trace` into fx's current meta while the forward traces (the first trace has neither).
+
+Every node gets `attrs["phase"]` ('forward' | 'backward'; the optimizer adds 'optimizer') and a
+backward node `attrs["fwd_node"]` (the forward node's name) plus that node's module path and source.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx.traceback as fxt
+import torch.utils._pytree as pytree
+
+from ..capture import translate
+from ..errors import ModelError, UsageError, first_line
+from ..graph import Graph, Node
+
+
+def phase_of(node: Node) -> str:
+    """'forward', 'backward' or 'optimizer' ('forward' for a node of an inference graph)."""
+    return node.attrs.get("phase", "forward")
+
+
+def forward_of(node: Node) -> str:
+    """The name of the forward node a backward node differentiates ('' if none)."""
+    return node.attrs.get("fwd_node", "")
+
+
+class LossOf(torch.nn.Module):
+    """Wraps a model so it returns `(loss,)`: the training contract (a scalar tensor, an object
+    with `.loss`, or a tuple whose first element is the loss)."""
+
+    def __init__(self, model: torch.nn.Module, spec: str = ""):
+        super().__init__()
+        self.model = model
+        self.spec = spec
+
+    def forward(self, *inputs):
+        return (loss_of(self.model(*inputs), self.spec),)
+
+
+def loss_of(out, spec: str = "") -> torch.Tensor:
+    loss = out
+    if not isinstance(out, torch.Tensor):
+        loss = getattr(out, "loss", None)
+        if loss is None and isinstance(out, (tuple, list)) and out:
+            loss = out[0]
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.dtype.is_floating_point:
+        what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(out).__name__
+        raise UsageError(f"model {spec or ''} does not return a scalar loss (got {what}); for training the model "
+                         "must return the loss: a scalar tensor, an object with .loss, or a tuple (loss, ...)")
+    return loss
+
+
+@dataclass
+class JointGraph:
+    graph: Graph
+    param_slots: dict[str, int]            # parameter name -> constant slot
+    buffer_slots: dict[str, int]
+    grad_slots: dict[str, int]             # parameter name -> slot of its gradient
+    buffer_updates: dict[str, int]         # buffer name -> slot of its new value (batch norm stats)
+    loss_slot: int
+    notes: list[str] = field(default_factory=list)
+
+
+def capture_joint(model: torch.nn.Module, inputs: tuple, name: str = "") -> JointGraph:
+    """Trace forward + backward of `model(*inputs)` (which returns the loss) into a Graph."""
+    wrapped = LossOf(model, name)
+    params = dict(wrapped.named_parameters(remove_duplicate=False))
+    buffers = dict(wrapped.named_buffers(remove_duplicate=False))
+    flat, spec = pytree.tree_flatten({**params, **buffers})
+    names = list(params) + list(buffers)
+    from torch._functorch.aot_autograd import _aot_export_function, create_functional_call
+
+    call = create_functional_call(wrapped, spec, len(flat), store_orig_mod=True)
+    paths = {id(m): (p[len("model."):] if p.startswith("model.") else p, type(m).__qualname__)
+             for p, m in wrapped.named_modules() if m is not wrapped and m is not model}
+    try:
+        with fxt.preserve_node_meta(), _module_meta(paths):
+            fx_g, meta, _, _ = _aot_export_function(call, tuple(flat) + tuple(inputs), num_params_buffers=len(flat),
+                                                    no_tangents=True, trace_joint=True)
+    except UsageError:
+        raise
+    except Exception as e:  # torch raises many types; the user needs the first line
+        raise ModelError(f"training capture failed for {name or type(model).__name__}: {type(e).__name__}: "
+                         f"{first_line(e)}") from e
+    return _to_graph(fx_g, meta, names, params, buffers, flat, name or type(model).__name__)
+
+
+@contextlib.contextmanager
+def _module_meta(paths):
+    """Put the module path and the Python stack into fx's current meta while the forward traces."""
+    stack: list = []
+
+    def pre(mod, args):
+        if id(mod) in paths:
+            stack.append(paths[id(mod)])
+            fxt.current_meta["nn_module_stack"] = collections.OrderedDict((p, (p, t)) for p, t in stack)
+
+    def post(mod, args, out):
+        if id(mod) in paths and stack:
+            stack.pop()
+            fxt.current_meta["nn_module_stack"] = collections.OrderedDict((p, (p, t)) for p, t in stack)
+
+    h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
+    h2 = torch.nn.modules.module.register_module_forward_hook(post)
+    try:
+        with _StackTraces():
+            yield
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+class _StackTraces(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if fxt.current_meta.get("in_grad_fn", 0) == 0:      # the backward keeps its forward's trace
+            fxt.current_meta["stack_trace"] = "".join(traceback.format_stack()[:-1])
+        return func(*args, **(kwargs or {}))
+
+
+def _to_graph(fx_g, meta, names, params, buffers, flat, model_name) -> JointGraph:
+    g = fx_g.graph
+    placeholders = [n for n in g.nodes if n.op == "placeholder"]
+    n_state = len(flat)
+    constants = {ph.name: flat[i].detach().clone() for i, ph in enumerate(placeholders[:n_state])}
+    # the tangent placeholder AOTAutograd adds (no_tangents: the loss's grad is ones_like inside)
+    for ph in placeholders:
+        if ph.name.startswith("tangents"):
+            constants[ph.name] = None
+    outs = list(g.output_node().args[0])
+    n_mut = meta.num_mutated_inp_runtime_indices
+    mutated = [i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata]
+    grads = outs[n_mut + 1:]
+    picked = list(range(n_mut + 1)) + [n_mut + 1 + i for i, gnode in enumerate(grads) if gnode is not None]
+    _link_backward(g)
+    graph = translate(g, model_name, constants=constants, outputs=picked)
+    by_name = {n.name: n for n in graph.nodes}
+    for fx in g.nodes:
+        node = by_name.get(fx.name)
+        if node is not None:
+            node.attrs["phase"] = "backward" if fx.meta.get("partitioner_tag") == "is_backward" else "forward"
+            if fx.meta.get("_opscope_fwd"):
+                node.attrs["fwd_node"] = fx.meta["_opscope_fwd"]
+    slot_of_ph = {ph.name: s for s, ph in enumerate(placeholders)}   # translate numbers placeholders first
+    param_slots = {names[i]: slot_of_ph[placeholders[i].name] for i in range(len(params))}
+    buffer_slots = {names[i]: slot_of_ph[placeholders[i].name] for i in range(len(params), n_state)}
+    refs = graph.output_refs
+    buffer_updates = {names[i]: refs[k].slot for k, i in enumerate(mutated[:n_mut])}
+    grad_refs = refs[n_mut + 1:]
+    grad_names = [names[i] for i, t in enumerate(flat) if t.requires_grad]
+    grad_slots = {nm: r.slot for nm, r in zip(grad_names, grad_refs)}
+    return JointGraph(graph, _strip(param_slots), _strip(buffer_slots), _strip(grad_slots), _strip(buffer_updates),
+                      refs[n_mut].slot)
+
+
+def _strip(d: dict) -> dict:
+    """Parameter names as the user's model spells them (without the wrapper's `model.`)."""
+    return {(k[len("model."):] if k.startswith("model.") else k): v for k, v in d.items()}
+
+
+def _link_backward(g) -> None:
+    """Give each backward fx node its forward node's module path and source, and its name."""
+    first: dict[int, torch.fx.Node] = {}
+    for fx in g.nodes:
+        if fx.op == "call_function" and fx.meta.get("partitioner_tag") == "is_forward" and "seq_nr" in fx.meta:
+            first.setdefault(fx.meta["seq_nr"], fx)
+    for fx in g.nodes:
+        if fx.op != "call_function" or fx.meta.get("partitioner_tag") != "is_backward":
+            continue
+        fwd = first.get(fx.meta.get("seq_nr"))
+        if fwd is None:
+            continue
+        fx.meta["_opscope_fwd"] = fwd.name
+        for key in ("nn_module_stack", "stack_trace"):
+            if fwd.meta.get(key):
+                fx.meta[key] = fwd.meta[key]

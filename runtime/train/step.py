@@ -1,0 +1,196 @@
+"""A whole training step as one plan: the joint graph plus one optimizer node per parameter,
+run by the ordinary Executor with parameters, optimizer state and batch-norm statistics carried
+on the backend from one step to the next.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import ops as _ops  # noqa: F401
+from ..errors import UsageError
+from ..executor import Executor, Plan, compile_plan
+from ..graph import Graph, Node, Ref, TensorMeta
+from ..hdi import Backend
+from ..ops import optim as optim_ops
+from .joint import JointGraph, capture_joint, phase_of
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class OptimizerSpec:
+    name: str = "sgd"
+    lr: float = 1e-2
+    momentum: float = 0.9                 # sgd
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)           # adamw
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise UsageError(f"unknown optimizer {self.name!r}: use {' or '.join(OPTIMIZERS)}")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be > 0 (got {self.lr})")
+
+    def torch_optimizer(self, params):
+        """The eager PyTorch optimizer with the same hyperparameters (single-tensor, as the ops)."""
+        if self.name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
+                                   foreach=False)
+        return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay,
+                                 foreach=False)
+
+
+@dataclass
+class TrainGraph:
+    graph: Graph
+    joint: JointGraph
+    optimizer: OptimizerSpec
+    new_params: dict[str, int]             # parameter name -> slot of its updated value
+    state_slots: dict[str, list[int]]      # parameter name -> its optimizer-state constant slots
+    carry: dict[int, int] = field(default_factory=dict)
+
+
+def build_train_graph(joint: JointGraph, opt: OptimizerSpec) -> TrainGraph:
+    """Append the optimizer update of every parameter to the joint graph (phase 'optimizer')."""
+    g = joint.graph
+    counter = [g.num_slots]
+
+    def new_slot(meta, constant=None):
+        s = counter[0]
+        counter[0] += 1
+        g.slot_meta[s] = meta
+        if constant is not None:
+            g.constant_slots[s] = constant
+        return s
+
+    def add_node(name, op, target, args, kwargs, outs, param):
+        ins = [a.slot for a in args if isinstance(a, Ref)]
+        node = Node(index=len(g.nodes), name=name, op=op, target=target, args=tuple(args), kwargs=kwargs,
+                    inputs=ins, outputs=outs, input_meta=[g.slot_meta[s] for s in ins],
+                    output_meta=[g.slot_meta[s] for s in outs], attrs={**kwargs, "phase": "optimizer", "param": param},
+                    module_path=param.rpartition(".")[0], module_type="", multi_output=True)
+        g.nodes.append(node)
+        return node
+
+    carry: dict[int, int] = {}
+    new_params: dict[str, int] = {}
+    state: dict[str, list[int]] = {}
+    step_in = step_out = None
+    if opt.name == "adamw":
+        meta = TensorMeta((), "float32")
+        step_in = new_slot(meta, torch.zeros((), dtype=torch.float32))
+        step_out = new_slot(meta)
+        g.nodes.append(Node(index=len(g.nodes), name="optimizer_step_count", op="add",
+                            target=torch.ops.aten.add.Tensor, args=(Ref(step_in), 1.0), kwargs={}, inputs=[step_in],
+                            outputs=[step_out], input_meta=[meta], output_meta=[meta],
+                            attrs={"other": 1.0, "phase": "optimizer"}))
+        carry[step_in] = step_out
+    for name, p in joint.param_slots.items():
+        gs = joint.grad_slots.get(name)
+        if gs is None:
+            continue                         # a parameter the loss does not reach keeps its value
+        meta = g.slot_meta[p]
+        host = g.constant_slots[p]
+        safe = name.replace(".", "_")
+        if opt.name == "sgd":
+            kw = {"lr": opt.lr, "momentum": opt.momentum, "weight_decay": opt.weight_decay}
+            bufs = [new_slot(meta, torch.zeros_like(host))] if opt.momentum else []
+            args = [Ref(p), Ref(gs), Ref(bufs[0]) if bufs else None]
+            outs = [new_slot(meta) for _ in range(1 + len(bufs))]
+            add_node(f"sgd_{safe}", "sgd", torch.ops.opscope.sgd.default, args, kw, outs, name)
+        else:
+            kw = {"lr": opt.lr, "beta1": opt.betas[0], "beta2": opt.betas[1], "eps": opt.eps,
+                  "weight_decay": opt.weight_decay}
+            bufs = [new_slot(meta, torch.zeros_like(host)), new_slot(meta, torch.zeros_like(host))]
+            args = [Ref(p), Ref(gs), Ref(bufs[0]), Ref(bufs[1]), Ref(step_out)]
+            outs = [new_slot(meta) for _ in range(3)]
+            add_node(f"adamw_{safe}", "adamw", torch.ops.opscope.adamw.default, args, kw, outs, name)
+        new_params[name] = outs[0]
+        state[name] = bufs
+        carry[p] = outs[0]
+        for b, o in zip(bufs, outs[1:]):
+            carry[b] = o
+    for name, s in joint.buffer_updates.items():
+        carry[joint.buffer_slots[name]] = s
+    g.num_slots = counter[0]
+    # The step returns the loss; every carried value is an output too, so nothing frees it mid-run.
+    g.output_refs = [Ref(joint.loss_slot)] + [Ref(o) for o in carry.values()]
+    return TrainGraph(g, joint, opt, new_params, state, carry)
+
+
+class Trainer:
+    """Runs training steps of one model on one backend; parameters stay on the backend.
+
+        t = Trainer.create(model, inputs, backend, OptimizerSpec("adamw", lr=1e-3))
+        losses = [t.step() for _ in range(10)]
+        t.parameters()          # name -> numpy array, copied back from the backend on request
+    """
+
+    def __init__(self, train: TrainGraph, backend: Backend, inputs: tuple, *, allow_fallback: bool = True):
+        self.train = train
+        self.backend = backend
+        self.inputs = tuple(inputs)
+        self.plan: Plan = compile_plan(train.graph, backend, allow_fallback=allow_fallback, carry=train.carry)
+        self.executor = Executor(self.plan)
+        self.capture_seconds = 0.0
+
+    @classmethod
+    def create(cls, model, inputs, backend: Backend, opt: OptimizerSpec, name: str = "", **kw) -> "Trainer":
+        t0 = time.perf_counter()
+        joint = capture_joint(model, inputs, name)
+        t = cls(build_train_graph(joint, opt), backend, inputs, **kw)
+        t.capture_seconds = time.perf_counter() - t0
+        return t
+
+    def step(self) -> float:
+        """One training step; returns the loss (the only value copied to the host)."""
+        loss = self.executor.run(*self.inputs)[0]
+        return float(np.asarray(self.executor.holder(self.plan.output_refs[0].slot).memory.to_host(loss)))
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Current parameter values, copied from the backend."""
+        out = {}
+        for name, slot in self.train.joint.param_slots.items():
+            value = self.plan.constants.get(slot)
+            b = self.plan.constant_backend.get(slot, self.backend)
+            out[name] = np.asarray(b.memory.to_host(value)) if value is not None else \
+                self.train.graph.constant_slots[slot].numpy()
+        return out
+
+    def memory(self) -> dict:
+        """Bytes by category: parameters, gradients, optimizer state (resident), and activations
+        (forward values still live when the backward starts: what the backward reads)."""
+        g = self.train.graph
+        nbytes = lambda slots: sum(g.slot_meta[s].nbytes for s in slots if s in g.slot_meta)  # noqa: E731
+        state = [s for slots in self.train.state_slots.values() for s in slots]
+        return {"parameters": nbytes(self.train.joint.param_slots.values()),
+                "gradients": nbytes(self.train.joint.grad_slots.values()),
+                "optimizer_state": nbytes(state),
+                "activations": _activation_bytes(self.plan),
+                "buffers": nbytes(self.train.joint.buffer_slots.values()),
+                "peak_intermediates": self.plan.peak_bytes}
+
+    def phase_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.train.graph.nodes:
+            counts[phase_of(n)] = counts.get(phase_of(n), 0) + 1
+        return counts
+
+
+def _activation_bytes(plan: Plan) -> int:
+    live = {}
+    for st in plan.steps:
+        if phase_of(st.node) != "forward" and st.node.op != "transfer":
+            break
+        if st.alloc_bytes:
+            for s, m in zip(st.out_slots, st.node.output_meta):
+                if m is not None:
+                    live[s] = m.nbytes
+        for s in st.free_after:
+            live.pop(s, None)
+    return sum(live.values())
