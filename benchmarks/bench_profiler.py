@@ -5,7 +5,8 @@
 (a) demo:gpt forward on torch:cpu: opscope's executor without hooks vs with the profiler's
     recorder, and eager PyTorch without vs under torch.profiler (CPU, record_shapes=True), and
     under opscope's eager engine (dispatch mode). Runs are interleaved so load drifts hit all sides.
-(b) events per second through the stream (ZeroMQ) into the store.
+(b) events per second through the stream (ZeroMQ) into the store, and what the wire format (msgpack
+    header, raw int64 events, HMAC-SHA256 checked on every message) costs per event on both ends.
 (d) the per-op aggregate query on 1M events.
 """
 from __future__ import annotations
@@ -117,7 +118,7 @@ def bench_stream(total: int) -> float:
     store = RunStore(os.path.join(tempfile.mkdtemp(), "bench.duckdb"))
     run = store.create_run(model="bench", backend="torch:cpu")
     col = Collector(store, run, hwm=1000).start()
-    sink = StreamSink(col.endpoint, hwm=1000)
+    sink = StreamSink(col.endpoint, col.key, hwm=1000)
     per, nsites = 4096, 100
     t0 = time.perf_counter()
     sent = 0
@@ -133,7 +134,7 @@ def bench_stream(total: int) -> float:
         sink.send(Batch(step, 1, _sites(nsites) if step == 0 else [], ev))
         sent += n
         step += 1
-    sink.control("end", status="ok")
+    sink.end("ok")
     col.ended.wait(600)
     col.stop()
     dt = time.perf_counter() - t0
@@ -142,6 +143,24 @@ def bench_stream(total: int) -> float:
     print(f"(b) stream -> store: {stored} events stored, {sink.dropped} dropped, in {dt:.2f} s = "
           f"{rate / 1e3:.0f}k events/s (aim >= 200k/s)")
     return rate
+
+
+def bench_wire(reps: int) -> float:
+    """Seal (runner) + open (collector) of one 4096-event batch, CPU time: the stream's security cost."""
+    from opscope.profiler.batch import Batch
+    from opscope.profiler.wire import Opener, Sealer, new_key
+    key = new_key()
+    sealer, opener = Sealer(key), Opener(key)
+    ev = np.arange(4096 * 5, dtype=np.int64).reshape(4096, 5)
+    batch = Batch(0, 1, [], ev)
+    times = []
+    for _ in range(reps):
+        c0 = time.thread_time()
+        opener.open([bytes(f) for f in sealer.batch(batch)])
+        times.append(time.thread_time() - c0)
+    per = statistics.median(times) / len(ev)
+    print(f"    wire format: {per * 1e9:.0f} ns of CPU per event (seal + check + decode, both ends together)")
+    return per
 
 
 def bench_query(total: int) -> float:
@@ -185,6 +204,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     bench_overhead(5 if a.quick else 30)
     bench_stream(200_000 if a.quick else 1_000_000)
+    bench_wire(50 if a.quick else 500)
     bench_query(200_000 if a.quick else 1_000_000)
     return 0
 

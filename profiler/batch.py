@@ -5,11 +5,12 @@ bytes and FLOPs belong to its *site* (a node of the plan, or for the eager engin
 with given shapes in a given module). A batch therefore carries the sites it introduces once,
 and per event only integers: (site, seq, start_ns, end_ns, live_bytes). The store joins the two
 in SQL, so strings are converted once per site, not once per event.
+
+On the stream a batch travels as a checked msgpack header and raw int64 events (wire.py).
 """
 from __future__ import annotations
 
 import json
-import pickle
 import threading
 from dataclasses import dataclass, field
 
@@ -38,18 +39,6 @@ class Batch:
     def n(self) -> int:
         return 0 if self.events is None else len(self.events)
 
-    # two frames: a small pickled header, and the event integers as raw bytes
-    def encode(self) -> list[bytes]:
-        head = {"kind": "batch", "step": self.step, "thread": self.thread, "sites": self.sites,
-                "tensors": self.tensors, "memory": self.memory, "dropped": self.dropped, "n": self.n}
-        ev = self.events if self.events is not None else np.zeros((0, 5), np.int64)
-        return [pickle.dumps(head, protocol=pickle.HIGHEST_PROTOCOL), np.ascontiguousarray(ev, np.int64).tobytes()]
-
-    @classmethod
-    def decode(cls, head: dict, payload: bytes) -> "Batch":
-        ev = np.frombuffer(payload, dtype=np.int64).reshape(-1, 5)
-        return cls(head["step"], head["thread"], head["sites"], ev, head["tensors"], head["memory"], head["dropped"])
-
 
 def shapes_json(metas) -> tuple[str, str]:
     shapes = [list(m.shape) if m is not None else None for m in metas]
@@ -67,6 +56,7 @@ class BatchWriter:
         self._frame = None
         self.events = 0
         self.dropped = 0
+        self.step_events: dict[int, int] = {}     # stored events per step: which steps a lost message hit
         self._lock = threading.Lock()
 
     def write(self, batches: list[Batch]) -> int:
@@ -80,6 +70,9 @@ class BatchWriter:
             con.execute("UPDATE runs SET events = events + ?, dropped = greatest(dropped, ?) WHERE run_id = ?",
                         [n, self.dropped, self.run_id])
         self.events += n
+        for b in batches:
+            if b.n:
+                self.step_events[b.step] = self.step_events.get(b.step, 0) + b.n
         return n
 
     def note_dropped(self, dropped: int) -> None:
@@ -124,12 +117,16 @@ class BatchWriter:
         con.register(view_s, self._frame)
         try:
             con.execute(f"""
-                INSERT INTO events SELECT $run, e.step, e.seq, s.op, s.node, s.module, s.source, s.backend, s.device,
+                INSERT INTO events (run_id, step, seq, op, node, module, source, backend, device, thread, depth,
+                    start_ns, end_ns, input_shapes, input_dtypes, output_shapes, output_dtypes, bytes, flops,
+                    fallback, live_bytes)
+                SELECT $run, e.step, e.seq, s.op, s.node, s.module, s.source, s.backend, s.device,
                     e.thread, s.depth, e.start_ns, e.end_ns, s.input_shapes, s.input_dtypes, s.output_shapes,
                     s.output_dtypes, s.bytes, s.flops, s.fallback, e.live_bytes
                 FROM {view_e} e JOIN {view_s} s ON e.site = s.site""", {"run": self.run_id})
             con.execute(f"""
-                INSERT INTO memory SELECT $run, e.step, e.seq, e.end_ns, s.backend, e.live_bytes, s.alloc_bytes,
+                INSERT INTO memory (run_id, step, seq, t_ns, backend, live_bytes, alloc_bytes, free_bytes)
+                SELECT $run, e.step, e.seq, e.end_ns, s.backend, e.live_bytes, s.alloc_bytes,
                     s.free_bytes
                 FROM {view_e} e JOIN {view_s} s ON e.site = s.site
                 WHERE s.alloc_bytes <> 0 OR s.free_bytes <> 0""", {"run": self.run_id})

@@ -2,11 +2,13 @@
 
     run_id = profile("demo:gpt", "torch:cpu", steps=3, warmup=1)       # blocks; RunFailed if the model fails
     live = start_profile("demo:gpt", "sim:npu-a1", steps=100)          # returns at once; what the web app uses
-    live.poll(); live.events_received; live.dropped; live.wait()
+    live.poll(); live.events_received; live.dropped; live.rejected; live.wait()
 
 The collector (a thread of the calling process) writes batches into the store as they arrive and
 keeps runs.events / runs.dropped current; a model that raises, or a runner that dies, leaves a
-failed run with every event that arrived.
+failed run with every event that arrived. A run whose events did not all arrive (the runner's own
+count says more than the store holds plus what was counted as dropped) ends `incomplete`, its error
+naming the steps that lost events; config["stream"] says how many messages the collector refused.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import ModelError, UsageError
 
-from .runner import ENGINES, check_eager_backend
+from .runner import ENGINES, KEY_ENV, PARENT_ENV, PDEATHSIG_ENV, check_eager_backend
 from .store import RunStore
 from .stream import DEFAULT_HWM, Collector
 
@@ -73,7 +75,10 @@ class LiveRun:
         self._finishing = threading.Lock()
         self._log = tempfile.NamedTemporaryFile(prefix="opscope-runner-", suffix=".log", delete=False)
         self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # the key goes in the environment, never on the command line (stream.py says why)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{
+            KEY_ENV: self.collector.key.hex(), PARENT_ENV: str(os.getpid()),
+            PDEATHSIG_ENV: "1" if threading.current_thread() is threading.main_thread() else "0"})
         self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
                                       self.collector.endpoint, "--hwm", str(hwm), *argv],
                                      stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
@@ -94,8 +99,13 @@ class LiveRun:
     def dropped(self) -> int:
         return self.collector.dropped
 
+    @property
+    def rejected(self) -> int:
+        """Messages the collector refused (not from this run's runner, or malformed)."""
+        return self.collector.rejected
+
     def poll(self) -> str:
-        """The status now: 'running', 'ok' or 'failed'."""
+        """The status now: 'running', 'ok', 'incomplete' (events lost on the way) or 'failed'."""
         return self.status
 
     def wait(self, timeout: float | None = None) -> str:
@@ -158,6 +168,10 @@ class LiveRun:
             status, error, self.error_kind = end["status"], end.get("error"), end.get("error_kind")
         else:
             status, error = "failed", _death(self.proc.returncode)
+        missing, notes = self.collector.verdict()
+        if missing:
+            status, error = ("incomplete", missing) if status == "ok" else (status, f"{error}; {missing}")
+        self.store.update_run(self.run_id, config={"stream": notes})
         self._keep_py_spy()
         self._keep_log()
         self.store.finish_run(self.run_id, status=status, error=error, dropped=self.collector.dropped)
@@ -234,7 +248,7 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
         live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                              py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
                              parent_run=parent_run, hwm=hwm)
-        if live.wait() != "ok":
+        if live.wait() not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
             if live.error_kind == "usage":
                 raise UsageError(live.error)
             raise RunFailed(f"run {live.run_id} failed: {live.error}", live.run_id)

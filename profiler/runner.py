@@ -1,6 +1,10 @@
 """The runner: runs the model and streams its events to a collector.
 
-    python -m opscope.profiler.runner --endpoint tcp://127.0.0.1:PORT --model demo:gpt --backend torch:cpu ...
+    OPSCOPE_STREAM_KEY=<hex> OPSCOPE_PARENT_PID=<pid> \
+        python -m opscope.profiler.runner --endpoint ipc:///tmp/opscope-XXXX/stream --model demo:gpt --backend torch:cpu ...
+
+Only live.py starts it: the stream key comes in the environment (never on the command line, which
+`ps` shows to every user), and the runner dies with the process that started it (die_with_parent).
 
 `execute()` is the part that does not care where events go; profile() calls it in-process
 when the caller hands over model objects instead of a spec.
@@ -9,13 +13,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from opscope.runtime.errors import UsageError
 
 ENGINES = ("graph", "eager")
+KEY_ENV = "OPSCOPE_STREAM_KEY"          # hex of the per-run stream key (stream.py says why the environment)
+PARENT_ENV = "OPSCOPE_PARENT_PID"       # the collecting process: when it dies, so does the runner
+PDEATHSIG_ENV = "OPSCOPE_PDEATHSIG"     # "1": the parent spawned us from its main thread (see die_with_parent)
+PR_SET_PDEATHSIG = 1                    # <linux/prctl.h>
 
 
 def check_eager_backend(backend, backend_spec: str) -> None:
@@ -69,24 +79,67 @@ def _args(argv):
     return p.parse_args(argv)
 
 
+def die_with_parent(parent: int, pdeathsig: bool, poll_s: float = 0.2) -> None:
+    """A runner whose parent is gone (kill -9, a crash) must not go on burning CPU for nobody.
+
+    On Linux the kernel sends SIGKILL when the parent dies (PR_SET_PDEATHSIG). NOTE: "parent" there is
+    the *thread* that spawned us, so the parent says (PDEATHSIG_ENV) whether that was its main thread;
+    a runner started from a worker thread (a web request) would be killed when that thread ends. A
+    thread that watches for a new parent pid (an orphan is re-parented) covers that case and macOS.
+    NOTE: on Windows getppid() never changes; there it would take a job object.
+    """
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass                                   # the watcher below still works
+    first = os.getppid()
+    if first != parent and os.name == "posix":     # it died before we got here (on Windows a venv's
+        os._exit(1)                                # launcher process sits between the two)
+
+    def watch():
+        while os.getppid() == first:
+            time.sleep(poll_s)
+        os._exit(1)
+    threading.Thread(target=watch, name="opscope-parent-watch", daemon=True).start()
+
+
+def _take_key() -> bytes | None:
+    """The stream key from the environment, removed from it so the model's own subprocesses never see it."""
+    try:
+        key = bytes.fromhex(os.environ.pop(KEY_ENV, ""))
+    except ValueError:
+        return None
+    return key if len(key) == 32 else None
+
+
 def main(argv=None) -> int:
     a = _args(argv)
+    key = _take_key()
+    if key is None:
+        print(f"opscope runner: no stream key in ${KEY_ENV}: runners are started by `opscope profile`",
+              file=sys.stderr)
+        return 2
+    parent = os.environ.pop(PARENT_ENV, "")
+    if parent.isdigit():
+        die_with_parent(int(parent), os.environ.pop(PDEATHSIG_ENV, "") == "1")
     from .stream import StreamSink
-    sink = StreamSink(a.endpoint, hwm=a.hwm)
+    sink = StreamSink(a.endpoint, key, hwm=a.hwm)
     sink.control("hello", pid=os.getpid(), t_ns=time.perf_counter_ns())
     code = 0
     try:
-        n = execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
-                    values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
-                    on_meta=lambda meta: sink.control("meta", **meta))
-        sink.control("end", status="ok", error=None, error_kind=None, events=n)
+        execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
+                values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
+                on_meta=lambda meta: sink.control("meta", **{"nodes": None, "placement": None, **meta}))
+        sink.end("ok")
     except Exception as e:
         from opscope.runtime.errors import OpscopeError
         kind = "usage" if isinstance(e, UsageError) else "model"
         msg = str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
         if not isinstance(e, OpscopeError):
             traceback.print_exc()           # into the runner log the run keeps as an artifact
-        sink.control("end", status="failed", error=msg, error_kind=kind)
+        sink.end("failed", error=msg, error_kind=kind)
         code = 2 if kind == "usage" else 1
     sink.close()
     return code

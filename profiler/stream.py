@@ -1,82 +1,140 @@
-"""The live event stream: runner -> collector over ZeroMQ PUSH/PULL on 127.0.0.1.
+"""The live event stream: runner -> collector over ZeroMQ PUSH/PULL, on a socket only its runner can use.
 
 The sender never blocks the model: it sends with NOBLOCK under a small high-water mark. When the
 queue is full the batch is dropped and its events counted; every later message carries the
 cumulative count, so the store always knows how many events it does not have. Only control
-messages (hello, end) wait, and only for a bounded time.
+messages (hello, meta, end) wait, and only for a bounded time.
+
+Who may talk to a collector. Two locks, because each covers what the other does not:
+- the socket is `ipc://` in a fresh 0700 folder (tempfile.mkdtemp), so the kernel keeps other users
+  out and there is no TCP port for anyone to find in `ps` or to squat after the collector is gone;
+- every message carries an HMAC-SHA256 under a 32-byte key made per run (wire.py), handed to the
+  runner in its environment (readable only by the same user, unlike the command line that `ps` shows
+  to everyone). That stops the same user's other processes, and it is the only lock where ZeroMQ has
+  no ipc:// (Windows), where the socket falls back to 127.0.0.1. CURVE would do the same with more
+  moving parts (libsodium in the build, key pairs); a MAC is a few lines of stdlib and, with SHA-NI,
+  about 2 GB/s.
+A message that fails the MAC, the decoding or the schema is dropped and counted (`rejected`); the
+run goes on. At the end the collector compares the runner's own count with what arrived
+(`verdict()`), so a message lost on the way marks the run incomplete instead of vanishing.
 """
 from __future__ import annotations
 
-import pickle
+import os
+import shutil
+import tempfile
 import threading
 import time
 
 import zmq
 
 from .batch import Batch, BatchWriter
+from .wire import MAX_FRAME, BadMessage, Opener, Sealer, new_key
 
 DEFAULT_HWM = 64            # batches queued on each side before the sender drops
 END_TIMEOUT_MS = 30_000     # how long the runner waits to deliver its final message
+MAX_REASONS = 16            # distinct rejection reasons kept (the reasons are fixed phrases anyway)
 
 
 class StreamSink:
     """Runner side. `send(batch)` returns False when the batch was dropped."""
 
-    def __init__(self, endpoint: str, hwm: int = DEFAULT_HWM, ctx: zmq.Context | None = None):
+    def __init__(self, endpoint: str, key: bytes, hwm: int = DEFAULT_HWM, ctx: zmq.Context | None = None):
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.SNDHWM, max(1, hwm))
         self.sock.setsockopt(zmq.LINGER, END_TIMEOUT_MS)
         self.sock.connect(endpoint)
+        self.sealer = Sealer(key)
         self.dropped = 0
         self.sent = 0
+        self.sent_by_step: list[int] = []     # events queued per step: the collector names the steps it misses
 
     def send(self, batch: Batch) -> bool:
         batch.dropped = self.dropped
         try:
-            self.sock.send_multipart(batch.encode(), flags=zmq.NOBLOCK, copy=False)
+            self.sock.send_multipart(self.sealer.batch(batch), flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
             self.dropped += batch.n
             return False
         self.sent += batch.n
+        if batch.n:
+            by_step = self.sent_by_step
+            if batch.step >= len(by_step):
+                by_step.extend([0] * (batch.step + 1 - len(by_step)))
+            by_step[batch.step] += batch.n
         return True
 
     def control(self, message: str, **fields) -> bool:
         """hello / meta / end: waits up to END_TIMEOUT_MS, since these must arrive."""
-        head = {**fields, "kind": message, "dropped": self.dropped}
         self.sock.setsockopt(zmq.SNDTIMEO, END_TIMEOUT_MS)
         try:
-            self.sock.send_multipart([pickle.dumps(head), b""])
+            self.sock.send_multipart(self.sealer.control(message, **fields, dropped=self.dropped))
             return True
         except zmq.Again:
             return False
         finally:
             self.sock.setsockopt(zmq.SNDTIMEO, -1)
 
+    def end(self, status: str, error: str | None = None, error_kind: str | None = None) -> bool:
+        """The last message: the runner's own count of every event it produced, and per step what it sent."""
+        return self.control("end", status=status, error=error, error_kind=error_kind,
+                            events=self.sent + self.dropped, sent_by_step=self.sent_by_step)
+
     def close(self) -> None:
         self.sock.close()
+
+
+def _bind_private(sock) -> tuple[str, str | None]:
+    """(endpoint, private folder or None): ipc:// in a 0700 folder where ZeroMQ has it, else loopback TCP."""
+    if zmq.has("ipc"):
+        folder = tempfile.mkdtemp(prefix="opscope-")       # 0700, a fresh name: nobody else can connect
+        path = os.path.join(folder, "stream")
+        if len(path) < 100:                                 # sun_path holds ~104-108 bytes
+            endpoint = f"ipc://{path}"
+            sock.bind(endpoint)
+            return endpoint, folder
+        os.rmdir(folder)
+    return f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}", None
+
+
+def step_ranges(steps: list[int], most: int = 10) -> str:
+    """[5, 6, 7, 9] -> '5-7, 9' (the first `most` ranges, then how many more)."""
+    ranges: list[list[int]] = []
+    for s in steps:
+        if ranges and s == ranges[-1][1] + 1:
+            ranges[-1][1] = s
+        else:
+            ranges.append([s, s])
+    text = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in ranges[:most])
+    return text + (f" and {len(ranges) - most} more ranges" if len(ranges) > most else "")
 
 
 class Collector:
     """Collector side: a background thread that writes batches into the store as they arrive.
 
-    `on_control(head)` is called for hello/meta/end messages (in the collector thread).
+    `on_control(head)` is called for hello/meta/end messages (in the collector thread). The runner
+    needs `endpoint` and `key`.
     """
 
     def __init__(self, store, run_id: str, *, hwm: int = DEFAULT_HWM, on_control=None,
                  write_interval_s: float = 0.25):
         self.writer = BatchWriter(store, run_id)
+        self.key = new_key()
+        self._opener = Opener(self.key)
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.RCVHWM, max(1, hwm))
         self.sock.setsockopt(zmq.LINGER, 0)
-        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)    # a peer sending more is disconnected unread
+        self.endpoint, self._folder = _bind_private(self.sock)
         self.on_control = on_control
         self.write_interval_s = write_interval_s
         self.ended = threading.Event()      # the runner's end message arrived
         self.end: dict | None = None
         self.messages = 0
+        self.rejected = 0                   # messages refused: not from our runner, undecodable, off-schema
+        self.rejected_why: dict[str, int] = {}
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"opscope-collector-{run_id}", daemon=True)
@@ -89,6 +147,10 @@ class Collector:
     def dropped(self) -> int:
         return self.writer.dropped
 
+    @property
+    def transport(self) -> str:
+        return self.endpoint.split(":", 1)[0]
+
     def start(self) -> "Collector":
         self._thread.start()
         return self
@@ -97,8 +159,35 @@ class Collector:
         """Stop after draining what is queued (waits up to drain_s for stragglers)."""
         self._drain_s = drain_s
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         self.sock.close()
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    def verdict(self) -> tuple[str | None, dict]:
+        """(why the run is incomplete, or None; what the stream reports into the run's config)."""
+        notes: dict = {"transport": self.transport, "rejected": self.rejected}
+        if self.rejected_why:
+            notes["rejected_why"] = dict(self.rejected_why)
+        end = self.end
+        if end is None:                     # no final count to compare with (the runner died): the run failed
+            return None, notes
+        stored, dropped, produced = self.writer.events, self.writer.dropped, end["events"]
+        got = self.writer.step_events
+        short = [s for s, n in enumerate(end["sent_by_step"]) if got.get(s, 0) < n]
+        if produced == stored + dropped and not short:
+            return None, notes
+        lost = produced - stored - dropped
+        notes.update(produced=produced, missing_events=lost, missing_steps=step_ranges(short))
+        where = f", in steps {step_ranges(short)}" if short else ""
+        return (f"incomplete: the runner produced {produced} events but {stored} arrived and {dropped} were "
+                f"counted as dropped: {lost} lost on the way{where}"), notes
+
+    def _reject(self, e: BadMessage) -> None:
+        self.rejected += 1
+        if e.reason in self.rejected_why or len(self.rejected_why) < MAX_REASONS:
+            self.rejected_why[e.reason] = self.rejected_why.get(e.reason, 0) + 1
 
     def _loop(self) -> None:
         poller = zmq.Poller()
@@ -116,24 +205,28 @@ class Collector:
                         break
                 got = dict(poller.poll(20))
                 while got and len(pending) < 256:
-                    head, payload = self.sock.recv_multipart(copy=True)
+                    frames = self.sock.recv_multipart(copy=True)
                     self.messages += 1
-                    head = pickle.loads(head)
-                    quiet_since = None if self._stop.is_set() else quiet_since
-                    if head["kind"] == "batch":
-                        pending.append(Batch.decode(head, payload))
-                    else:
-                        if pending:               # keep order: events before the control message
-                            self.writer.write(pending)
-                            pending = []
-                        self.writer.note_dropped(head.get("dropped", 0))
-                        if head["kind"] == "end":
-                            self.end = head
-                        if self.on_control:
-                            self.on_control(head)
-                        if head["kind"] == "end":
-                            self.ended.set()
                     got = dict(poller.poll(0))
+                    try:
+                        kind, msg = self._opener.open(frames)
+                    except BadMessage as e:      # not our runner's, or not well-formed: count it, go on
+                        self._reject(e)
+                        continue
+                    quiet_since = None if self._stop.is_set() else quiet_since
+                    if kind == "batch":
+                        pending.append(msg)
+                        continue
+                    if pending:                   # keep order: events before the control message
+                        self.writer.write(pending)
+                        pending = []
+                    self.writer.note_dropped(msg["dropped"])
+                    if kind == "end":
+                        self.end = msg
+                    if self.on_control:
+                        self.on_control(msg)
+                    if kind == "end":
+                        self.ended.set()
                 if pending and (time.monotonic() - last_write > self.write_interval_s or len(pending) >= 256
                                 or self._stop.is_set()):
                     self.writer.write(pending)

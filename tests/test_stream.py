@@ -20,7 +20,7 @@ def test_full_queue_drops_and_counts_and_the_count_arrives():
     store = RunStore()
     run = store.create_run(model="m", backend="numpy")
     col = Collector(store, run, hwm=1)               # bound, but not reading yet: the slowest reader
-    sink = StreamSink(col.endpoint, hwm=1)
+    sink = StreamSink(col.endpoint, col.key, hwm=1)
     per, batches, ok = 2000, 400, 0
     sent_sites = False
     for b in range(batches):
@@ -35,7 +35,7 @@ def test_full_queue_drops_and_counts_and_the_count_arrives():
             sent_sites = True
     assert sink.dropped > 0 and sink.dropped == (batches - ok) * per
     col.start()
-    assert sink.control("end", status="ok")
+    assert sink.end("ok")
     assert col.ended.wait(60)
     col.stop()
     sink.close()
@@ -43,6 +43,7 @@ def test_full_queue_drops_and_counts_and_the_count_arrives():
     assert col.events + col.dropped == batches * per
     r = store.get_run(run)
     assert r["events"] == ok * per and r["dropped"] == sink.dropped
+    assert col.verdict()[0] is None          # dropped and counted is not lost: the run is complete
     assert store.query("SELECT count(*) FROM events WHERE run_id = ? AND op IS NULL", [run])[0][0] == 0
 
 
@@ -70,7 +71,7 @@ def test_recorder_resends_sites_after_a_dropped_batch():
     store = RunStore()
     run = store.create_run(model="demo:mlp", backend="numpy")
     col = Collector(store, run, hwm=1)
-    sink = _DropFirst(StreamSink(col.endpoint, hwm=1))
+    sink = _DropFirst(StreamSink(col.endpoint, col.key, hwm=1))
     s = open_session("demo:mlp", "numpy")
     rec = Recorder(sink)
     steps = 50
@@ -78,7 +79,7 @@ def test_recorder_resends_sites_after_a_dropped_batch():
         for _ in range(steps):
             s.run()
     col.start()
-    sink.control("end", status="ok")
+    sink.end("ok")
     assert col.ended.wait(60)
     col.stop()
     per_step = len(s.plan.steps)
