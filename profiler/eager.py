@@ -2,7 +2,7 @@
 
 A TorchDispatchMode sees each ATen call below autograd; forward pre/post hooks on the modules
 say which module is running. Events have the same fields as the graph engine's: op is the
-opscope op name when one maps the ATen overload (`aten:NAME` otherwise), node is the overload
+opscope op name when one maps the ATen overload (`aten:NAME` otherwise, `NAMESPACE:NAME` for a library's custom op), node is the overload
 packet numbered by its occurrence in the step (`addmm`, `addmm_1`, ...), FLOPs come from
 opscope's cost model on the call's shapes.
 
@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from opscope.runtime.graph import TensorMeta
 from opscope.runtime.ops import OPS, flops_of, op_for_target
+from opscope.runtime.capture import op_name
 from opscope.runtime.ops.registry import bytes_of
 
 from .batch import Batch
@@ -237,7 +238,7 @@ class EagerProfiler(TorchDispatchMode):
         info = self._funcs.get(func)
         if info is None:
             name = func.overloadpacket.__name__
-            info = self._funcs[func] = (op_for_target(func) or f"aten:{name}", name)
+            info = self._funcs[func] = (op_for_target(func) or op_name(func), name)
         return info
 
     def _new_site(self, key, info, module, ins, outs, k, src) -> int:
