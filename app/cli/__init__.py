@@ -30,6 +30,10 @@ COMMANDS = {
     "advise": ("advise", "recommendations for a run, ranked by estimated gain; --apply measures one"),
     "tune": ("tune", "search a backend's knobs (threads, dtype, batch chunking) and cache the best"),
     "migrate": ("migrate", "find CUDA-specific code, rewrite it, predict how a model runs elsewhere"),
+    "compile": ("compile", "optimize and place a model once, save the execution plan (.opsplan)"),
+    "optimize": ("optimize", "profile, apply the best advice, measure, repeat; keeps what helped"),
+    "simulate": ("simulate", "predict data-parallel step time and scaling at N ranks from measured op costs"),
+    "monitor": ("monitor", "watch devices (and a live run) against alert rules"),
 }
 
 
