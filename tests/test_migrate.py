@@ -500,3 +500,63 @@ def test_jobs_scan_in_parallel_with_the_same_findings(corpus, tmp_path):
     key = lambda r: [(f.file, f.line, f.column, f.api, f.hip) for f in r.findings]  # noqa: E731
     assert key(one) == key(two) and len(one.findings) > 40 * 10
     assert one.files == two.files and one.skipped == two.skipped
+
+
+@pytest.mark.slow
+def test_check_train_predicts_the_backward_and_optimizer_ops_and_a_step_confirms_it(tmp_path, cli):
+    """A chip without relu's backward: the training check finds it in the backward phase, predicts the
+    fallback for exactly that op, and one real step (loss vs eager) confirms it."""
+    (tmp_path / "nobwd.toml").write_text(STRICT.replace('name = "strict-npu"', 'name = "no-relu-bwd"')
+                                         .replace('implementation = "numpy"', 'implementation = "sim"\nfallback = "numpy"')
+                                         .replace('unsupported = ["gelu"]', 'unsupported = ["threshold_backward"]'))
+    r = cli("migrate", "check", "demo:mlp", "--train", "-b", "numpy", "-b", tmp_path / "nobwd.toml", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["train"] is True and doc["confirmed"] is True
+    numpy_, chip = doc["backends"]
+    assert set(numpy_["phases"]) == {"forward", "backward", "optimizer"}
+    assert numpy_["counts"]["fallback"] == 0 and numpy_["run"]["ran"] and numpy_["run"]["numerics_ok"]
+    ops = {o["op"]: o for o in chip["ops"]}
+    assert (ops["threshold_backward"]["status"], ops["threshold_backward"]["runs_on"]) == ("fallback", "numpy")
+    assert [o["op"] for o in chip["ops"] if o["status"] != "native"] == ["threshold_backward"]
+    assert chip["phases"]["backward"]["fallback"] == chip["counts"]["fallback"] > 0
+    assert chip["run"]["matched"] and abs(chip["run"]["loss"] - chip["run"]["eager_loss"]) < 1e-4
+
+
+CPP_EXT = '''#include <cuda_runtime.h>
+#include <nccl.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <nvtx3/nvToolsExt.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#endif
+__device__ inline float load(const float* x) { return __ldcs(x); }
+void step(torch::Tensor x, ncclComm_t comm) {
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  if (torch::cuda::is_available()) { auto kind = torch::kCUDA; }
+  cudaStream_t s = at::cuda::getCurrentCUDAStream();
+  __nv_bfloat16 b; int t = CUDA_R_16BF; int ok = CUBLAS_STATUS_SUCCESS;
+  if (cudaMemcpyAsync(0, 0, 4, cudaMemcpyDeviceToHost, s) != cudaSuccess) {}
+  nvtxRangePushA("step");
+}
+'''
+
+
+def test_c_scan_finds_headers_types_intrinsics_macros_nvtx_and_the_libtorch_device_api(tmp_path):
+    (tmp_path / "ext.cu").write_text(CPP_EXT)
+    found = {f.api: f for f in scan_path(tmp_path).findings}
+    want_hip = {"#include cuda_runtime.h": "hip/hip_runtime.h", "#include nccl.h": "rccl/rccl.h",
+                "cudaStream_t": "hipStream_t", "cudaMemcpyAsync": "hipMemcpyAsync", "cudaSuccess": "hipSuccess",
+                "cudaMemcpyDeviceToHost": "hipMemcpyDeviceToHost", "CUDA_R_16BF": "HIP_R_16BF",
+                "CUBLAS_STATUS_SUCCESS": "HIPBLAS_STATUS_SUCCESS", "__nv_bfloat16": "__hip_bfloat16",
+                "__ldcs": "__builtin_nontemporal_load"}
+    for api, hip in want_hip.items():
+        assert api in found, api
+        assert found[api].hip == hip, (api, found[api].hip)
+    for api in ("#include ATen/cuda/CUDAContext.h", "#include nvtx3/nvToolsExt.h", "__CUDA_ARCH__", "__device__",
+                "ncclComm_t", ".is_cuda()", "torch::cuda::is_available", "torch::kCUDA",
+                "at::cuda::getCurrentCUDAStream", "nvtxRangePushA"):
+        assert api in found and found[api].hip and found[api].sycl, api
+    assert found["torch::kCUDA"].sycl == "torch::kXPU"
+    lines = CPP_EXT.splitlines()
+    for f in found.values():                                   # every finding sits on the line it names
+        assert f.api.split()[-1].strip(".()").split("::")[-1] in lines[f.line - 1], f

@@ -59,6 +59,8 @@ def register(sub) -> None:
     c = msub.add_parser("check", help="predict native / fallback / unsupported per op and line, then confirm by running")
     c.add_argument("model", help="path/to/file.py:factory or demo:NAME")
     c.add_argument("--backend", "-b", action="append", required=True, help="a backend spec; repeat for several")
+    c.add_argument("--train", action="store_true", help="check a whole training step (forward, loss, backward, "
+                   "optimizer) instead of the forward pass; the model returns its loss (demos know theirs)")
     add_json(c)
     c.set_defaults(func=check_main)
 
@@ -260,7 +262,7 @@ def check_main(args) -> int:
     import contextlib
     # NOTE: the model's own prints go to stderr, so --json keeps one JSON document on stdout
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        doc = check(args.model, args.backend)
+        doc = check(args.model, args.backend, train=args.train)
     if args.json:
         emit_json(doc)
         return 0 if doc["confirmed"] else 1
@@ -268,6 +270,8 @@ def check_main(args) -> int:
         c, run = b["counts"], b["run"]
         console.print(f"[bold]{doc['model']}[/] on [bold]{b['backend']}[/]"
                       + (f" (fallback {b['fallback']})" if b["fallback"] else "")
+                      + (" (training step: " + ", ".join(f"{p} {sum(v.values())}" for p, v in b["phases"].items()) + ")"
+                         if doc.get("train") else "")
                       + f": {c['native']} native, {c['fallback']} fallback, {c['missing-op']} with no opscope op yet, "
                       f"{c['unsupported']} unsupported")
         not_native = [o for o in b["ops"] if o["status"] != "native"]
@@ -278,8 +282,11 @@ def check_main(args) -> int:
             console.print(table("source lines", ["line", "prediction", "ops", "code"],
                                 [[d["source"], d["status"], ", ".join(d["ops"]), d["code"]] for d in lines[:40]]))
         if run["ran"] and run.get("error") is None:
+            numerics = (f"loss {run['loss']:.6g} vs eager {run['eager_loss']:.6g} (abs err {run['max_abs_err']:.2e})"
+                        if doc.get("train") else
+                        f"max abs err {run['max_abs_err']:.2e} vs eager PyTorch (cosine {run['cosine']:.6f})")
             console.print(f"confirmed by a real run: placement {'matched' if run['matched'] else 'DID NOT match'} the "
-                          f"prediction; max abs err {run['max_abs_err']:.2e} vs eager PyTorch (cosine {run['cosine']:.6f})")
+                          f"prediction; {numerics}")
         elif run["ran"]:
             console.print(f"[red]the run failed[/]: {run['error']}")
         else:

@@ -1,5 +1,6 @@
 """`opscope migrate check`: predict, per op and per source line, how a model runs on each backend,
-then confirm the prediction with a short real run.
+then confirm the prediction with a short real run. With `train`, the graph is a whole training step
+(forward, loss, backward, optimizer update) and the run is one step, its loss compared with eager's.
 
 A prediction asks each backend's operator registry (the same `supports(node)` placement asks, through
 the backend's fallback chain):
@@ -110,10 +111,58 @@ def check_backend(model_spec: str, backend_spec: str, model, inputs) -> dict:
     return doc
 
 
-def check(model_spec: str, backend_specs: list[str]) -> dict:
+def check_train_backend(model_spec: str, backend_spec: str, model, inputs, eager_loss: float) -> dict:
+    """The same for one training step (forward, loss, backward, SGD update): predicted per op of the joint
+    graph, confirmed by running the step and comparing its loss with eager PyTorch's."""
+    from opscope.runtime.train import OptimizerSpec, Trainer, build_train_graph, capture_joint
+    backend = resolve(backend_spec)
+    doc = {"backend": backend.name, "fallback": backend.fallback.name if backend.fallback else None,
+           "fallbacks": [b.name for b in backend.fallbacks]}
+    run: dict = {"ran": False, "matched": False, "error": None}
+    train = build_train_graph(capture_joint(model, inputs, model_spec), OptimizerSpec("sgd", lr=1e-3))
+    pred = _predict(train.graph, backend)
+    try:
+        trainer = Trainer(train, backend, inputs)
+    except UnsupportedOpError as e:
+        expected = sorted({n.op for n, s, _, _ in pred.values() if s in ("unsupported", "missing-op")})
+        run.update(error=str(e), refused_ops=sorted(e.ops), matched=sorted(e.ops) == expected)
+    else:
+        hook = _Where()
+        try:
+            with trainer.executor.hooked(hook):
+                loss = trainer.step()
+        except OpscopeError as e:
+            run.update(ran=True, error=str(e))
+        else:
+            mism = [{"node": name, "op": node.op, "predicted": where, "ran_on": hook.ran.get(name)}
+                    for name, (node, status, where, _) in pred.items() if hook.ran.get(name) != where]
+            err = abs(loss - eager_loss)
+            run.update(ran=True, matched=not mism, mismatches=mism[:20], loss=loss, eager_loss=eager_loss,
+                       max_abs_err=err, numerics_ok=err <= 1e-4 * max(1.0, abs(eager_loss)))
+    counts = {s: 0 for s in RANK}
+    phases: dict[str, dict] = {}
+    for node, status, _, _ in pred.values():
+        counts[status] += 1
+        ph = phases.setdefault(node.attrs.get("phase", "forward"), {s: 0 for s in RANK})
+        ph[status] += 1
+    doc.update(counts=counts, phases=phases, ops=_by_op(pred), lines=_by_line(pred), run=run)
+    return doc
+
+
+def check(model_spec: str, backend_specs: list[str], *, train: bool = False) -> dict:
     for spec in backend_specs:
         resolve(spec)                          # every spec checked before the model loads
-    model, inputs = models.load(model_spec)
-    results = [check_backend(model_spec, spec, model, inputs) for spec in backend_specs]
-    return {"model": model_spec, "backends": results,
+    if train:
+        from opscope.runtime.train import loss_of
+        model, inputs = models.load_train(model_spec)
+        import copy
+
+        import torch
+        with torch.no_grad():          # on a copy: a training-mode forward updates batch-norm statistics
+            eager_loss = float(loss_of(copy.deepcopy(model)(*inputs), model_spec))
+        results = [check_train_backend(model_spec, spec, model, inputs, eager_loss) for spec in backend_specs]
+    else:
+        model, inputs = models.load(model_spec)
+        results = [check_backend(model_spec, spec, model, inputs) for spec in backend_specs]
+    return {"model": model_spec, "train": train, "backends": results,
             "confirmed": all(r["run"]["matched"] and r["run"].get("numerics_ok", True) for r in results)}
