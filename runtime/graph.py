@@ -53,8 +53,6 @@ class Node:
     source: str = ""                  # "file.py:123"
     source_line: str = ""             # the code on that line
     multi_output: bool = False        # the kernel returns a tuple/list spread over `outputs`
-    phase: str = "forward"            # "forward", "backward" or "optimizer" (training graphs)
-    forward_node: str = ""            # a backward node: the name of the forward node it differentiates
 
     @property
     def flops(self) -> int:
