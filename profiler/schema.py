@@ -4,7 +4,16 @@ Times are integers in nanoseconds on the runner's monotonic clock (time.perf_cou
 simulated device clock for sim backends). Shapes and dtypes are JSON text: '[[2,128,256]]'.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2     # 2: events gained phase, fwd_node, rank, world_size (training, multi-rank runs)
+
+# Columns added to events after stores existed: name -> (type, default). A writer adds them to an older
+# store (MIGRATIONS); a reader of a store it cannot upgrade reads them as their default.
+ADDED_EVENT_COLUMNS = {
+    "phase": ("VARCHAR", "'forward'"),      # forward | backward | optimizer
+    "fwd_node": ("VARCHAR", "''"),          # the forward node a backward op differentiates
+    "rank": ("INTEGER", "0"),               # this process's rank, and how many there are
+    "world_size": ("INTEGER", "1"),
+}
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -28,7 +37,9 @@ DDL = [
         backend TEXT, device TEXT, thread BIGINT, depth INTEGER,
         start_ns BIGINT, end_ns BIGINT,
         input_shapes TEXT, input_dtypes TEXT, output_shapes TEXT, output_dtypes TEXT,
-        bytes BIGINT, flops BIGINT, fallback BOOLEAN, live_bytes BIGINT
+        bytes BIGINT, flops BIGINT, fallback BOOLEAN, live_bytes BIGINT,
+        phase VARCHAR DEFAULT 'forward', fwd_node VARCHAR DEFAULT '',
+        rank INTEGER DEFAULT 0, world_size INTEGER DEFAULT 1
     )""",
     """CREATE TABLE IF NOT EXISTS memory (
         run_id TEXT, step INTEGER, seq INTEGER, t_ns BIGINT, backend TEXT,
@@ -54,4 +65,7 @@ DDL = [
 
 EVENT_COLUMNS = ["run_id", "step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "depth",
                  "start_ns", "end_ns", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes",
-                 "flops", "fallback", "live_bytes"]
+                 "flops", "fallback", "live_bytes", *ADDED_EVENT_COLUMNS]
+
+MIGRATIONS = [f"ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {kind} DEFAULT {default}"
+              for name, (kind, default) in ADDED_EVENT_COLUMNS.items()]

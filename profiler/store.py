@@ -9,10 +9,17 @@
 DuckDB lets one process at a time open a database file read-write. A collector in one process
 and the web server in another share the file by holding connections only for the work at hand
 (open, do the work, close) and retrying when the other side holds the lock.
+
+Reading never writes: readers open the file read-only (a store on a read-only disk, or a full one,
+still reads), and an absent store reads as empty. The first writer of a process creates the store
+private to the user (folder 0700, file 0600), upgrades its tables, and marks failed the runs whose
+collecting process died; until then a reader shows such a run as failed without writing it. A store
+that cannot be opened or written is a StoreError: one line with the path and what to do.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
@@ -26,10 +33,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from opscope.runtime.errors import UsageError
-from opscope.runtime.home import opscope_home
+from opscope.runtime.errors import OpscopeError, UsageError, first_line
+from opscope.runtime.home import HOME_ENV, opscope_home, private_file, private_folder
 
-from .schema import DDL, EVENT_COLUMNS, SCHEMA_VERSION
+from .schema import ADDED_EVENT_COLUMNS, DDL, EVENT_COLUMNS, MIGRATIONS, SCHEMA_VERSION
 from .stats import CACHE_DDL
 
 MEMORY_COLUMNS = ["step", "seq", "t_ns", "backend", "live_bytes", "alloc_bytes", "free_bytes"]
@@ -43,13 +50,14 @@ RUN_COLUMNS = ["run_id", "model", "backend", "device", "engine", "description_ha
 
 # numpy dtype per column, so a batch of rows becomes columns DuckDB scans without a copy per value
 _INT = {"step", "seq", "thread", "depth", "start_ns", "end_ns", "bytes", "flops", "live_bytes", "t_ns", "alloc_bytes",
-        "free_bytes", "count", "nan", "inf", "mem_bytes", "gpu_mem_bytes", "dur_ns"}
+        "free_bytes", "count", "nan", "inf", "mem_bytes", "gpu_mem_bytes", "dur_ns", "rank", "world_size"}
 _FLOAT = {"min", "max", "mean", "std", "hist_lo", "hist_hi", "cpu_percent", "gpu_util", "temperature_c", "power_w"}
 _BOOL = {"fallback"}
 
 _LOCK_WAIT_S = 30.0
-_ready: set[str] = set()          # database files whose tables exist (checked once per process)
+_ready: set[str] = set()          # database files a writer of this process has prepared (once per process)
 _ready_lock = threading.Lock()
+_open: dict[str, list[bool]] = {}  # file -> read_only flags of this process's open connections (nesting)
 # NOTE: threads of one process share one DuckDB instance per file; a connection opened while another
 # thread closed the last one (and with it the instance) broke the instance's catalog ("pandas_scan does
 # not exist"). Connections in a process take turns; DuckDB serializes writers anyway.
@@ -96,35 +104,57 @@ def versions() -> dict:
             "duckdb": duckdb.__version__, "opscope": ours}
 
 
+class StoreError(OpscopeError):
+    """The run store cannot be opened or written: a read-only or full disk, a file where its folder
+    should be, a damaged database. Exit 2 (what the user must change), 1 when the disk filled up."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class RunStore:
     def __init__(self, path: str | os.PathLike | None = None):
+        # nothing touches the disk here: readers open the file read-only, the first writer creates it
         self.path = Path(path) if path is not None else opscope_home() / "runs.duckdb"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        key = str(self.path.resolve())
-        with _ready_lock:
-            if key not in _ready:
-                with self.connect() as con:
-                    for stmt in DDL:
-                        con.execute(stmt)
-                    con.execute(CACHE_DDL)
-                    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-                _ready.add(key)
+        self._home = path is None
 
     # --- connections ---------------------------------------------------------------------
     @contextlib.contextmanager
-    def connect(self):
-        """A short-lived connection; waits while another process holds the file's lock."""
-        with _PROCESS_LOCK:
-            with self._connect() as con:
-                yield con
+    def connect(self, read_only: bool = False):
+        """A short-lived connection; waits while another process holds the file's lock.
+
+        read_only: for readers. It never writes, works where the store cannot be written, and an
+        absent store reads as an empty one. A read inside an open writer's connection shares it.
+        """
+        key = str(self.path.absolute())
+        with _PROCESS_LOCK, _store_errors(self, writing=not read_only):
+            held = _open.setdefault(key, [])
+            if held:                       # DuckDB wants one configuration per file and process
+                read_only = held[0]
+            elif not read_only:
+                self._prepare()
+            elif not self._exists():
+                con = _empty_store()
+                try:
+                    yield con
+                finally:
+                    con.close()
+                return
+            held.append(read_only)
+            try:
+                with self._connect(read_only) as con:
+                    yield con
+            finally:
+                held.pop()
 
     @contextlib.contextmanager
-    def _connect(self):
+    def _connect(self, read_only: bool = False):
         deadline = time.monotonic() + _LOCK_WAIT_S
         delay = 0.005
         while True:
             try:
-                con = duckdb.connect(str(self.path))
+                con = duckdb.connect(str(self.path), read_only=read_only)
                 break
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:
@@ -136,8 +166,44 @@ class RunStore:
         finally:
             con.close()
 
+    def _exists(self) -> bool:
+        """Whether there is a store to read; a home that is a file (or under one) is an error, not empty."""
+        try:
+            os.stat(self.path)
+            return True
+        except FileNotFoundError:
+            return False
+        except NotADirectoryError:
+            raise StoreError(_not_a_folder(self)) from None
+
+    def _prepare(self) -> None:
+        """A writer's first connection in this process: a private folder and file, current tables, and
+        the runs of dead collectors marked failed (the write that readers leave to writers)."""
+        key = str(self.path.absolute())
+        with _ready_lock:
+            if key in _ready:
+                return
+            private_folder(self.path.parent)
+            new = not self.path.exists()
+            old_mask = os.umask(0o077) if new else None      # born private: no moment readable by others
+            try:
+                with self._connect() as con:
+                    for stmt in DDL + MIGRATIONS:
+                        con.execute(stmt)
+                    con.execute(CACHE_DDL)
+                    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+                    _mark_dead_runs_failed(con)
+            finally:
+                if old_mask is not None:
+                    os.umask(old_mask)
+            for f in (self.path, Path(f"{self.path}.wal")):
+                private_file(f)
+            _ready.add(key)
+
     def query(self, sql: str, params=()) -> list[tuple]:
-        with self.connect() as con:
+        """Run one statement; a SELECT (or WITH/SHOW/DESCRIBE) reads, anything else writes."""
+        reads = (sql.split(None, 1) or [""])[0].upper() in ("SELECT", "WITH", "SHOW", "DESCRIBE", "EXPLAIN", "FROM")
+        with self.connect(read_only=reads) as con:
             return con.execute(sql, list(params)).fetchall()
 
     # --- runs ----------------------------------------------------------------------------
@@ -191,41 +257,26 @@ class RunStore:
             con.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", vals + [run_id])
 
     def list_runs(self) -> list[dict]:
-        with self.connect() as con:
+        with self.connect(read_only=True) as con:
             cur = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at DESC")
-            runs = [_run_dict(r) for r in cur.fetchall()]
-        return [self._reap(r) for r in runs]
-
-    def _reap(self, run: dict) -> dict:
-        """A run still 'running' whose collecting process is gone (killed with SIGKILL, the machine
-        rebooted) can never finish: mark it failed, keeping every event that arrived."""
-        if run.get("status") != "running":
-            return run
-        cfg = run.get("config")          # _run_dict parsed it; a string here is not JSON
-        who = (cfg.get("collector") if isinstance(cfg, dict) else None) or {}
-        if who.get("host") != socket.gethostname() or not who.get("pid") or _alive(int(who["pid"])):
-            return run
-        error = (f"the process that collected this run (pid {who['pid']}) ended without closing it; "
-                 "the events that arrived are kept")
-        self.finish_run(run["run_id"], "failed", error)
-        return {**run, "status": "failed", "error": error}
+            return [_as_seen(_run_dict(r)) for r in cur.fetchall()]
 
     def get_run(self, run_id: str, *, con=None) -> dict:
         rid = (run_id or "").strip()
         if con is None:
-            with self.connect() as c:
+            with self.connect(read_only=True) as c:
                 return self.get_run(rid, con=c)
         rows = [] if not rid else con.execute(
             f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE starts_with(run_id, ?) ORDER BY started_at DESC",
             [rid]).fetchall()
         exact = [r for r in rows if r[0] == rid]
         if exact:
-            return self._reap(_run_dict(exact[0]))
+            return _as_seen(_run_dict(exact[0]))
         if not rows:
             raise UsageError(f"unknown run {rid!r}: `opscope runs` lists them")
         if len(rows) > 1:
             raise UsageError(f"run id {rid!r} is ambiguous ({len(rows)} runs start with it): give more characters")
-        return self._reap(_run_dict(rows[0]))
+        return _as_seen(_run_dict(rows[0]))
 
     def delete_run(self, run_id: str) -> None:
         rid = self.get_run(run_id)["run_id"]
@@ -238,8 +289,8 @@ class RunStore:
         rows = list(rows)
         if not rows:
             return 0
-        cols = list(zip(*rows))
-        return self.add_event_columns(run_id, {c: cols[i] for i, c in enumerate(EVENT_COLUMNS[1:])})
+        # rows may stop before the columns added later (phase, ...): those take their defaults
+        return self.add_event_columns(run_id, dict(zip(EVENT_COLUMNS[1:], zip(*rows))))
 
     def add_event_columns(self, run_id: str, cols: dict, *, con=None) -> int:
         """The fast path: one batch as columns (numpy arrays or sequences), keyed by EVENT_COLUMNS names."""
@@ -277,7 +328,8 @@ class RunStore:
         return self._insert(table, ["run_id"] + columns, run_id, {c: cols[i] for i, c in enumerate(columns)}, con=con)
 
     def _insert(self, table, columns, run_id, cols: dict, *, con=None) -> int:
-        names = columns[1:]
+        names = [c for c in columns[1:] if c in cols or c not in ADDED_EVENT_COLUMNS]     # absent: the default
+        columns = ["run_id", *names]
         n = len(cols[names[0]])
         if n == 0:
             return 0
@@ -304,9 +356,9 @@ class RunStore:
 
     # --- reading -------------------------------------------------------------------------
     def _columns(self, table, run_id, columns, where="", params=(), order="") -> dict[str, np.ndarray]:
-        rid = self.get_run(run_id)["run_id"]
-        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ? {where} {order}"
-        with self.connect() as con:
+        with self.connect(read_only=True) as con:
+            rid = self.get_run(run_id, con=con)["run_id"]
+            sql = f"SELECT {', '.join(_selectable(con, table, columns))} FROM {table} WHERE run_id = ? {where} {order}"
             out = con.execute(sql, [rid, *params]).fetchnumpy()
         return {k: _unmask(v) for k, v in out.items()}
 
@@ -339,7 +391,7 @@ class RunStore:
 
     def artifacts(self, run_id, kind=None) -> list[tuple[str, str, bytes]]:
         rid = self.get_run(run_id)["run_id"]
-        with self.connect() as con:
+        with self.connect(read_only=True) as con:
             if kind is None:
                 rows = con.execute("SELECT kind, name, data FROM artifacts WHERE run_id = ?", [rid]).fetchall()
             else:
@@ -348,10 +400,24 @@ class RunStore:
         return [(k, n, bytes(d) if d is not None else b"") for k, n, d in rows]
 
     def op_stats(self, run_id, by: str = "op", step=None) -> list[dict]:
-        from .stats import op_stats
-        with self.connect() as con:           # one connection: opening the file costs more than a cached table
+        from . import stats
+        with self.connect(read_only=True) as con:   # one connection: opening the file costs more than a cached table
             rid = self.get_run(run_id, con=con)["run_id"]
-            return op_stats(con, rid, by=by, step=step)
+            try:
+                return stats.op_stats(con, rid, by=by, step=step)
+            except duckdb.InvalidInputException as e:
+                if "read-only" not in str(e):
+                    raise
+        # a finished run not cached for this grouping yet: cache it where the store can be written
+        try:
+            with self.connect() as con:
+                return stats.op_stats(con, rid, by=by, step=step)
+        except StoreError:
+            pass
+        with self.connect(read_only=True) as con:     # a read-only or full disk: aggregate without keeping it
+            # NOTE: stats has no "don't cache" switch yet; its live query is what op_stats runs uncached
+            return [stats._dict(r) for r in con.execute(stats._live_sql(con, rid, by, "") + stats._ORDER,
+                                                         {"run": rid}).fetchall()]
 
 
 def _scan(con, view, frame, sql):
@@ -360,6 +426,118 @@ def _scan(con, view, frame, sql):
         con.execute(sql)
     finally:
         con.unregister(view)
+
+
+def _as_seen(run: dict) -> dict:
+    """A run still 'running' whose collecting process is gone (killed with SIGKILL, the machine
+    rebooted) can never finish: it reads as failed, with every event that arrived. The next writer
+    to open the store records that (`_mark_dead_runs_failed`); a reader never writes."""
+    error = _dead_collector(run)
+    return run if error is None else {**run, "status": "failed", "error": error}
+
+
+def _dead_collector(run: dict) -> str | None:
+    if run.get("status") != "running":
+        return None
+    cfg = run.get("config")          # _run_dict parsed it; a string here is not JSON
+    who = (cfg.get("collector") if isinstance(cfg, dict) else None) or {}
+    try:
+        pid = int(who.get("pid") or 0)
+    except (TypeError, ValueError):
+        return None
+    if who.get("host") != socket.gethostname() or pid <= 0 or _alive(pid):
+        return None
+    return (f"the process that collected this run (pid {pid}) ended without closing it; "
+            "the events that arrived are kept")
+
+
+def _mark_dead_runs_failed(con) -> None:
+    running = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE status = 'running'").fetchall()
+    for run in map(_run_dict, running):
+        error = _dead_collector(run)
+        if error is not None:
+            con.execute("UPDATE runs SET status = 'failed', error = ?, ended_at = ? WHERE run_id = ? "
+                        "AND status = 'running'", [error, time.time(), run["run_id"]])
+
+
+def _empty_store():
+    """An absent store, read: the tables, empty, in memory (reading creates nothing on disk)."""
+    con = duckdb.connect(":memory:")
+    for stmt in DDL:
+        con.execute(stmt)
+    con.execute(CACHE_DDL)
+    return con
+
+
+def _selectable(con, table: str, columns: list[str]) -> list[str]:
+    """Columns to SELECT: one a store written by an older opscope lacks (and a reader cannot add) reads
+    as its default."""
+    if table != "events" or not set(columns) & set(ADDED_EVENT_COLUMNS):
+        return list(columns)
+    have = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'events'")
+            .fetchall()}
+    return [c if c in have or c not in ADDED_EVENT_COLUMNS else f"{ADDED_EVENT_COLUMNS[c][1]} AS {c}"
+            for c in columns]
+
+
+# what the disk said -> (what to tell the user, exit code); matched on errno, else on DuckDB's message
+_FAULTS = [
+    (errno.ENOSPC, "no space left on device", "no space left on device; free some, or set {env} to a folder on "
+                                              "another disk", 1),
+    (errno.EDQUOT, "disk quota exceeded", "disk quota exceeded; free some, or set {env} to another folder", 1),
+    (errno.EFBIG, "file too large", "the file is too large for this system's limit (ulimit -f); set {env} to "
+                                    "another folder", 1),
+    (errno.EROFS, "read-only file system", "read-only file system; set {env} to a writable folder", 2),
+    (errno.EACCES, "permission denied", "permission denied; set {env} to a writable folder", 2),
+    (errno.EPERM, "operation not permitted", "operation not permitted; set {env} to a writable folder", 2),
+]
+
+
+@contextlib.contextmanager
+def _store_errors(store: RunStore, writing: bool):
+    """Disk faults, a damaged file, a file where the folder should be -> one StoreError line."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (OSError, duckdb.Error) as e:
+        err = _store_error(store, e, writing)
+        if err is None:
+            raise
+        raise err from None
+
+
+def _store_error(store: RunStore, e: BaseException, writing: bool) -> StoreError | None:
+    path, text = store.path, str(e)
+    low = text.lower()
+    code = getattr(e, "errno", None)
+    for num, words, advice, exit_code in _FAULTS:
+        if code == num or words in low:
+            verb = "write" if writing or exit_code == 1 else "read"
+            return StoreError(f"cannot {verb} the run store at {path}: {advice.format(env=HOME_ENV)}", exit_code)
+    if isinstance(e, (NotADirectoryError, FileExistsError)) or "not a directory" in low:
+        return StoreError(_not_a_folder(store))
+    if "not a valid duckdb database" in low or "is a directory" in low or "serialization" in low \
+            or "storage version" in low:
+        what = "a folder" if "is a directory" in low else "not a run store opscope can read (damaged, or another file)"
+        return StoreError(f"the run store at {path} is {what}: move it away, or set {HOME_ENV} to another folder")
+    if "conflicting lock" in low or "could not set lock" in low:
+        return StoreError(f"the run store at {path} is held by another process ({first_line(e)}); "
+                          "try again when it is done", 1)
+    if "invalidated" in low or isinstance(e, duckdb.FatalException):
+        return StoreError(f"the run store at {path} failed to write earlier in this process ({first_line(e)}); "
+                          f"check the disk and run again", 1)
+    if isinstance(e, (OSError, duckdb.IOException)):
+        why = (f"{e.strerror} ({e.filename})" if e.filename else e.strerror) if isinstance(e, OSError) and \
+            e.strerror else first_line(e)
+        return StoreError(f"cannot {'write' if writing else 'read'} the run store at {path}: {why}; "
+                          f"set {HOME_ENV} to a writable folder")
+    return None
+
+
+def _not_a_folder(store: RunStore) -> str:
+    where = f"{HOME_ENV}={store.path.parent}" if store._home else f"the run store folder {store.path.parent}"
+    return f"cannot use {where}: it (or a folder above it) is a file, not a folder; set {HOME_ENV} to a folder"
 
 
 def _run_dict(row) -> dict:

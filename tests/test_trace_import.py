@@ -8,7 +8,7 @@ import torch
 
 from opscope.profiler.importers import import_trace
 from opscope.profiler.importers.names import op_for_aten_name
-from opscope.profiler.store import RunStore
+from opscope.profiler.store import RunStore, StoreError
 
 
 class TinyNet(torch.nn.Module):
@@ -217,7 +217,7 @@ def test_a_failed_write_removes_the_partial_run(tmp_path):
     trace = tmp_path / "t.json"
     torch_profiler_trace(trace)
     store = DiskFullStore()
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match="no space left on device"):    # one line for the user, exit 1
         import_trace(trace, store=store)
     assert store.list_runs() == [] and store.query("SELECT count(*) FROM events")[0][0] == 0
 

@@ -8,9 +8,10 @@ again if writing its events fails, so a bad file never leaves a partial run in t
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import os
+import stat
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -44,32 +45,7 @@ def max_bytes(override: int | None = None) -> int:
 def read_json(path, limit: int | None = None):
     """Parse a (possibly gzipped) JSON trace file, or raise a one-line UsageError."""
     path = Path(path)
-    limit = max_bytes(limit)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise UsageError(f"cannot import {path}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-    if path.is_dir():
-        raise UsageError(f"cannot import {path}: it is a folder, give a trace file")
-    too_big = (f"cannot import {path}: {{}} bytes is over the import limit of {limit} bytes; "
-               f"raise it with --max-bytes or {MAX_BYTES_ENV}")
-    if size > limit:
-        raise UsageError(too_big.format(size))
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            with gzip.GzipFile(fileobj=_Bytes(data)) as g:
-                data = g.read(limit + 1)
-        except (OSError, EOFError) as e:
-            raise UsageError(f"cannot import {path}: damaged gzip data ({_one_line(e)})") from None
-        if len(data) > limit:
-            raise UsageError(too_big.format(f"more than {limit} (uncompressed)"))
+    data = read_bounded(path, max_bytes(limit))
     if not data.strip():
         raise UsageError(f"cannot import {path}: the file is empty")
     try:
@@ -80,9 +56,73 @@ def read_json(path, limit: int | None = None):
         raise UsageError(f"cannot import {path}: not valid JSON ({_one_line(e)}); {hint}") from None
 
 
-def _Bytes(data: bytes):
-    import io
-    return io.BytesIO(data)
+# A trace's JSON gzips 5-30x; past this ratio it is zeros or a bomb, refused before it costs the limit in memory
+GZIP_MAX_RATIO = 200
+_GZIP_RATIO_AFTER = 64 * 1024 ** 2        # bytes out before the ratio is judged (small files may do better)
+_CHUNK = 1024 ** 2
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The file's bytes (gunzipped when it is gzip), never more than `limit` of them in memory.
+
+    Only regular files: a FIFO would block for ever and /dev/zero never ends, so anything else is
+    refused from its stat, before it is opened -- and opened non-blocking, and checked again, in
+    case the path was swapped for one of those in between.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"cannot import {path}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
+    _regular(path, st)
+    too_big = (f"cannot import {path}: {{}} bytes is over the import limit of {limit} bytes; "
+               f"raise it with --max-bytes or {MAX_BYTES_ENV}")
+    if st.st_size > limit:
+        raise UsageError(too_big.format(st.st_size))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            _regular(path, os.fstat(f.fileno()))
+            head = f.read(2)
+            if head != b"\x1f\x8b":
+                data = head + f.read(limit + 1 - len(head))      # the file may have grown since its stat
+                if len(data) > limit:
+                    raise UsageError(too_big.format(f"more than {limit}"))
+                return data
+            f.seek(0)
+            return _gunzip(path, f, limit, too_big)
+    except OSError as e:
+        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
+
+
+def _regular(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"cannot import {path}: it is a folder, give a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise UsageError(f"cannot import {path}: it is {kind}, not a regular file; give a trace file")
+
+
+def _gunzip(path: Path, f, limit: int, too_big: str) -> bytes:
+    """Decompress a chunk at a time, stopping at `limit` bytes out (or at a bomb's ratio)."""
+    out, size = [], 0
+    try:
+        with gzip.GzipFile(fileobj=f) as g:
+            while part := g.read(min(_CHUNK, limit + 1 - size)):
+                out.append(part)
+                size += len(part)
+                if size > limit:
+                    raise UsageError(too_big.format(f"more than {limit} (uncompressed)"))
+                if size > _GZIP_RATIO_AFTER and size > GZIP_MAX_RATIO * f.tell():
+                    raise UsageError(f"cannot import {path}: its gzip data expands more than {GZIP_MAX_RATIO}x "
+                                     f"(a decompression bomb?); gunzip it yourself if it is a real trace")
+    except (zlib.error, gzip.BadGzipFile, EOFError) as e:
+        raise UsageError(f"cannot import {path}: damaged gzip data ({_one_line(e)})") from None
+    return b"".join(out)
 
 
 def _one_line(e) -> str:
@@ -100,8 +140,59 @@ def number(ev: dict, key: str, where: str, default=None) -> float:
                     return f
             except ValueError:
                 pass
-        raise UsageError(f"{where}: '{key}' is {v!r}, expected a number (microseconds)")
+        raise UsageError(f"{where}: '{key}' is {short(v)}, expected a number (microseconds)")
     return v
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+INDEX_MAX = (1 << 31) - 1         # steps and seqs are INTEGER columns
+
+
+def index(args: dict, key: str, where: str, default: int) -> int:
+    """A step or seq number from an event's args: an int in 0..INDEX_MAX, else one line naming the event."""
+    v = args.get(key)
+    if v is None:
+        v = default
+    if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+        v = int(v)
+    elif isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INDEX_MAX:
+        return v
+    raise UsageError(f"{where}: args '{key}' is {short(v)}, expected a {key} number (0 to {INDEX_MAX})")
+
+
+def span_ns(ev: dict, where: str, t0: int = 0, end_key: str | None = None) -> tuple[int, int]:
+    """An event's 'ts' and 'dur' (microseconds, numbers or numeric strings) -> (start, end) in ns, checked:
+    both must fit the store's int64 nanoseconds and the duration must not be negative (one line naming the
+    event otherwise; a wrapped or clipped time would be a wrong answer, not an import)."""
+    ts = number(ev, "ts", where)
+    dur = number(ev, "dur", where, 0)
+    if dur < 0:
+        raise UsageError(f"{where}: 'dur' is {short(ev.get('dur'))}, expected a duration >= 0 (microseconds)")
+    start = end = None
+    if abs(ts) < 1e17 and dur < 1e17:         # beyond that, the ns would not fit anyway (and floats lose the ns)
+        start = t0 + round(ts * 1000)
+        end = start + round(dur * 1000)
+    for k, t in (("ts", start), ("dur", end)):
+        if t is None or not INT64_MIN <= t <= INT64_MAX:
+            raise UsageError(f"{where}: '{k}' is {short(ev.get(k))}, which puts the event outside the "
+                             f"times opscope stores (64-bit nanoseconds, about +-292 years)")
+    return start, end
+
+
+def where_of(source: str, i: int, name) -> str:
+    return f"{source}: event {i} ({short(name)})"
+
+
+def short(v) -> str:
+    """A value for a one-line message: numbers and text as written (cut short), containers by their type."""
+    if isinstance(v, (str, int, float)) or v is None:
+        r = repr(v)
+        return r if len(r) <= 60 else r[:57] + "..."
+    return f"a JSON {'array' if isinstance(v, list) else 'object' if isinstance(v, dict) else type(v).__name__}"
 
 
 class EventTable:
@@ -240,7 +331,7 @@ def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
 
 
 def shapes_json(shapes) -> str | None:
-    return None if shapes is None else json.dumps(shapes, separators=(",", ":"))
+    return None if shapes is None else text(shapes)
 
 
 def save(store, table: EventTable, *, model: str, backend: str, device: str, source: str, config: dict,
@@ -249,6 +340,11 @@ def save(store, table: EventTable, *, model: str, backend: str, device: str, sou
     if not len(table):
         raise UsageError(f"cannot import {source}: it holds no operator events to import")
     cols, nulls = table.columns()
+    # every time fits int64 ns; so must the distance between any two, which every view subtracts
+    first, last = int(cols["start_ns"].min()), int(cols["end_ns"].max())
+    if last - first > INT64_MAX:
+        raise UsageError(f"cannot import {source}: its events span {(last - first) / 3.156e16:.0f} years "
+                         f"(from {first} to {last} ns); opscope keeps a run within 292 years")
     run_id = store.create_run(model=model, backend=backend, device=device, engine="import", steps=steps,
                               config=config, source=source)
     try:
@@ -271,8 +367,48 @@ def _remove(store, run_id: str) -> None:
 
 
 def as_int(v) -> int:
-    """An id as an int: traces write tids and pids as numbers or as names ("MainThread")."""
-    try:
+    """An id as an int: traces write tids and pids as numbers or as names ("MainThread"). Names, ids past
+    64 bits and ids that are lists or objects map to a stable 31-bit number of their text (the same in
+    every process: Python's own str hash is salted per process)."""
+    if isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX:
+        return v
+    if isinstance(v, str):
+        try:
+            i = int(v)
+            if INT64_MIN <= i <= INT64_MAX:
+                return i
+        except ValueError:
+            pass
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
         return int(v)
-    except (TypeError, ValueError):
-        return abs(hash(v)) % (1 << 31)
+    if v is None or isinstance(v, bool):
+        return 0
+    return zlib.crc32(str(key(v)).encode()) & 0x7FFFFFFF
+
+
+def key(v):
+    """An id (pid, tid, correlation) as a dict key: itself when it is a number or a name, else its JSON text."""
+    if isinstance(v, (int, str, float)) or v is None:
+        return v
+    return text(v)
+
+
+def text(v) -> str | None:
+    """A text field (node, module, shapes as JSON text): text as it is; anything else as its JSON."""
+    if v is None or isinstance(v, str):
+        return v
+    try:
+        return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:          # nested past orjson's depth: still one deterministic text
+        return f"<{type(v).__name__}>"
+
+
+def count(v) -> int | None:
+    """A byte or FLOP count, or None where the trace gives none (or nonsense: negative, past 64 bits)."""
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= INT64_MAX
+    return int(v) if ok else None

@@ -25,7 +25,6 @@ also the one that says, in one line, what is wrong with a bad file.
 """
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from operator import itemgetter
@@ -34,7 +33,8 @@ import numpy as np
 
 from opscope.runtime.errors import UsageError
 
-from .common import DTYPES, EventTable, as_int as _int, number, shapes_json
+from .common import DTYPES, INDEX_MAX, INT64_MAX, EventTable, index, as_int as _int, count as _size, key, number, shapes_json, \
+    short, span_ns, text, where_of
 from .names import op_for_aten_name
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
@@ -44,6 +44,7 @@ DEVICE_OPS = frozenset(_GPU_OPS.values())   # ops that ran on a device stream; t
 _FLOWS = {"s", "t", "f"}       # flow arrows (ac2g: launch -> kernel; fwdbwd): links, not spans
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
+_NS_FAST = 2.0 ** 62      # |ns| the column parser takes as they are; beyond, the event parser checks exactly
 
 
 def is_chrome(doc) -> bool:
@@ -70,12 +71,12 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
     else:
         kind = "chrome"
     procs, threads = _metadata(events, source)
-    pids = sorted({e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") in ("X", "B", "E")},
+    pids = sorted({key(e.get("pid")) for e in events if isinstance(e, dict) and e.get("ph") in ("X", "B", "E")},
                   key=str)
-    cpu_pids = {e.get("pid", 0) for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"}
+    cpu_pids = {key(e.get("pid", 0)) for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"}
     table = EventTable()
     imported: Counter = Counter()
-    skipped = _flows(events, [e.get("ph") if isinstance(e, dict) else None for e in events])
+    skipped = _flows(events, [_ph(e) for e in events])
     step_spans: list[tuple[int, int]] = []
     t0 = _t0(kind, other, source)
     seqs = []
@@ -85,12 +86,9 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
         cat, name = ev.get("cat"), ev.get("name")
         if not (cat is None or isinstance(cat, str)):
             cat = str(cat)
-        where = f"{source}: event {i} ({name!r})"
-        ts = number(ev, "ts", where)
-        dur = number(ev, "dur", where, 0)
-        start = t0 + round(ts * 1000)
-        end = start + round(dur * 1000)
-        pid, tid = ev.get("pid", 0), ev.get("tid", 0)
+        where = where_of(source, i, name)
+        start, end = span_ns(ev, where, t0)
+        pid, tid = key(ev.get("pid", 0)), key(ev.get("tid", 0))
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         if _is_step(name, cat):
             step_spans.append((start, end))
@@ -114,14 +112,14 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
                 skipped[cat] += 1
                 continue
             backend, device = procs.get(pid, (f"pid {pid}", ""))
-            table.add(op=str(name), node=args.get("node") or str(name), backend=backend, device=device,
+            table.add(op=str(name), node=text(args.get("node")) or str(name), backend=backend, device=device,
                       thread=threads.get((pid, tid), _int(tid)), start_ns=start, end_ns=end,
-                      step=_int(args.get("step", 0)), module=args.get("module"), source=args.get("source"),
-                      input_shapes=args.get("input_shapes"), input_dtypes=args.get("input_dtypes"),
-                      output_shapes=args.get("output_shapes"), output_dtypes=args.get("output_dtypes"),
-                      bytes=_opt_int(args.get("bytes")), flops=_opt_int(args.get("flops")),
-                      fallback=bool(args.get("fallback", False)))
-            seqs.append(_int(args.get("seq", len(seqs))))
+                      step=index(args, "step", where, 0), module=text(args.get("module")),
+                      source=text(args.get("source")), input_shapes=text(args.get("input_shapes")),
+                      input_dtypes=text(args.get("input_dtypes")), output_shapes=text(args.get("output_shapes")),
+                      output_dtypes=text(args.get("output_dtypes")), bytes=_size(args.get("bytes")),
+                      flops=_size(args.get("flops")), fallback=bool(args.get("fallback", False)))
+            seqs.append(index(args, "seq", where, len(seqs)))
         else:
             if cat in _GPU_CATS:
                 skipped[str(cat)] += 1
@@ -153,9 +151,9 @@ def _finish(table: EventTable, step_spans: list, gpu=None, seq=None) -> None:
 def _run_fields(kind, table, other, pids, imported, skipped) -> dict:
     steps = len(set(np.asarray(table.cols["step"]).tolist())) if len(table) else 0
     if kind == "opscope":
-        model = (other.get("model") or "import") if isinstance(other, dict) else "import"
-        backend = other.get("backend") or "opscope"
-        device = other.get("device") or ""
+        model = text(other.get("model") or "import") if isinstance(other, dict) else "import"
+        backend = text(other.get("backend") or "opscope")
+        device = text(other.get("device") or "")
     else:
         model, backend, device = "import", {"kineto": "torch.profiler", "chrome": "chrome-trace"}[kind], "cpu"
     config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "skipped": dict(skipped)}
@@ -177,13 +175,11 @@ def _numbers(values: list) -> np.ndarray:
         raise _Irregular from None
 
 
-def _ints(values: list, default=0) -> np.ndarray:
-    if not set(map(type, values)) <= {int}:
+def _ints(values: list) -> np.ndarray:
+    """Step or seq numbers, all ints in 0..INDEX_MAX (the store's INTEGER), else the event parser says which."""
+    if values and not (set(map(type, values)) <= {int} and min(values) >= 0 and max(values) <= INDEX_MAX):
         raise _Irregular
-    try:
-        return np.asarray(values, dtype=np.int64)
-    except OverflowError:
-        raise _Irregular from None
+    return np.asarray(values, dtype=np.int64)
 
 
 def _fields(dicts: list, keys: tuple, defaults: dict) -> dict[str, list]:
@@ -215,14 +211,14 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
     """
     try:
         phs = [e.get("ph") for e in events]
-    except AttributeError:
+        kinds_of_ph = set(phs)
+    except (AttributeError, TypeError):       # an event that is not an object; a "ph" that is a list
         raise _Irregular from None
-    kinds_of_ph = set(phs)
     if "B" in kinds_of_ph or "E" in kinds_of_ph:
         raise _Irregular
     xs = [e for e, p in zip(events, phs) if p == "X"]
     fields = _fields(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
-    cats, names, pid_list, tid_list = fields["cat"], fields["name"], fields["pid"], fields["tid"]
+    cats, names, pid_list, tid_list = fields["cat"], fields["name"], _keys(fields["pid"]), _keys(fields["tid"])
     try:
         cat_set = set(cats)
     except TypeError:      # a category that is a list or an object
@@ -236,10 +232,15 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
     procs, threads = _metadata([e for e, p in zip(events, phs) if p == "M"], "")
     pids = sorted(set(pid_list), key=str)
     t0 = _t0(kind, other, source)
-    ts = _numbers(fields["ts"])
-    dur = _numbers(fields["dur"])
-    start = t0 + np.rint(ts * 1000).astype(np.int64)
-    end = start + np.rint(dur * 1000).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):      # inf and NaN fail the check below
+        ts = _numbers(fields["ts"]) * 1000
+        dur = _numbers(fields["dur"]) * 1000
+        # times the store cannot hold (or a negative duration): the event parser names the event
+        if len(ts) and not (np.abs(ts).max() < _NS_FAST and (t0 + ts + dur).max() < _NS_FAST and dur.min() >= 0
+                            and abs(t0) < _NS_FAST):
+            raise _Irregular
+    start = t0 + np.rint(ts).astype(np.int64)
+    end = start + np.rint(dur).astype(np.int64)
 
     is_step = [_is_step(n, c) for n, c in zip(names, cats)]
     if kind == "kineto":
@@ -295,16 +296,18 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
             where[pt] = procs.get(pid, (f"pid {pid}", "")) + (threads.get(pt, _int(tid)),)
         lanes = [where[pt] for pt in zip(pid_list, tid_list)]
         cols["op"] = names
-        cols["node"] = [a or x for a, x in zip(a_cols["node"], names)]
+        cols["node"] = [text(a) or x for a, x in zip(a_cols["node"], names)]
         cols["backend"] = [w[0] for w in lanes]
         cols["device"] = [w[1] for w in lanes]
         cols["thread"] = [w[2] for w in lanes]
         cols["step"] = _ints(a_cols["step"])
         for c in ("module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
-            cols[c] = a_cols[c]
+            vals = a_cols[c]
+            cols[c] = vals if set(map(type, vals)) <= {str, type(None)} else list(map(text, vals))
         for c in ("bytes", "flops"):
             vals = a_cols[c]
-            cols[c] = vals if set(map(type, vals)) <= {int, type(None)} else [_opt_int(v) for v in vals]
+            ints = set(map(type, vals)) <= {int, type(None)}
+            cols[c] = vals if ints and _in_range([v for v in vals if v is not None]) else list(map(_size, vals))
         fb = a_cols["fallback"]
         cols["fallback"] = fb if set(map(type, fb)) <= {bool} else [bool(v) for v in fb]
         seq = a_cols["seq"]
@@ -328,9 +331,13 @@ def _t0(kind: str, other, source: str) -> int:
         return 0
     v = other.get("t0_ns") or 0
     try:
-        return int(v)
+        t0 = int(v)
+        if abs(t0) <= INT64_MAX:
+            return t0
     except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"{source}: otherData 't0_ns' is {v!r}, expected a number (nanoseconds)") from None
+        pass
+    raise UsageError(f"{source}: otherData 't0_ns' is {short(v)}, expected a number of nanoseconds "
+                     "(64-bit)") from None
 
 
 def _is_step(name, cat) -> bool:
@@ -441,6 +448,20 @@ def _arg_dicts(events: list) -> list:
     return args if set(map(type, args)) <= {dict} else [a if isinstance(a, dict) else {} for a in args]
 
 
+def _ph(e):
+    ph = e.get("ph") if isinstance(e, dict) else None
+    return ph if isinstance(ph, str) else None
+
+
+def _keys(values: list) -> list:
+    """pids / tids as dict keys (lists and objects -> their JSON text)."""
+    return values if set(map(type, values)) <= {int, str} else list(map(key, values))
+
+
+def _in_range(ints: list) -> bool:
+    return not ints or (min(ints) >= 0 and max(ints) <= INT64_MAX)
+
+
 def _lane(ev: dict) -> tuple:
     return _id(ev.get("pid", 0)), _id(ev.get("tid", 0))
 
@@ -454,25 +475,19 @@ def _ids(values: list) -> list:
     return values if set(map(type, values)) <= {int, str, type(None)} else list(map(_id, values))
 
 
-def _size(v):
-    """A byte count, or None where the trace gives none (or nonsense)."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-    return int(v) if ok else None
-
-
 def _spans(events, source):
     """Complete spans: X events as they are, B/E pairs matched per (pid, tid) into X events."""
     open_: dict = {}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             raise UsageError(f"{source}: traceEvents[{i}] is {type(ev).__name__}, expected an event object")
-        ph = ev.get("ph")
+        ph = _ph(ev)
         if ph == "X":
             yield ev
         elif ph == "B":
-            open_.setdefault((ev.get("pid"), ev.get("tid")), []).append(ev)
+            open_.setdefault((key(ev.get("pid")), key(ev.get("tid"))), []).append(ev)
         elif ph == "E":
-            stack = open_.get((ev.get("pid"), ev.get("tid")))
+            stack = open_.get((key(ev.get("pid")), key(ev.get("tid"))))
             if stack:
                 b = stack.pop()
                 where = f"{source}: traceEvents[{i}]"
@@ -493,11 +508,11 @@ def _metadata(events, source):
             continue
         if ev.get("name") == "process_name":
             m = _PROCESS.match(name)
-            procs[ev.get("pid")] = (m.group(1), m.group(2)) if m else (name, name)
+            procs[key(ev.get("pid"))] = (m.group(1), m.group(2)) if m else (name, name)
         elif ev.get("name") == "thread_name":
             m = _THREAD.match(name)
             if m:
-                threads[(ev.get("pid"), ev.get("tid"))] = int(m.group(1))
+                threads[(key(ev.get("pid")), key(ev.get("tid")))] = _int(m.group(1))
     return procs, threads
 
 
@@ -514,8 +529,3 @@ def _kineto_inputs(args: dict):
         shapes.append(d)
         dtypes.append(dt)
     return shapes_json(shapes), shapes_json(dtypes)
-
-
-
-def _opt_int(v):
-    return None if v is None or v == "" else _int(v)

@@ -13,7 +13,7 @@ from collections import Counter
 
 from opscope.runtime.errors import UsageError
 
-from .common import DTYPES, EventTable, as_int as _int, number, shapes_json
+from .common import DTYPES, EventTable, as_int as _int, shapes_json, span_ns, where_of
 from .names import op_for_onnx
 
 _PROVIDER_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "ROCMExecutionProvider": "rocm",
@@ -39,9 +39,7 @@ def parse(doc: list, source: str) -> tuple[EventTable, dict]:
         if ev.get("ph", "X") != "X":
             skipped[f"ph {ev.get('ph')}"] += 1
             continue
-        where = f"{source}: event {i} ({name!r})"
-        start = round(number(ev, "ts", where) * 1000)
-        end = start + round(number(ev, "dur", where, 0) * 1000)
+        start, end = span_ns(ev, where_of(source, i, name), 0)
         if cat == "Session":
             if name == "model_run":
                 runs.append((start, end))

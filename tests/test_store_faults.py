@@ -1,0 +1,262 @@
+"""The run store under storage faults and in hostile homes (issue 11): a read-only home, a full disk,
+a home that is a file or cannot be created, a damaged database -- one line, never a traceback;
+reading never writes; the store is private to its user.
+
+The tests run as root, and root ignores permission bits: a chmod 0555 home would still be written.
+A read-only home here is a real read-only file system (a tmpfs remounted read-only), and a full
+disk a real small tmpfs; both need mount(2), and skip with the reason where it is not permitted.
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from opscope.profiler.store import RunStore, StoreError
+from opscope.runtime.errors import UsageError
+
+ROW = (0, 0, "relu", "relu", "", "", "numpy", "cpu", 1, 0, 1, 2, "[]", "[]", "[]", "[]", 0, 0, False, 0)
+
+
+def _mount(*args):
+    return subprocess.run(["mount", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size="1m") -> a fresh tmpfs folder of that size; unmounted at the end."""
+    mounted = []
+
+    def mount(size="64m"):
+        d = tmp_path / f"fs{len(mounted)}"
+        d.mkdir()
+        r = _mount("-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", d)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root and mount(2)): {r.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in reversed(mounted):
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _read_only(folder):
+    r = _mount("-o", "remount,ro", folder)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(OSError):                     # really read-only, for root too
+        (folder / "probe").write_text("x")
+
+
+def _dead_running_run(home) -> str:
+    """A run left 'running' by a collector that died (os._exit before finish_run)."""
+    code = ("import os; from opscope.profiler.store import RunStore; s = RunStore(); "
+            "rid = s.create_run(model='m', backend='numpy'); s.add_events(rid, [%r]); "
+            "print(rid, flush=True); os._exit(0)") % (ROW,)
+    env = dict(os.environ, OPSCOPE_HOME=str(home))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return out.stdout.split()[-1]
+
+
+def _one_line(r, code=2):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opscope: error:"), r.stderr
+    return lines[0]
+
+
+# --- reading never writes ---------------------------------------------------------------------------
+@pytest.mark.multiprocess
+def test_a_read_only_home_reads_and_shows_a_dead_run_as_failed_without_writing(tmpfs, cli):
+    home = tmpfs()
+    rid = _dead_running_run(home)
+    _read_only(home)
+    env = {"OPSCOPE_HOME": str(home)}
+    r = cli("runs", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    run = {x["run_id"]: x for x in json.loads(r.stdout)["runs"]}[rid]
+    assert run["status"] == "failed" and "ended without closing it" in run["error"]
+    r = cli("show", rid, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["run"]["status"] == "failed"
+    assert [o["key"] for o in json.loads(r.stdout)["ops"]] == ["relu"]
+    # writing is what fails, with one line that says where and what to do
+    trace = home.parent / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}))
+    line = _one_line(cli("trace", "import", trace, env=env))
+    assert line == (f"opscope: error: cannot write the run store at {home / 'runs.duckdb'}: read-only file system; "
+                    f"set OPSCOPE_HOME to a writable folder")
+
+
+def test_reads_do_not_write_and_the_next_writer_marks_the_dead_run_failed(opscope_home):
+    rid = _dead_running_run(opscope_home)
+    path = opscope_home / "runs.duckdb"
+    before = (path.stat().st_mtime_ns, path.read_bytes())
+    store = RunStore()
+    assert store.get_run(rid)["status"] == "failed"          # as seen ...
+    assert {r["run_id"]: r["status"] for r in store.list_runs()}[rid] == "failed"
+    assert store.op_stats(rid)[0]["key"] == "relu" and len(store.events_frame(rid)["op"]) == 1
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before and not os.path.exists(f"{path}.wal")
+    assert store.query("SELECT status FROM runs WHERE run_id = ?", [rid]) == [("running",)]   # ... not written
+    # a writer of another process (this one has written nothing yet) records it
+    code = "from opscope.profiler.store import RunStore; RunStore().create_run(model='m2', backend='numpy')"
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
+    assert store.query("SELECT status FROM runs WHERE run_id = ?", [rid]) == [("failed",)]
+
+
+def test_an_absent_store_reads_as_empty_and_creates_nothing(tmp_path):
+    home = tmp_path / "never-made"
+    store = RunStore(home / "runs.duckdb")
+    assert store.list_runs() == [] and store.query("SELECT count(*) FROM events") == [(0,)]
+    with pytest.raises(UsageError, match="unknown run"):
+        store.get_run("abc")
+    assert not home.exists()
+
+
+# --- a full disk --------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
+def test_a_full_disk_gives_one_line_and_the_runs_still_read(tmpfs, cli, tmp_path):
+    home = tmpfs("8m")
+    env = {"OPSCOPE_HOME": str(home)}
+    rid = _dead_running_run(home)
+    filler = home / "filler"
+    with open(filler, "wb", buffering=0) as f:       # fill what is left of the disk
+        try:
+            while f.write(b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+    trace = tmp_path / "big.json"                    # more events than the disk can take
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"op{i % 50}", "ts": i, "dur": 1, "pid": 1,
+                                                  "tid": 1} for i in range(20_000)]}))
+    r = cli("trace", "import", trace, env=env)
+    line = _one_line(r, r.returncode)
+    assert r.returncode in (1, 2) and "no space left on device" in line and str(home / "runs.duckdb") in line
+    for args in (("runs",), ("show", rid)):          # reading needs no space
+        r = cli(*args, env=env)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    filler.unlink()                                   # space again: the dead run is recorded failed, events kept
+    store = RunStore(home / "runs.duckdb")
+    store.create_run(model="m2", backend="numpy")
+    assert store.query("SELECT status, events FROM runs WHERE run_id = ?", [rid]) == [("failed", 1)]
+
+
+def test_a_file_size_limit_while_writing_is_one_line_not_a_traceback(tmp_path):
+    """RLIMIT_FSIZE (ulimit -f) in a child: a write past it fails with EFBIG, the way a full disk fails."""
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "from opscope.app.cli import main\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))\n"
+            "main(sys.argv[1:])\n")
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1,
+                                                  "tid": 1} for i in range(50_000)]}))
+    r = subprocess.run([sys.executable, "-c", code, "trace", "import", str(trace)], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home")))
+    line = _one_line(r, 1)
+    assert "cannot write the run store" in line and "ulimit" in line
+
+
+# --- homes that are not folders, damaged stores ----------------------------------------------------
+@pytest.mark.parametrize("case", ["file", "under-a-file", "proc", "sys"])
+def test_a_home_that_cannot_be_a_folder_is_one_line_exit_2(tmp_path, case, capsys, monkeypatch):
+    from test_trace_import import opscope_main
+    home = {"file": tmp_path / "home", "under-a-file": tmp_path / "home" / "sub",
+            "proc": "/proc/opscope-home", "sys": "/sys/opscope-home"}[case]
+    (tmp_path / "home").write_text("not a folder")
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}))
+    monkeypatch.setenv("OPSCOPE_HOME", str(home))
+    commands = [("trace", "import", trace)] + ([("runs",), ("show", "abc")] if case in ("file", "under-a-file") else [])
+    for args in commands:
+        code, out, err = opscope_main(capsys, *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+        assert str(home) in err and "OPSCOPE_HOME" in err, err
+    assert not os.path.exists(str(home)) or os.path.isfile(str(home))
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 1000, os.urandom(20_000)])
+def test_a_damaged_store_is_one_line_exit_2(opscope_home, capsys, content):
+    from test_trace_import import opscope_main
+    (opscope_home / "runs.duckdb").write_bytes(content)
+    for args in (("runs",), ("show", "abc"), ("trace", "export", "abc")):
+        code, out, err = opscope_main(capsys, *args)
+        if content == b"":          # DuckDB takes an empty file as a new database: reads as empty
+            assert code in (0, 2) and "Traceback" not in err
+            continue
+        assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
+        assert str(opscope_home / "runs.duckdb") in err and "move it away" in err, err
+
+
+@pytest.mark.multiprocess
+def test_a_damaged_store_through_the_cli(opscope_home, cli):
+    (opscope_home / "runs.duckdb").write_bytes(b"garbage" * 1000)
+    line = _one_line(cli("runs"))
+    assert "is not a run store opscope can read" in line
+
+
+# --- privacy ------------------------------------------------------------------------------------------
+def test_the_store_and_its_folder_are_private(tmp_path, monkeypatch):
+    home = tmp_path / "fresh" / "home"
+    monkeypatch.setenv("OPSCOPE_HOME", str(home))
+    store = RunStore()
+    store.create_run(model="m", backend="numpy")
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "runs.duckdb").stat().st_mode) == 0o600
+
+
+def test_an_existing_open_store_is_made_private_when_a_writer_opens_it(tmp_path):
+    home = tmp_path / "old-home"
+    code = ("import os; os.umask(0o022); from opscope.profiler.store import RunStore; "
+            "RunStore(%r).create_run(model='m', backend='numpy')") % str(home / "runs.duckdb")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    os.chmod(home, 0o755)                              # as an older opscope left them
+    os.chmod(home / "runs.duckdb", 0o644)
+    RunStore(home / "runs.duckdb").list_runs()         # a reader changes nothing
+    assert stat.S_IMODE(home.stat().st_mode) == 0o755
+    code = ("from opscope.profiler.store import RunStore; "
+            "RunStore(%r).create_run(model='m2', backend='numpy')") % str(home / "runs.duckdb")
+    subprocess.run([sys.executable, "-c", code], check=True)     # a writer (a new process: once per process)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "runs.duckdb").stat().st_mode) == 0o600
+
+
+def test_a_shared_sticky_folder_is_never_tightened(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)                           # like /tmp given as the home
+    RunStore(shared / "runs.duckdb").create_run(model="m", backend="numpy")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "runs.duckdb").stat().st_mode) == 0o600
+
+
+# --- the training columns (issue 11's store work keeps them ready) -------------------------------------
+def test_events_have_phase_rank_columns_with_defaults_and_old_stores_gain_them(tmp_path):
+    import duckdb
+    from opscope.profiler.schema import EVENT_COLUMNS
+    assert EVENT_COLUMNS[-4:] == ["phase", "fwd_node", "rank", "world_size"]
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))                    # a store as the schema-1 opscope wrote it
+    from opscope.profiler.schema import DDL
+    for stmt in DDL:
+        con.execute(stmt.replace(""",
+        phase VARCHAR DEFAULT 'forward', fwd_node VARCHAR DEFAULT '',
+        rank INTEGER DEFAULT 0, world_size INTEGER DEFAULT 1""", ""))
+    con.execute("INSERT INTO runs (run_id, status, events) VALUES ('old1', 'ok', 1)")
+    con.execute("INSERT INTO events (run_id, step, seq, op, start_ns, end_ns) VALUES ('old1', 0, 0, 'relu', 1, 2)")
+    con.close()
+    store = RunStore(path)
+    assert "phase" not in {r[0] for r in store.query("SELECT column_name FROM duckdb_columns() "
+                                                     "WHERE table_name = 'events'")}
+    old = store.events_frame("old1", columns=["op", "phase", "fwd_node", "rank", "world_size"])   # read: defaults
+    assert [old[c][0] for c in ("phase", "fwd_node", "rank", "world_size")] == ["forward", "", 0, 1]
+    rid = store.create_run(model="m", backend="numpy")                   # a writer upgrades the store
+    store.add_events(rid, [ROW])                                         # rows without the new columns
+    store.add_event_columns(rid, {**{c: [v] for c, v in zip(EVENT_COLUMNS[1:], ROW)},
+                                  "phase": ["backward"], "fwd_node": ["relu"], "rank": [1], "world_size": [2]})
+    got = store.query("SELECT phase, fwd_node, rank, world_size FROM events WHERE run_id IN ('old1', ?) "
+                      "ORDER BY phase DESC", [rid])
+    assert got == [("forward", "", 0, 1)] * 2 + [("backward", "relu", 1, 2)]
