@@ -25,7 +25,7 @@ STACKS_PROCESS = "python stacks"
 # what makes two ops look alike in a trace: all their text (and the thread), not their numbers. A run
 # repeats few of these (nodes x steps), so they are read once each, not once per event.
 KIND_COLUMNS = ["op", "node", "module", "source", "backend", "device", "thread", "input_shapes", "input_dtypes",
-                "output_shapes", "output_dtypes", "fallback"]
+                "output_shapes", "output_dtypes", "fallback", "phase", "fwd_node"]
 # the numbers of each op; the NULL-able ones come with a mask of where they are NULL
 NUMBER_COLUMNS = ["step", "seq", "depth", "start_ns", "end_ns"]
 NULLABLE_COLUMNS = ["flops", "bytes", "live_bytes"]
@@ -124,7 +124,7 @@ def _read_run(store, rid: str, with_stacks: bool):
     nums = ", ".join([f"coalesce({c}, 0) AS {c}" for c in ("step", "seq", "depth", "start_ns")] +
                      ["coalesce(end_ns, start_ns, 0) AS end_ns"] +
                      [f"coalesce({c}, 0) AS {c}, {c} IS NULL AS {c}_null" for c in NULLABLE_COLUMNS])
-    with store.connect() as con:
+    with store.connect(read_only=True) as con:
         kinds = con.execute(f"SELECT hash({kcols}) AS h, {kcols}, min(start_ns) AS first FROM events "
                             f"WHERE run_id = ? GROUP BY ALL ORDER BY first, h", [rid]).fetchall()
         hashes = np.asarray([k[0] for k in kinds], dtype=np.uint64)
