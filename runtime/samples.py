@@ -7,6 +7,7 @@ that `conformance` materializes in the dtype under test:
 
     F(4, 5)            float tensor (dtype under test), uniform in [-2, 2)
     F(4, 5, lo=0.1)    ... in [lo, hi): for log, sqrt and friends
+    F(4, 5, distinct=True)  no two values equal, in every dtype (sort/topk indices are exact only without ties)
     NC(4, 5)           the same, but non-contiguous (a transposed view produced inside the graph)
     I(4, 5, hi=7)      int64 in [0, hi) (indices, or the values of an int dtype under test)
     B(4, 5)            bool mask
@@ -35,11 +36,18 @@ class F:
     shape: tuple
     lo: float = -2.0
     hi: float = 2.0
+    distinct: bool = False
 
-    def __init__(self, *shape, lo=-2.0, hi=2.0):
+    def __init__(self, *shape, lo=-2.0, hi=2.0, distinct=False):
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "distinct", distinct)
+
+
+def D(*shape):
+    """F(*shape, distinct=True)."""
+    return F(*shape, distinct=True)
 
 
 class NC(F):
@@ -415,12 +423,13 @@ SAMPLES: dict[str, Sample] = {
     "rnn_relu": Sample(aten.rnn_relu.input, [(F(5, 2, 3), F(2, 2, 4), [F(4, 3), F(4, 4), F(4, 3), F(4, 4)], False, 1, 0.0,
                                               False, True, False)]),
     # --- sorting and selection -------------------------------------------------------------
-    "sort": Sample(aten.sort.default, [(F(4, 5),), (F(4, 5), 0, True), (F(2, 3, 4), -1, True), (NC(3, 4), 1),
-                                       C(aten.sort.stable, F(4, 5), stable=True, dim=0, descending=True)]),
-    "argsort": Sample(aten.argsort.default, [(F(4, 5),), (F(4, 5), 0, True)]),
+    "sort": Sample(aten.sort.default, [(D(4, 5),), (D(4, 5), 0, True), (D(2, 3, 4), -1, True), (NC(3, 4, distinct=True), 1),
+                                       C(aten.sort.stable, D(4, 5), stable=True, dim=0, descending=True)]),
+    "argsort": Sample(aten.argsort.default, [(D(4, 5),), (D(4, 5), 0, True)]),
     "msort": Sample(aten.msort.default, [(F(4, 5),)]),
-    "topk": Sample(aten.topk.default, [(F(4, 6), 2), (F(4, 6), 3, 0), (F(2, 3, 5), 2, -1, False), (NC(3, 5), 1)]),
-    "kthvalue": Sample(aten.kthvalue.default, [(F(4, 6), 2), (F(4, 6), 3, 0, True)]),
+    "topk": Sample(aten.topk.default, [(D(4, 6), 2), (D(4, 6), 3, 0), (D(2, 3, 5), 2, -1, False),
+                                       (NC(3, 5, distinct=True), 1)]),
+    "kthvalue": Sample(aten.kthvalue.default, [(D(4, 6), 2), (D(4, 6), 3, 0, True)]),
     # --- scatter, index_put and friends ---------------------------------------------------
     "scatter": Sample(aten.scatter.src, [(F(4, 5), 0, I(1, 5, hi=4), F(2, 5)), (F(4, 5), 1, I(4, 1, hi=5), F(4, 2)),
                                          (aten.scatter.value, F(4, 5), 0, I(1, 3, hi=4), 1.5),
