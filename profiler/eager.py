@@ -40,7 +40,9 @@ _Tensor = torch.Tensor
 _SEQ = (list, tuple)
 _ns = time.perf_counter_ns
 _NEVER = 1 << 62
-_KEY = operator.itemgetter(0, 1, 2, 3)    # a call: (overload, module, inputs, outputs, t0, t1, source)
+_KEY = operator.itemgetter(0, 1, 2, 3)    # a call: (overload, where, inputs, outputs, t0, t1, source)
+_current_node = torch._C._current_autograd_node      # the autograd node running now: None outside backward
+_sequence_nr = torch._C._autograd._get_sequence_nr  # the next autograd node's number
 _T0 = operator.itemgetter(4)
 _T1 = operator.itemgetter(5)
 
@@ -76,8 +78,13 @@ class EagerProfiler(TorchDispatchMode):
         self.cuda = device.startswith("cuda")
         self.step = 0
         self.module = ""
+        self.phase = "forward"                 # 'optimizer' while an optimizer steps (script.py sets it)
+        # where a call runs, one tuple the hot path appends as is: (module, phase, forward position or None)
+        self.where = ("", "forward", None)
+        self._fwd_pos: dict = {}               # autograd sequence number -> position of the forward call
         self._modules: list[str] = []
         self._sites: dict = {}
+        self._node_of: list[str] = []          # site -> node name
         self._new_sites: list = []
         self._funcs: dict = {}                 # overload -> (opscope op, packet name)
         self._counts: dict | None = None       # packet name -> occurrences so far in this step
@@ -108,18 +115,40 @@ class EagerProfiler(TorchDispatchMode):
 
     def _enter(self, name):
         def pre(mod, args):
-            self._modules.append(name)
-            self.module = name
+            self.enter_module(name)
         return pre
 
     def _leave(self, mod, args, out):
+        self.leave_module()
+
+    def enter_module(self, name: str) -> None:
+        self._modules.append(name)
+        self.module = name
+        self.where = (name, self.phase, None)
+
+    def leave_module(self) -> None:
         if self._modules:
             self._modules.pop()
         self.module = self._modules[-1] if self._modules else ""
+        self.where = (self.module, self.phase, None)
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.where = (self.module, phase, None)
 
     # --- one step ------------------------------------------------------------------------
     def run_step(self, fn):
+        self.begin_step()
+        try:
+            with self:
+                return fn()
+        finally:
+            self.end_step()
+
+    def begin_step(self) -> None:
+        """From here, calls belong to step `self.step` (run_step, or script.py between optimizer steps)."""
         self._calls, self._sent, self._counts = [], 0, None
+        self._fwd_pos = {}
         self._keys, self._step_sites, self._srcs = [], [], []
         self._thread = threading.get_native_id()
         if self.cuda:
@@ -129,18 +158,16 @@ class EagerProfiler(TorchDispatchMode):
             self._anchor_ns = _ns()
         else:
             self._deadline = _ns() + FLUSH_INTERVAL_NS
-        try:
-            with self:
-                return fn()
-        finally:
-            if self.cuda:
-                torch.cuda.synchronize()
-                self._resolve_cuda()
-            self.flush()
-            self._prev, self._prev_srcs = self._keys, self._srcs
-            self._prev_sites = np.concatenate(self._step_sites) if self._step_sites else np.zeros(0, np.int64)
-            self._calls = []
-            self.step += 1
+
+    def end_step(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            self._resolve_cuda()
+        self.flush()
+        self._prev, self._prev_srcs = self._keys, self._srcs
+        self._prev_sites = np.concatenate(self._step_sites) if self._step_sites else np.zeros(0, np.int64)
+        self._calls = []
+        self.step += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # the hot path: clock reads, shape and dtype references, one append; resolved in flush()
@@ -148,13 +175,19 @@ class EagerProfiler(TorchDispatchMode):
             return self._dispatch_cuda(func, args, kwargs)
         # what OpOverload.__call__ does, minus a frame (the attribute is newer than torch 2.13)
         call = func._op if getattr(func, "_pyobj_dispatcher", 1) is None else func
+        calls = self._calls
+        i = len(calls)
+        node = _current_node()
+        if node is None:
+            where = self.where
+            self._fwd_pos.setdefault(_sequence_nr(), i)     # the first call after its autograd node was made
+        else:                       # autograd's engine runs this op: the backward of the node's forward call
+            where = ("", "backward", self._fwd_pos.get(node._sequence_nr() + 1))
         t0 = _ns()
         out = call(*args, **kwargs) if kwargs else call(*args)
         t1 = _ns()
-        calls = self._calls
-        i = len(calls)
         prev = self._prev
-        calls.append((func, self.module, _metas(args),
+        calls.append((func, where, _metas(args),
                       [(out.shape, out.dtype)] if isinstance(out, _Tensor) else
                       _metas(out) if type(out) in _SEQ else [],
                       t0, t1, None if i < len(prev) and prev[i][0] is func else _user_source()))
@@ -165,20 +198,29 @@ class EagerProfiler(TorchDispatchMode):
         return out
 
     def _dispatch_cuda(self, func, args, kwargs):
+        calls = self._calls
+        i = len(calls)
+        where = self._where(i)
         ev0 = torch.cuda.Event(enable_timing=True)
         ev0.record()
         out = func(*args, **(kwargs or {}))
         ev1 = torch.cuda.Event(enable_timing=True)
         ev1.record()
-        calls = self._calls
-        i = len(calls)
         prev = self._prev
         outs = [(out.shape, out.dtype)] if isinstance(out, _Tensor) else _metas(out) if type(out) in _SEQ else []
-        calls.append((func, self.module, _metas(args), outs, ev0, ev1,
+        calls.append((func, where, _metas(args), outs, ev0, ev1,
                       None if i < len(prev) and prev[i][0] is func else _user_source()))
         if self.values:
             self._summaries(i, out)
         return out
+
+    def _where(self, i):
+        """The hot path's where (inlined there): phase, module, and for a backward call its forward call."""
+        node = _current_node()
+        if node is None:
+            self._fwd_pos.setdefault(_sequence_nr(), i)
+            return self.where
+        return ("", "backward", self._fwd_pos.get(node._sequence_nr() + 1))
 
     def _resolve_cuda(self) -> None:
         a, a_ns = self._anchor, self._anchor_ns
@@ -220,19 +262,32 @@ class EagerProfiler(TorchDispatchMode):
                 self._counts[name] = self._counts.get(name, 0) + 1
         counts, sites = self._counts, self._sites
         out = np.empty(len(seg), np.int64)
-        for j, (func, module, ins, outs, _, _, src) in enumerate(seg):
+        for j, (func, where, ins, outs, _, _, src) in enumerate(seg):
             if src is None:
                 src = prev_srcs[start + j]
             srcs.append(src)
             info = funcs.get(func) or self._info(func)
             k = counts.get(info[1], 0)
             counts[info[1]] = k + 1
-            key = (func, module, tuple(ins), tuple(outs), k, src)
+            key = (func, where, tuple(ins), tuple(outs), k, src)
             site = sites.get(key)
             if site is None:
-                site = self._new_site(key, info, module, ins, outs, k, src)
+                module, phase, pos = where
+                fwd = ""
+                if pos is not None:              # a backward call: its forward call's module and node name
+                    module = self._calls[pos][1][0]
+                    fwd = self._node_of[out[pos - start] if pos >= start else self._site_at(pos)]
+                site = self._new_site(key, info, module, ins, outs, k, src, phase, fwd)
             out[j] = site
         return out
+
+    def _site_at(self, pos: int) -> int:
+        """The site of an earlier call of this step (already resolved)."""
+        for arr in self._step_sites:
+            if pos < len(arr):
+                return int(arr[pos])
+            pos -= len(arr)
+        raise IndexError(pos)
 
     def _info(self, func) -> tuple[str, str]:
         info = self._funcs.get(func)
@@ -241,10 +296,11 @@ class EagerProfiler(TorchDispatchMode):
             info = self._funcs[func] = (op_for_target(func) or op_name(func), name)
         return info
 
-    def _new_site(self, key, info, module, ins, outs, k, src) -> int:
+    def _new_site(self, key, info, module, ins, outs, k, src, phase="forward", fwd="") -> int:
         site = len(self._sites)
         self._sites[key] = site
         op, name = info
+        self._node_of.append(name if k == 0 else f"{name}_{k}")
         in_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in ins]
         out_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in outs]
         node = SimpleNamespace(op=op, input_meta=in_meta, output_meta=out_meta, attrs={}, args=(), kwargs={})
@@ -258,12 +314,12 @@ class EagerProfiler(TorchDispatchMode):
             nbytes = 0
         sep = (",", ":")
         self._new_sites.append((
-            site, op, name if k == 0 else f"{name}_{k}", module, src, self.backend, self.device, 0,
+            site, op, self._node_of[site], module, src, self.backend, self.device, 0,
             json.dumps([list(m.shape) for m in in_meta], separators=sep),
             json.dumps([m.dtype for m in in_meta], separators=sep),
             json.dumps([list(m.shape) for m in out_meta], separators=sep),
             json.dumps([m.dtype for m in out_meta], separators=sep),
-            nbytes, flops, False, 0, 0))
+            nbytes, flops, False, 0, 0, phase, fwd))
         return site
 
     def _summaries(self, seq, out) -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from opscope.runtime.errors import ModelError, UsageError
 
-from .runner import ENGINES, KEY_ENV, PARENT_ENV, PDEATHSIG_ENV, check_eager_backend
+# NOTE: runner.py is imported where it is used: the package must not import it, or `python -m
+# opscope.profiler.runner` warns (into a profiled script's output) that it ran a module already imported.
 from .store import RunStore
 from .stream import DEFAULT_HWM, Collector
 
@@ -35,11 +36,20 @@ class RunFailed(ModelError):
         self.run_id = run_id
 
 
-def _check(model_spec, backend_spec, steps, warmup, engine):
+def _check(model_spec, backend_spec, steps, warmup, engine, train=None):
     """Bad input fails here, before a run or a process exists."""
     from opscope.runtime import backends, models
+    from .runner import ENGINES, check_eager_backend
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    if train is not None:
+        from opscope.runtime.train import OptimizerSpec
+        OptimizerSpec(train.get("optimizer") or "sgd", lr=train.get("lr") or 1.0)     # unknown optimizer, bad lr
+        if train.get("lr") is not None and not train["lr"] > 0:
+            raise UsageError(f"--lr must be > 0 (got {train['lr']})")
+        if engine != "graph":
+            raise UsageError("--train records the captured training step (--engine graph); to profile a training "
+                             "loop as written, profile its script: opscope profile -- python train.py")
     if steps < 1 or warmup < 0:
         raise UsageError(f"--steps must be >= 1 and --warmup >= 0 (got {steps} and {warmup})")
     backend = backends.resolve(backend_spec)
@@ -62,7 +72,8 @@ def _check(model_spec, backend_spec, steps, warmup, engine):
 class LiveRun:
     """A run in progress in a runner process; the collector runs in a thread of this process."""
 
-    def __init__(self, store: RunStore, run_id: str, *, argv: list[str], hwm: int, py_spy: bool, hardware: bool):
+    def __init__(self, store: RunStore, run_id: str, *, argv: list[str], hwm: int, py_spy: bool, hardware: bool,
+                 echo=None):
         self.store, self.run_id = store, run_id
         self.status = "running"
         self.error: str | None = None
@@ -76,13 +87,21 @@ class LiveRun:
         self._log = tempfile.NamedTemporaryFile(prefix="opscope-runner-", suffix=".log", delete=False)
         self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
         # the key goes in the environment, never on the command line (stream.py says why)
+        from .runner import KEY_ENV, PARENT_ENV, PDEATHSIG_ENV
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{
             KEY_ENV: self.collector.key.hex(), PARENT_ENV: str(os.getpid()),
             PDEATHSIG_ENV: "1" if threading.current_thread() is threading.main_thread() else "0"})
+        # a profiled script talks to its user (echo: their terminal); a model's runner only to the log
         self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
                                       self.collector.endpoint, "--hwm", str(hwm), *argv],
-                                     stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                                     stdout=self._log if echo is None else subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL if echo is None else None, env=env)
         self.pid = self.proc.pid
+        self._pump = None
+        if echo is not None:
+            self._pump = threading.Thread(target=_pump, args=(self.proc.stdout, self._log, echo),
+                                          name=f"opscope-echo-{run_id}", daemon=True)
+            self._pump.start()
         if hardware:
             from .hardware import HardwareSampler
             self._hardware = HardwareSampler(store, run_id, self.pid).start()
@@ -130,6 +149,10 @@ class LiveRun:
         if kind == "hello" and self._want_py_spy:
             from .pyspy import PySpy
             self._py_spy = PySpy(head["pid"]).start()
+        elif kind == "train":
+            info = head["info"]
+            steps = {"steps": info["steps"]} if info.get("script") and type(info.get("steps")) is int else {}
+            self.store.update_run(self.run_id, config={"train": info}, **steps)
         elif kind == "meta":
             self.meta = {k: v for k, v in head.items() if k not in ("kind", "dropped")}
             desc = self.meta.get("description") or {}
@@ -159,6 +182,8 @@ class LiveRun:
             self.proc.kill()
             self.proc.wait()
         self.collector.stop(drain_s=0.5)
+        if self._pump is not None:
+            self._pump.join(5)
         if self._hardware:
             self._hardware.stop()
         end = self.collector.end
@@ -206,6 +231,43 @@ class LiveRun:
             os.unlink(self._log.name)
 
 
+def _pump(src, log, echo) -> None:
+    """Copy the runner's output to the run's log and to the user, as it comes."""
+    out = getattr(echo, "buffer", echo)
+    fd = src.fileno()
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        log.write(chunk)
+        try:
+            out.write(chunk)
+            out.flush()
+        except (OSError, ValueError):       # the user's terminal went away: the log still has it
+            pass
+    src.close()
+
+
+def start_script(command: list[str], backend_spec: str = "torch:cpu", *, values: bool = False, py_spy: bool = False,
+                 store: RunStore | None = None, hwm: int = DEFAULT_HWM, hardware: bool = True,
+                 echo=None) -> LiveRun:
+    """Profile `python script.py ARGS` as written; returns at once. Steps: the script's optimizer steps."""
+    from opscope.runtime import backends
+    from .runner import check_eager_backend
+    from .script import parse_command
+    kind, target, args = parse_command(command)          # bad input: before a run or a process exists
+    backend = backends.resolve(backend_spec)
+    check_eager_backend(backend, backend_spec)
+    store = store or RunStore()
+    shown = " ".join(["python", "-m" if kind == "module" else "", target, *args]).replace("  ", " ")
+    run_id = store.create_run(model=shown, backend=backend.name, device=backend.device, engine="eager",
+                              description=backend.description.as_dict(), steps=0, warmup=0,
+                              config={"values": values, "py_spy": py_spy, "command": list(command)})
+    argv = ["--backend", backend_spec, "--script", *(["--values"] if values else []), "--", *command]
+    return LiveRun(store, run_id, argv=argv, hwm=hwm, py_spy=py_spy, hardware=hardware,
+                   echo=echo if echo is not None else sys.stdout)
+
+
 def _death(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -219,10 +281,12 @@ def _death(code: int | None) -> str:
 def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
                   engine: str = "graph", py_spy: bool = False, config: dict | None = None,
                   store: RunStore | None = None, allow_fallback: bool = True, parent_run: str | None = None,
-                  hwm: int = DEFAULT_HWM, hardware: bool = True) -> LiveRun:
-    backend = _check(model_spec, backend_spec, steps, warmup, engine)
+                  hwm: int = DEFAULT_HWM, hardware: bool = True, train: dict | None = None) -> LiveRun:
+    backend = _check(model_spec, backend_spec, steps, warmup, engine, train)
     store = store or RunStore()
     cfg = {"values": values, "py_spy": py_spy, "allow_fallback": allow_fallback, **(config or {})}
+    if train is not None:
+        cfg["train"] = dict(train)
     run_id = store.create_run(model=model_spec, backend=backend.name, device=backend.device, engine=engine,
                               description=backend.description.as_dict(), steps=steps, warmup=warmup, config=cfg,
                               parent_run=parent_run)
@@ -232,13 +296,17 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
         argv.append("--values")
     if not allow_fallback:
         argv.append("--no-fallback")
+    if train is not None:
+        argv += ["--train", "--optimizer", train.get("optimizer") or "sgd"]
+        if train.get("lr") is not None:
+            argv += ["--lr", repr(float(train["lr"]))]
     return LiveRun(store, run_id, argv=argv, hwm=hwm, py_spy=py_spy, hardware=hardware)
 
 
 def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", py_spy: bool = False, config: dict | None = None, store: RunStore | None = None,
             model=None, inputs=None, allow_fallback: bool = True, parent_run: str | None = None,
-            hwm: int = DEFAULT_HWM) -> str:
+            hwm: int = DEFAULT_HWM, train: dict | None = None) -> str:
     """Profile and return the run id. Runs in a runner process unless model/inputs objects are given.
 
     Raises UsageError for bad input, RunFailed (a ModelError, with .run_id) when the model fails.
@@ -247,7 +315,7 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
     if model is None:
         live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                              py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
-                             parent_run=parent_run, hwm=hwm)
+                             parent_run=parent_run, hwm=hwm, train=train)
         if live.wait() not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
             if live.error_kind == "usage":
                 raise UsageError(live.error)
@@ -255,17 +323,20 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
         return live.run_id
     return _profile_here(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                          py_spy=py_spy, config=config, store=store, model=model, inputs=inputs,
-                         allow_fallback=allow_fallback, parent_run=parent_run)
+                         allow_fallback=allow_fallback, parent_run=parent_run, train=train)
 
 
 def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py_spy, config, store, model, inputs,
-                  allow_fallback, parent_run) -> str:
+                  allow_fallback, parent_run, train=None) -> str:
     from opscope.runtime import backends
     from .batch import StoreSink
+    from .runner import ENGINES
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
     backend = backends.resolve(backend_spec)
     cfg = {"values": values, "allow_fallback": allow_fallback, "in_process": True, **(config or {})}
+    if train is not None:
+        cfg["train"] = dict(train)
     if py_spy:
         cfg["py_spy"] = "not sampled: py-spy samples a runner process, and this run ran in-process"
     run_id = store.create_run(model=model_spec or type(model).__name__, backend=backend.name, device=backend.device,
@@ -275,7 +346,8 @@ def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py
     from .runner import execute
     try:
         execute(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup, values=values,
-                engine=engine, allow_fallback=allow_fallback, model=model, inputs=inputs)
+                engine=engine, allow_fallback=allow_fallback, model=model, inputs=inputs, train=train,
+                on_train=lambda info: store.update_run(run_id, config={"train": info}))
     except Exception as e:
         from opscope.runtime.errors import OpscopeError
         msg = str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {e}"

@@ -24,7 +24,12 @@ FLUSH_INTERVAL_NS = 100_000_000   # a live view sees events at least this often 
 
 def plan_sites(plan) -> list[tuple]:
     """One site per plan step (site id = seq)."""
+    from opscope.runtime.train.joint import forward_of, phase_of
     sites = []
+    phases = [phase_of(st.node) for st in plan.steps]
+    for seq in range(len(phases) - 2, -1, -1):   # a transfer the placement inserted: its consumer's phase
+        if plan.steps[seq].node.op == "transfer":
+            phases[seq] = phases[seq + 1]
     for seq, st in enumerate(plan.steps):
         n = st.node
         ish, idt = shapes_json(n.input_meta)
@@ -39,7 +44,7 @@ def plan_sites(plan) -> list[tuple]:
             nbytes = 0
         sites.append((seq, n.op, n.name, n.module_path or "", n.source or "", st.backend.name, st.backend.device,
                       0, ish, idt, osh, odt, nbytes, flops, bool(st.fallback), int(st.alloc_bytes),
-                      int(st.free_bytes)))
+                      int(st.free_bytes), phases[seq], forward_of(n)))
     return sites
 
 

@@ -35,8 +35,17 @@ def check_eager_backend(backend, backend_spec: str) -> None:
 
 
 def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup: int = 0, values: bool = False,
-            engine: str = "graph", allow_fallback: bool = True, model=None, inputs=None, on_meta=None) -> int:
-    """Warm up (unrecorded), then record `steps` steps into `sink`; returns events recorded."""
+            engine: str = "graph", allow_fallback: bool = True, model=None, inputs=None, on_meta=None,
+            train: dict | None = None, on_train=None) -> int:
+    """Warm up (unrecorded), then record `steps` steps into `sink`; returns events recorded.
+
+    train = {"optimizer": "sgd", "lr": 0.01}: every step is a training step (forward, backward and the
+    optimizer, one plan); on_train gets what the run keeps about it (phases, losses, memory by category).
+    """
+    if train is not None:
+        return _execute_train(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup,
+                              values=values, engine=engine, allow_fallback=allow_fallback, model=model,
+                              inputs=inputs, on_meta=on_meta, train=train, on_train=on_train)
     if engine == "eager":
         from opscope.runtime import backends, models
         from .eager import run_eager
@@ -65,10 +74,54 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
     return rec.events
 
 
+def _execute_train(sink, *, model_spec, backend_spec, steps, warmup, values, engine, allow_fallback, model, inputs,
+                   on_meta, train, on_train) -> int:
+    from opscope.runtime import backends, models
+    from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, Trainer
+    from opscope.runtime.train.memory import memory_timeline
+    from .recorder import Recorder
+    if engine != "graph":
+        raise UsageError("--train records the captured training step (--engine graph); to profile a training "
+                         "loop as written, profile its script: opscope profile -- python train.py")
+    name = train.get("optimizer") or "sgd"
+    opt = OptimizerSpec(name, lr=train.get("lr") or DEFAULT_LR.get(name, 1e-2))
+    backend = backends.resolve(backend_spec)
+    if model is None:
+        model, inputs = models.load_train(model_spec)
+    t = Trainer.create(model, inputs, backend, opt, name=model_spec, allow_fallback=allow_fallback)
+    if on_meta:
+        on_meta({"backend": backend.name, "device": backend.device, "nodes": len(t.train.graph.nodes),
+                 "description": backend.description.as_dict(), "placement": t.plan.placement.report()})
+    info = {"optimizer": opt.name, "lr": opt.lr, "phases": t.phase_counts(), "memory": t.memory(),
+            "memory_timeline": memory_timeline(t), "capture_seconds": t.capture_seconds, "losses": []}
+    for _ in range(warmup):
+        t.step()
+    rec = Recorder(sink, values=values)
+    try:
+        with t.executor.hooked(rec):
+            for _ in range(steps):
+                info["losses"].append(t.step())
+    finally:
+        if on_train:
+            on_train(info)
+    return rec.events
+
+
+def _execute_script(sink, a) -> None:
+    from opscope.runtime import backends
+    from .script import run_script
+    backend = backends.resolve(a.backend)
+    check_eager_backend(backend, a.backend)
+    sink.control("meta", backend=backend.name, device=backend.device, nodes=None, placement=None,
+                 description=backend.description.as_dict())
+    run_script(sink, a.command, backend=backend.name, device=backend.device, values=a.values,
+               on_info=lambda info: sink.control("train", info=info))
+
+
 def _args(argv):
     p = argparse.ArgumentParser(prog="python -m opscope.profiler.runner")
     p.add_argument("--endpoint", required=True)
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", default="")
     p.add_argument("--backend", required=True)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--warmup", type=int, default=0)
@@ -76,6 +129,11 @@ def _args(argv):
     p.add_argument("--engine", choices=ENGINES, default="graph")
     p.add_argument("--no-fallback", action="store_true")
     p.add_argument("--hwm", type=int, default=64)
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--optimizer", default="sgd")
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--script", action="store_true", help="run the command after -- (python script.py ARGS)")
+    p.add_argument("command", nargs="*")
     return p.parse_args(argv)
 
 
@@ -129,9 +187,14 @@ def main(argv=None) -> int:
     sink.control("hello", pid=os.getpid(), t_ns=time.perf_counter_ns())
     code = 0
     try:
-        execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
-                values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
-                on_meta=lambda meta: sink.control("meta", **{"nodes": None, "placement": None, **meta}))
+        if a.script:
+            _execute_script(sink, a)
+        else:
+            execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
+                    values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
+                    on_meta=lambda meta: sink.control("meta", **{"nodes": None, "placement": None, **meta}),
+                    train={"optimizer": a.optimizer, "lr": a.lr} if a.train else None,
+                    on_train=lambda info: sink.control("train", info=info))
         sink.end("ok")
     except Exception as e:
         from opscope.runtime.errors import OpscopeError

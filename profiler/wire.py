@@ -23,7 +23,7 @@ import secrets
 import msgpack
 import numpy as np
 
-from .batch import EVENT_INTS, SITE_COLUMNS, Batch
+from .batch import EVENT_INTS, SITE_COLUMNS, SITE_WIDTHS, Batch
 from .store import MEMORY_COLUMNS, TENSOR_COLUMNS
 
 KEY_BYTES = 32
@@ -117,7 +117,7 @@ COLUMN_TYPES = {
     **dict.fromkeys(["site", "depth", "bytes", "flops", "alloc_bytes", "free_bytes", "step", "seq", "t_ns",
                      "live_bytes", "count", "nan", "inf"], {int}),
     **dict.fromkeys(["op", "node", "module", "source", "backend", "device", "input_shapes", "input_dtypes",
-                     "output_shapes", "output_dtypes", "slot", "shape", "dtype", "hist"], {str}),
+                     "output_shapes", "output_dtypes", "slot", "shape", "dtype", "hist", "phase", "fwd_node"], {str}),
     **dict.fromkeys(["min", "max", "mean", "std", "hist_lo", "hist_hi"], {float, int, type(None)}),
     "fallback": {bool},
 }
@@ -131,8 +131,8 @@ class RowSchema:
     strings are already bounded by the decoder's max_str_len.
     """
 
-    def __init__(self, columns: list[str]):
-        self.width = len(columns)
+    def __init__(self, columns: list[str], widths: tuple = ()):
+        self.widths = set(widths or (len(columns),))      # a row may stop before columns added later
         self.kinds = [COLUMN_TYPES[c] for c in columns]
 
     def check(self, rows) -> bool:
@@ -140,16 +140,19 @@ class RowSchema:
             return False
         if not rows:
             return True
-        if set(map(type, rows)) != {tuple} or set(map(len, rows)) != {self.width}:
+        lens = set(map(len, rows))
+        if set(map(type, rows)) != {tuple} or not lens <= self.widths:
             return False
-        for col, kinds in zip(zip(*rows), self.kinds):
-            if not set(map(type, col)) <= kinds or (kinds == {int} and max(col) > INT64[1]):
-                return False
+        groups = [rows] if len(lens) == 1 else [tuple(r for r in rows if len(r) == w) for w in lens]
+        for group in groups:
+            for col, kinds in zip(zip(*group), self.kinds):
+                if not set(map(type, col)) <= kinds or (kinds == {int} and max(col) > INT64[1]):
+                    return False
         return True
 
 
-ROWS = {name: RowSchema(cols)
-        for name, cols in (("sites", SITE_COLUMNS), ("tensors", TENSOR_COLUMNS), ("memory", MEMORY_COLUMNS))}
+ROWS = {"sites": RowSchema(SITE_COLUMNS, SITE_WIDTHS), "tensors": RowSchema(TENSOR_COLUMNS),
+        "memory": RowSchema(MEMORY_COLUMNS)}
 
 
 def _rows(name: str, v) -> list[tuple]:
@@ -186,6 +189,7 @@ SCHEMA = {
     "meta": {"backend": _str, "device": _str, "nodes": lambda v: v is None or _count(v),
              "description": lambda v: type(v) is dict and _json_like(v),
              "placement": lambda v: v is None or _json_like(v)},
+    "train": {"info": lambda v: type(v) is dict and _json_like(v)},      # a training run: phases, memory, steps
     "end": {"status": _one_of("ok", "failed"), "error": _opt_str, "error_kind": _one_of(None, "usage", "model"),
             "events": _count, "sent_by_step": _counts},
 }

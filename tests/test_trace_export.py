@@ -190,9 +190,9 @@ def test_chrome_export_clamps_overlapping_and_overhanging_spans_into_strict_nest
     rep = export(store, rid, "chrome", out)
     doc = load_chrome(out)
     cats = check_chrome(doc)
-    assert cats["op"] == len(rows) and rep["ops"] == len(rows)
+    assert cats["forward"] == len(rows) and rep["ops"] == len(rows)
     assert cats["step"] == 3                                          # step 0 and 1 on thread 77, step 1 on 78
-    ops = [e for e in doc["traceEvents"] if e.get("cat") == "op"]
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "forward"]
     gelu = next(e for e in ops if e["name"] == "gelu")
     assert gelu["ts"] == 1.0 and gelu["args"]["fallback"] is True     # clamped to the sibling's end
     assert gelu["args"]["input_shapes"] == "[[2,8]]" and gelu["args"]["flops"] == 128
@@ -210,7 +210,7 @@ def test_chrome_export_has_memory_counters_and_python_stacks(store, tmp_path):
     assert out.read_bytes()[:2] == b"\x1f\x8b"
     doc = json.loads(gzip.decompress(out.read_bytes()))
     cats = check_chrome(doc)
-    assert cats["counter"] == 4 and cats["stack"] == 2 and cats["op"] == 4
+    assert cats["counter"] == 4 and cats["stack"] == 2 and cats["forward"] == 4
     counters = [e["args"]["live_bytes"] for e in doc["traceEvents"] if e["ph"] == "C"]
     assert counters == [1000, 2000, 3000, 4000]
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
@@ -280,7 +280,7 @@ def test_chrome_export_of_demo_gpt_holds_one_event_per_op_per_step(store, tmp_pa
     export(store, rid, "chrome", out)
     doc = load_chrome(out)
     cats = check_chrome(doc)
-    ops = [e for e in doc["traceEvents"] if e.get("cat") in ("op", "transfer")]
+    ops = [e for e in doc["traceEvents"] if e.get("cat") in ("forward", "transfer")]
     want = Counter(zip(ev["step"].tolist(), ev["node"].tolist()))
     got = Counter((e["args"]["step"], e["args"]["node"]) for e in ops)
     assert got == want and all(n == 1 for n in got.values())        # exactly one X per executed op per step

@@ -1,17 +1,29 @@
-"""`opscope profile MODEL --backend B`: record every op of a model into a run and print the top ops."""
+"""`opscope profile MODEL --backend B`: record every op of a model into a run and print the top ops.
+
+    opscope profile demo:gpt --train --steps 2          # training steps: forward, backward, optimizer
+    opscope profile -- python train.py ARGS             # a training script as written (like nsys profile)
+"""
 from __future__ import annotations
 
+import argparse
 import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json
+from .common import BACKEND_HELP, MODEL_HELP, add_json, console, emit_json, table
 from .runs import print_op_table, stats_doc
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profile", help="profile a model op by op into a run (see `opscope runs`)")
-    add_model_and_backend(p)
+    p = sub.add_parser("profile", help="profile a model op by op into a run (see `opscope runs`); "
+                       "`opscope profile -- python train.py ARGS` profiles a script as written")
+    p.add_argument("model", nargs="?", help=MODEL_HELP + "; or, after --, a command: python train.py ARGS")
+    p.add_argument("command", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--backend", "-b", default="torch:cpu", help=BACKEND_HELP)
+    p.add_argument("--train", action="store_true", help="record training steps: forward, backward and the "
+                   "optimizer update, each op with its phase")
+    p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="--train: optimizer (default sgd)")
+    p.add_argument("--lr", type=float, default=None, help="--train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
     p.add_argument("--steps", type=int, default=1, help="recorded steps (default 1)")
     p.add_argument("--warmup", type=int, default=0, help="steps run first, unrecorded (default 0)")
     p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"
@@ -35,8 +47,15 @@ def main(args) -> int:
     store = RunStore()
     if args.top < 1:
         raise UsageError(f"--top {args.top}: expected the number of ops to show, 1 or more")
+    command = _command(args)
+    if command is not None:
+        return _script(args, command, store)
+    if not args.model:
+        raise UsageError("nothing to profile: give a model (demo:NAME or file.py:factory) or a command after --")
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
                 allow_fallback=not args.no_fallback, store=store)
+    if args.train:
+        opts["train"] = {"optimizer": args.optimizer, "lr": args.lr}
     if args.web:
         # --- hook for the web analyzer (app/web): it follows the live run while the model runs ---
         try:
@@ -80,19 +99,89 @@ def main(args) -> int:
         doc = {"run_id": run_id, **{k: run[k] for k in ("status", "model", "backend", "device", "engine", "steps",
                                                            "warmup", "events", "dropped")},
                "top_ops": stats_doc(stats[:args.top], run)}
+        if args.train:
+            doc["phases"] = phases(store, run_id)
         if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
             doc["py_spy"] = run["config"]["py_spy"]
         if run["status"] == "incomplete":
             doc["error"] = run["error"]
         emit_json(doc)
         return _incomplete(run)
+    if args.train:
+        doc_phases = phases(store, run_id)
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
+    if args.train:
+        print_phases(doc_phases)
     extra = f", {run['dropped']} dropped" if run["dropped"] else ""
     console.print(f"run [bold]{run_id}[/]: {run['events']} events over {run['steps']} step(s){extra}. "
                   f"`opscope show {run_id}` for all ops")
     if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
         console.print(f"[yellow]{run['config']['py_spy']}[/]")
     return _incomplete(run)
+
+
+def _command(args) -> list[str] | None:
+    """The command after -- (`python train.py ARGS`), or None when profiling a model spec."""
+    if args.command or (args.model and not args.model.startswith("demo:") and ":" not in args.model
+                        and (args.model.endswith(".py") or args.model.rsplit("/", 1)[-1].startswith("python"))):
+        return [args.model, *args.command]
+    return None
+
+
+def _script(args, command: list[str], store) -> int:
+    from opscope.profiler import start_script
+    if args.train or args.web or args.steps != 1 or args.warmup or args.engine != "graph":
+        raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --engine and "
+                         "--web apply to a model spec, not to `-- python script.py`")
+    live = start_script(command, args.backend, values=args.values, py_spy=args.py_spy, store=store,
+                        echo=sys.stderr if args.json else sys.stdout)
+    try:
+        status = live.wait()
+    except KeyboardInterrupt:
+        live.kill()
+        print(f"opscope: interrupted: run {live.run_id} stopped ({live.events_received} events kept)",
+              file=sys.stderr)
+        return 130
+    run = store.get_run(live.run_id)
+    if status == "failed":
+        if live.error_kind == "usage":
+            raise UsageError(live.error)
+        if args.json:
+            emit_json({"run_id": run["run_id"], "status": "failed", "error": run["error"], "events": run["events"],
+                       "steps": run["steps"], "dropped": run["dropped"]})
+        else:
+            print(f"opscope: error: run {run['run_id']} failed: {run['error']} ({run['events']} events kept; "
+                  f"`opscope show {run['run_id']}`)", file=sys.stderr)
+        return 1
+    stats = store.op_stats(run["run_id"])
+    doc_phases = phases(store, run["run_id"])
+    if args.json:
+        doc = {"run_id": run["run_id"], **{k: run[k] for k in ("status", "model", "backend", "device", "engine",
+                                                                 "steps", "events", "dropped")},
+               "phases": doc_phases, "top_ops": stats_doc(stats[:args.top], run)}
+        if run["status"] == "incomplete":
+            doc["error"] = run["error"]
+        emit_json(doc)
+        return _incomplete(run)
+    print_op_table(run, stats[:args.top], f"top ops of {run['model']}")
+    print_phases(doc_phases)
+    console.print(f"run [bold]{run['run_id']}[/]: {run['events']} events over {run['steps']} step(s) "
+                  f"(optimizer steps). `opscope show {run['run_id']}` for all ops")
+    return _incomplete(run)
+
+
+def phases(store, run_id: str) -> dict:
+    """Events and time per phase (forward / backward / optimizer)."""
+    rows = store.query("SELECT phase, count(*), sum(end_ns - start_ns) FROM events WHERE run_id = ? "
+                       "GROUP BY phase ORDER BY min(seq)", [run_id])
+    return {p: {"events": int(n), "time_ns": int(t or 0)} for p, n, t in rows}
+
+
+def print_phases(doc: dict) -> None:
+    total = sum(v["time_ns"] for v in doc.values()) or 1
+    console.print(table("time by phase", ["phase", "events", "time ms", "share"],
+                        [[p, v["events"], f"{v['time_ns'] / 1e6:.2f}", f"{100 * v['time_ns'] / total:.1f}%"]
+                         for p, v in doc.items()], justify_right={"events", "time ms", "share"}))
 
 
 def _incomplete(run) -> int:

@@ -20,12 +20,11 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from opscope.runtime.train import OptimizerSpec, compare_with_eager
+    from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, compare_with_eager
 
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1 (got {args.steps})")
-    lr = args.lr if args.lr is not None else (1e-2 if args.optimizer == "sgd" else 1e-3)
-    opt = OptimizerSpec(args.optimizer, lr=lr)
+    opt = OptimizerSpec(args.optimizer, lr=args.lr if args.lr is not None else DEFAULT_LR.get(args.optimizer, 1e-2))
     r = compare_with_eager(args.model, args.backend, steps=args.steps, optimizer=opt,
                            allow_fallback=not args.no_fallback)
     loss_ok = all(abs(a - e) <= TOLERANCE * max(1.0, abs(e)) for a, e in zip(r["losses"], r["eager_losses"]))

@@ -26,7 +26,7 @@ from . import whatif
 
 # the sections every analysis dict has: rule files are checked against these names at load time
 SECTIONS = ("run", "hw", "time", "roofline", "overhead", "fallback", "transfers", "dtype", "layout", "memory",
-            "gaps", "fusion", "dominant", "whatif", "device")
+            "gaps", "fusion", "dominant", "whatif", "device", "train")
 
 _FUSABLE = ("elementwise", "activation")
 _CONV = ("conv2d", "conv1d", "conv3d", "convolution", "conv_transpose2d")
@@ -47,7 +47,7 @@ def load(run_id: str, store=None) -> RunData:
     store = store or RunStore()
     run = store.get_run(run_id)
     cols = ["step", "seq", "op", "node", "backend", "device", "depth", "start_ns", "end_ns", "input_dtypes",
-            "output_dtypes", "bytes", "flops", "fallback", "live_bytes"]
+            "output_dtypes", "bytes", "flops", "fallback", "live_bytes", "phase"]
     frame = store.events_frame(run["run_id"], columns=cols)
     return from_frame(run, frame)
 
@@ -66,7 +66,8 @@ def from_frame(run: dict, frame: dict) -> RunData:
             "fallback": bool(frame["fallback"][i]), "live_bytes": _int(frame["live_bytes"][i]), "dtype": dt,
             "depth": _int(frame["depth"][i]) if "depth" in frame else 0,
             "device": str(frame["device"][i]) if "device" in frame else "",
-            "on_device": str(frame["op"][i]) in DEVICE_OPS})
+            "on_device": str(frame["op"][i]) in DEVICE_OPS,
+            "phase": str(frame["phase"][i]) if "phase" in frame else "forward"})
     steps = len({e["step"] for e in events}) or 1
     return RunData(run, events, description_of(run), steps)
 
@@ -126,7 +127,46 @@ def analyze(data: RunData) -> dict:
     a["dominant"] = _dominant(evs, busy, steps)
     a["whatif"] = _whatif(evs, d, busy, steps)
     a["device"] = _device(kernels, evs, steps)
+    a["train"] = _train(evs, run, busy, steps)
     return a
+
+
+def _train(evs, run, busy, steps) -> dict:
+    """A training run's phases: the optimizer's share, activation memory at the peak (what activation
+    checkpointing would save and cost), and in a script profile the host time between steps."""
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    info = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
+    per = {p: sum(e["seconds"] for e in evs if e["phase"] == p and not e.get("depth")) / steps
+           for p in ("forward", "backward", "optimizer")}
+    out = {"is_training": per["backward"] > 0 or per["optimizer"] > 0, "script": bool(info.get("script")),
+           "optimizer": str(info.get("optimizer") or ""),
+           "forward_seconds": per["forward"], "backward_seconds": per["backward"],
+           "optimizer_seconds": per["optimizer"], "optimizer_share": _share(per["optimizer"], busy),
+           "optimizer_ops": sum(1 for e in evs if e["phase"] == "optimizer") // steps,
+           "peak_bytes": 0, "activation_bytes": 0, "activation_share": 0.0, "checkpoint_saved_bytes": 0,
+           "recompute_seconds": 0.0, "recompute_share": 0.0,
+           "step_gap_seconds": 0.0, "step_gap_share": 0.0, "step_gaps": 0}
+    peak = (info.get("memory_timeline") or {}).get("peak") or {}
+    if peak.get("bytes"):
+        act = int(peak.get("activation", 0))
+        n_fwd = max(sum(1 for e in evs if e["phase"] == "forward") // steps, 1)
+        # sqrt(n) checkpointing (Chen et al. 2016): keep about 2/sqrt(n) of the activations, recompute one forward
+        saved = int(act * max(0.0, 1 - 2 / n_fwd ** 0.5))
+        out.update({"peak_bytes": int(peak["bytes"]), "activation_bytes": act,
+                    "activation_share": _share(act, peak["bytes"]), "checkpoint_saved_bytes": saved,
+                    "recompute_seconds": per["forward"], "recompute_share": _share(per["forward"], busy)})
+    bounds = {}
+    for e in evs:
+        if e["op"].startswith("profiler:"):    # torch's record_function bookkeeping (Optimizer.step's exit)
+            continue
+        lo, hi = bounds.get(e["step"], (e["start"], e["end"]))
+        bounds[e["step"]] = (min(lo, e["start"]), max(hi, e["end"]))
+    order = sorted(bounds)
+    gaps = [max(bounds[b][0] - bounds[a][1], 0) for a, b in zip(order, order[1:])]
+    if gaps:
+        gap = sum(gaps) / len(gaps) / 1e9
+        out.update({"step_gap_seconds": gap, "step_gap_share": _share(gap, busy + gap), "step_gaps": len(gaps)})
+    return out
 
 
 def _device(kernels, host, steps) -> dict:

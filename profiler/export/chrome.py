@@ -2,7 +2,8 @@
 
     {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}
 
-One `X` event per executed op (cat "op", or "transfer" for copies between backends), one `X` per
+One `X` event per executed op (cat: its phase, forward / backward / optimizer, or "transfer" for copies
+between backends; args.fwd_node names the forward op a backward op differentiates), one `X` per
 step and thread (cat "step") enclosing that step's ops, `M` events naming each process
 (backend and device) and thread, `C` counter events for live memory, and the run's Python stacks
 (cat "stack") as a process of their own when the run has them. `ts`/`dur` are microseconds from the
@@ -27,7 +28,8 @@ from .timeline import Timeline, load_timeline
 
 CHUNK = 100_000
 # kind columns that go into an op's args when they hold a value (fallback always does)
-_STATIC_ARGS = ["node", "module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"]
+_STATIC_ARGS = ["node", "module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "phase",
+                "fwd_node"]
 
 
 def _us(ns: np.ndarray) -> list[float]:
@@ -52,8 +54,9 @@ def _op_prefixes(tl: Timeline) -> np.ndarray:
         op = k["op"] or "?"
         args = {c: k[c] for c in _STATIC_ARGS if k[c] is not None and k[c] != ""}
         args["fallback"] = bool(k["fallback"])
-        head = orjson.dumps({"name": op, "cat": "transfer" if op == "transfer" else "op", "ph": "X", "pid": k["pid"],
-                             "tid": k["tid"]})[:-1]
+        # the category is the phase (forward / backward / optimizer): viewers filter and color by it
+        cat = "transfer" if op == "transfer" else k["phase"] or "forward"
+        head = orjson.dumps({"name": op, "cat": cat, "ph": "X", "pid": k["pid"], "tid": k["tid"]})[:-1]
         out.append(b"," + head + b',"args":{' + orjson.dumps(args)[1:-1])
     arr = np.empty(len(out), dtype=object)
     arr[:] = out

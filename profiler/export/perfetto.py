@@ -42,7 +42,7 @@ SEQ = 1                                    # our one trusted_packet_sequence_id
 SLICE_BEGIN, SLICE_END, COUNTER = 1, 2, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 _ANNOTATIONS = ["node", "module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes",
-                "flops", "bytes", "fallback", "step"]
+                "flops", "bytes", "fallback", "step", "phase", "fwd_node"]
 _INT_ANNOTATIONS = {"flops", "bytes", "step"}
 
 
@@ -150,8 +150,9 @@ def write_perfetto(store, run_id: str, path, gzip: bool = False) -> dict:
         static.extend(items)
         return base
 
-    op_base = add([_begin(k["tid"], name_iid[str(k["op"])]) + _static_annotations(k, ann_iid, str_iid)
-                     for k in tl.kinds])
+    # each op's TrackEvent.categories holds its phase (forward / backward / optimizer), as Chrome's cat does
+    op_base = add([_begin(k["tid"], name_iid[str(k["op"])]) + field_str(22, k["phase"] or "forward") +
+                   _static_annotations(k, ann_iid, str_iid) for k in tl.kinds])
     tids = [t.tid for t in tl.tracks]
     tid_index = np.zeros(max(tids, default=0) + 1, dtype=np.int64)
     tid_index[tids] = np.arange(len(tids))

@@ -12,7 +12,7 @@ attrs["fwd_node"], the forward node it differentiates, and that node's module pa
 from ..ops import backward as _backward, optim as _optim  # noqa: F401  (registration)
 from .compare import compare_with_eager, eager_steps
 from .joint import JointGraph, LossOf, capture_joint, forward_of, loss_of, phase_of
-from .step import OPTIMIZERS, OptimizerSpec, Trainer, TrainGraph, build_train_graph
+from .step import DEFAULT_LR, OPTIMIZERS, OptimizerSpec, Trainer, TrainGraph, build_train_graph
 
-__all__ = ["JointGraph", "LossOf", "OPTIMIZERS", "OptimizerSpec", "TrainGraph", "Trainer", "build_train_graph",
+__all__ = ["DEFAULT_LR", "JointGraph", "LossOf", "OPTIMIZERS", "OptimizerSpec", "TrainGraph", "Trainer", "build_train_graph",
            "capture_joint", "compare_with_eager", "eager_steps", "forward_of", "loss_of", "phase_of"]

@@ -19,6 +19,7 @@ from ..ops import optim as optim_ops
 from .joint import JointGraph, capture_joint, phase_of
 
 OPTIMIZERS = ("sgd", "adamw")
+DEFAULT_LR = {"sgd": 1e-2, "adamw": 1e-3}
 
 
 @dataclass
@@ -183,14 +184,6 @@ class Trainer:
 
 
 def _activation_bytes(plan: Plan) -> int:
-    live = {}
-    for st in plan.steps:
-        if phase_of(st.node) != "forward" and st.node.op != "transfer":
-            break
-        if st.alloc_bytes:
-            for s, m in zip(st.out_slots, st.node.output_meta):
-                if m is not None:
-                    live[s] = m.nbytes
-        for s in st.free_after:
-            live.pop(s, None)
-    return sum(live.values())
+    from .memory import activation_slots
+    meta = plan.graph.slot_meta
+    return sum(meta[s].nbytes for s in activation_slots(plan) if s in meta)

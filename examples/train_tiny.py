@@ -1,0 +1,34 @@
+"""A tiny training script: a small MLP classifier, SGD, a few seeded steps; prints the loss per step.
+
+    python examples/train_tiny.py --steps 5
+    opscope profile -- python examples/train_tiny.py --steps 5      # every ATen op, by phase and step
+"""
+import argparse
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--batch", type=int, default=32)
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, foreach=False)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(args.batch, 16)
+    y = torch.randint(0, 4, (args.batch,))
+    for step in range(args.steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
