@@ -1,6 +1,6 @@
 """Debugger stepping speed on a model with 4M-element activations.
 
-    python benchmarks/bench_debugger.py [--quick]
+    python benchmarks/bench_debugger.py [--quick] [--lockstep-only]
 
 Prints, per op, the bare executor time (no hooks), one controller step (resume, run the op,
 summarize inputs and outputs, post the stop), and two TUI figures:
@@ -10,6 +10,10 @@ summarize inputs and outputs, post the stop), and two TUI figures:
                   (worker ran the op + stats, UI thread picked the event up) and "drawn" (panels
                   updated + screen composed). No polling of ours is inside these timestamps.
     TUI (pilot)   Pilot presses `n` and polls until the stop is rendered: adds Pilot's own waits.
+
+    lockstep      a GPT-2-style block at batch 8, seq 512, hidden 512 (eager attention: a 16.8M-element
+                  score matmul) on a sim chip with --reference numpy: TUI latency per `n` over every op
+                  (the reference kernel once per op while the runs agree; exact max abs/rel). Bar: 1 s.
 
 The machine may be shared: every figure is repeated (interleaved) and reported as median and min.
 The issue's bar: under 100 ms per step.
@@ -35,6 +39,51 @@ class Wide(nn.Module):
         for _ in range(6):
             x = torch.tanh(x * 1.01 + 0.1)
         return x
+
+
+class Block(nn.Module):
+    """A GPT-2 block with eager attention (the scores are a matmul, then softmax), as transformers runs it."""
+
+    def __init__(self, hidden=512, heads=8):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.fc, self.out = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * (c // self.heads) ** -0.5
+        att = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(att)
+        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln_2(x))))
+
+
+def block_session():
+    torch.manual_seed(0)
+    return open_session("bench:gpt2-block", "sim:edge-gpu", model=Block().eval(), inputs=(torch.randn(8, 512, 512),))
+
+
+def lockstep_latency_ms(s) -> list[float]:
+    """Per `n` over the block's ops with --reference numpy: ms from the key to the drawn stop."""
+    from opscope.debugger.app import DebuggerApp
+
+    async def one():
+        app = DebuggerApp(Controller(s, reference="numpy"), model="bench:gpt2-block")
+        async with app.run_test(size=(160, 50)):
+            async def drawn(k):
+                while len(app.timings) < k:
+                    await asyncio.sleep(0.002)
+            await drawn(1)
+            for i in range(1, len(s.plan.steps)):
+                app.call_later(app.action_next)
+                await drawn(i + 1)
+            ops = [st.node.name for st in s.plan.steps[1:]]
+            return [(a + b) * 1e3 for a, b in app.timings[1:]], ops
+
+    return asyncio.run(one())
 
 
 def session():
@@ -112,11 +161,29 @@ def _line(name, values, unit="ms/step"):
     return f"{name:<22}{med:8.2f} {unit}  (min {lo:6.2f}, n={len(values)})", med
 
 
+def lockstep_main(reps: int) -> None:
+    s = block_session()
+    print(f"lockstep: GPT-2-style block, batch 8 x seq 512 x hidden 512, {len(s.plan.steps)} ops on "
+          f"{s.backend.name} vs numpy")
+    times, slowest = [], (0.0, "")
+    for _ in range(reps):
+        per_op, ops = lockstep_latency_ms(s)
+        times += per_op
+        slowest = max([slowest] + list(zip(per_op, ops)))
+    line, med = _line("TUI latency (n->drawn)", times)
+    print(line + f"  slowest {slowest[0]:.0f} ms ({slowest[1]})")
+    print(f"bar: 1000 ms median key-to-screen with --reference numpy -> {'OK' if med < 1000 else 'OVER'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one repetition each: a smoke run")
+    ap.add_argument("--lockstep-only", action="store_true", help="only the GPT-2 block with --reference numpy")
     args = ap.parse_args()
     reps = 1 if args.quick else 5
+    lockstep_main(1 if args.quick else 3)
+    if args.lockstep_only:
+        return
     s = session()
     print(f"model: {len(s.plan.steps)} ops on a {2048 * 2048 / 1e6:.1f}M-element float32 activation (numpy)")
     bare, ctl, pilot, lat = [], [], [], []

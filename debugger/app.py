@@ -21,17 +21,20 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, RichLog, Static, Tree
 
-from opscope.runtime.errors import UsageError
+from opscope.runtime.errors import OpscopeError, UsageError
 
 from . import view
+from .breakpoints import dead
 from .controller import Controller, Failed, Finished, Stop
-from .screens import AdvisorScreen, HelpScreen
+from .screens import AdvisorScreen, HelpScreen, ReportScreen
 from .stats import page
 from .table import TensorTable
 
 MAX_QUEUED = 32          # keys pressed while an op runs, done one per stop
 RUNNING_AFTER = 0.25      # seconds before "running..." is shown: a quick step never flashes it
+PROGRESS_EVERY = 0.5      # seconds between progress lines (op counter, elapsed) while the model runs
 VALUE_ROWS = 12
+NARROW, MEDIUM, SHORT, TALL = 100, 160, 32, 40     # terminal sizes where panels collapse
 
 
 @dataclass
@@ -64,7 +67,7 @@ class DebuggerApp(App):
     #graph > .tree--guides { color: $primary 40%; }
     #breakpoints { height: 9; border: round $primary; scrollbar-size-vertical: 1; }
     #right { width: 1fr; }
-    #op { height: 12; border: round $primary; padding: 0 1; }
+    #op { height: 14; border: round $primary; padding: 0 1; }
     #tensors { height: 8; border: round $primary; }
     #lower { height: 1fr; }
     #values-box { width: 3fr; border: round $primary; padding: 0 1; scrollbar-size-vertical: 1; }
@@ -73,31 +76,52 @@ class DebuggerApp(App):
     #log { height: 7; border: round $primary; scrollbar-size-vertical: 1; }
     #prompt { dock: bottom; display: none; }
     #prompt.shown { display: block; }
+    /* smaller terminals: the graph narrows, then goes (g shows it); the log goes; the op panel
+       keeps its first lines (stop reason, verdict, NaN sentence); values and watches share a row */
+    DebuggerApp.-medium #left { width: 30; }
+    DebuggerApp.-narrow #left { display: none; }
+    DebuggerApp.-narrow.-graph #left { display: block; width: 34; }
+    DebuggerApp.-compact #op { height: 12; }
+    DebuggerApp.-short #op { height: 10; }
+    DebuggerApp.-short #tensors { height: 6; }
+    DebuggerApp.-short #log { display: none; }
+    DebuggerApp.-short #breakpoints { height: 5; }
     """
-    BINDINGS = [
-        Binding("n", "next", "next op"),
-        Binding("s", "step_into", "next module"),
-        Binding("f", "finish", "finish module"),
+    BINDINGS = [              # the footer shows them in this order: the most used first (80 columns)
+        Binding("n", "next", "next"),
+        Binding("p", "back", "back"),
         Binding("c", "continue", "continue"),
         Binding("e", "run_to_nan", "to NaN"),
-        Binding("b", "toggle_breakpoint", "breakpoint"),
+        Binding("a", "add_breakpoint", "add break"),
         Binding("w", "add_watch", "watch"),
-        Binding("a", "add_breakpoint", "add break", show=False),
-        Binding("A", "advisor", "advisor"),
-        Binding("r", "restart", "restart"),
-        Binding("left_square_bracket", "page(-1)", "page up", show=False),
-        Binding("right_square_bracket", "page(1)", "page down", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_debugger", "quit"),
+        Binding("s", "step_into", "next module"),
+        Binding("f", "finish", "finish module"),
+        Binding("b", "toggle_breakpoint", "break here"),
+        Binding("x", "delete", "delete"),
+        Binding("R", "report", "report"),
+        Binding("A", "advisor", "advisor"),
+        Binding("r", "restart", "restart"),
+        Binding("l", "live", "live", show=False),
+        Binding("g", "toggle_graph", "graph", show=False),
+        Binding("left_square_bracket", "page(-1)", "page up", show=False),
+        Binding("right_square_bracket", "page(1)", "page down", show=False),
     ]
 
-    def __init__(self, controller: Controller, *, model: str = "", autostart: bool = True):
+    def __init__(self, controller: Controller | None = None, *, model: str = "", autostart: bool = True,
+                 loader=None, report_path: str | None = None, notice: str = ""):
+        """`loader(progress)` -> Controller runs in a thread while the screen already shows (imports,
+        capture); `progress(text)` puts a line on the screen meanwhile. Without it, `controller`."""
         super().__init__()
         self.ctl = controller
-        self.ctl.listener = self._from_worker
-        self.model_name = model or controller.session.spec
+        self.loader = loader
+        self.model_name = model or (controller.session.spec if controller else "")
         self.autostart = autostart
-        self.total = len(controller.steps)
+        self.report_path = report_path
+        self.notice = notice             # a line that stays in the title (the debugpy address)
+        self.load_error: OpscopeError | None = None
+        self.total = 0
         self._leaves = {}            # seq -> tree node
         self._current_leaf = None
         self._shown = []             # [(label, value)] in the tensors table order
@@ -106,17 +130,22 @@ class DebuggerApp(App):
         self._watches_sent = None    # the watches text last prepared (worker thread)
         self._bp_shown = None        # what the breakpoints table shows, to skip unchanged refills
         self._running_timer = None
+        self._progress_timer = None
+        self._running_what = ""
         self._queued: list = []      # commands typed ahead while the model ran
         self._t_command = None
+        self._compact = False        # the op panel without the source snippet (read by the worker)
+        self._looking = None         # index into the controller's history while looking back
         self.timings: list[tuple[float, float]] = []   # per stop: (command -> stop handled, -> drawn), s
         self.last_event = None       # for tests and scripts
+        self.shown_event = None      # what the panels show now: the last event, or a look back
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with Horizontal():
             with Vertical(id="left"):
-                yield Tree(self.model_name, id="graph")
+                yield Tree(self.model_name or "model", id="graph")
                 yield DataTable(id="breakpoints", cursor_type="row")
             with Vertical(id="right"):
                 yield Static("[dim]starting...[/]", id="op")
@@ -130,7 +159,7 @@ class DebuggerApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        for wid, title in (("graph", "graph"), ("breakpoints", "breakpoints"), ("op", "op"),
+        for wid, title in (("graph", "graph"), ("breakpoints", "breakpoints (x deletes)"), ("op", "op"),
                            ("tensors", "tensors"), ("values-box", "values"), ("watches", "watches"), ("log", "log")):
             self.query_one(f"#{wid}").border_title = title
         self._op = self.query_one("#op", Static)
@@ -139,16 +168,65 @@ class DebuggerApp(App):
         self._values_box = self.query_one("#values-box")
         self._watches = self.query_one("#watches", Static)
         self._tree = self.query_one("#graph", Tree)
+        self.query_one("#breakpoints", DataTable).add_columns("on", "breakpoint", "hits")
+        self._fit(self.size.width, self.size.height)
+        if self.ctl is not None:
+            self._attach(self.ctl)
+        else:
+            self._t_load = time.perf_counter()
+            self.sub_title = f"{self.model_name}: loading"
+            self._op.update(f"[b]opscope debug[/] {escape(self.model_name)}\n[dim]loading: importing torch...[/]")
+            self._progress_timer = self.set_interval(PROGRESS_EVERY, self._loading_tick)
+            self.run_worker(self._load, thread=True, exclusive=True, group="load")
+
+    # --- loading (a worker thread: imports, capture, placement) ------------------------------
+    def _load(self) -> None:
+        def progress(text: str) -> None:
+            self._load_line = text
+            self.call_from_thread(self._loading_tick)
+        self._load_line = "importing torch..."
+        try:
+            ctl = self.loader(progress)
+        except OpscopeError as e:
+            self.load_error = e
+            self.call_from_thread(self.exit, None, e.exit_code)
+            return
+        except Exception as e:       # a bug in a model factory: one line, exit 1, as the CLI does
+            self.load_error = OpscopeError(f"{type(e).__name__}: {e}")
+            self.call_from_thread(self.exit, None, 1)
+            return
+        self.call_from_thread(self._attach, ctl)
+
+    def _loading_tick(self) -> None:
+        if self.ctl is not None:
+            return
+        secs = time.perf_counter() - self._t_load
+        self._op.update(f"[b]opscope debug[/] {escape(self.model_name)}\n"
+                        f"[dim]loading ({secs:.1f} s):[/] {escape(getattr(self, '_load_line', ''))}")
+
+    def _attach(self, controller: Controller) -> None:
+        """The model is captured and placed: fill the graph, start the first op."""
+        if self._progress_timer is not None:
+            self._progress_timer.stop()
+            self._progress_timer = None
+        self.ctl = controller
+        self.ctl.listener = self._from_worker
+        self.model_name = self.model_name or controller.session.spec
+        self.total = len(controller.steps)
+        self._tree.root.set_label(self.model_name)
         b = self.backend_name = self.ctl.session.backend.name
         ref = self.ctl.lockstep.reference if self.ctl.lockstep else None
         self._where = f"{self.model_name} on {b}" + (f" vs {ref}" if ref else "")
+        if self.notice:
+            self._where += f"  [{self.notice}]"
+            self.log_line(f"[b]{escape(self.notice)}[/]")
         self.sub_title = self._where
         self._build_tree()
-        bt = self.query_one("#breakpoints", DataTable)
-        bt.add_columns("on", "breakpoint", "hits")
         self._refresh_breakpoints()
         self._refresh_watches()
         self._tree.focus()
+        for msg in self.ctl.breakpoints.dead([st.node for st in self.ctl.steps]):
+            self.log_line(f"[yellow]{escape(msg)}[/]")
         # torch, the model and the UI leave ~400k long-lived objects; a full garbage collection that
         # walks them all costs ~250 ms and would land in the middle of some step. Freezing them
         # (after one collection) keeps later collections to what stepping allocates.
@@ -158,6 +236,24 @@ class DebuggerApp(App):
             self._t_command = time.perf_counter()
             self.ctl.step()
             self.log_line(f"running {self.model_name} on {b}: {self.total} ops; ? shows the keys")
+
+    def on_resize(self, event) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Collapse panels for the terminal's size (classes the CSS reads); re-make the op panel."""
+        if not width or not height:
+            return
+        self.set_class(width < NARROW, "-narrow")
+        self.set_class(NARROW <= width < MEDIUM, "-medium")
+        self.set_class(height < SHORT, "-short")
+        self.set_class(height < TALL or width < NARROW, "-compact")
+        compact = height < TALL or width < NARROW
+        if compact != self._compact:
+            self._compact = compact
+            ev = self.shown_event
+            if isinstance(ev, Stop):
+                self._op.update(Content.from_markup(view.op_panel(ev, self.total, compact)))
 
     def _build_tree(self) -> None:
         tree = self._tree
@@ -196,7 +292,7 @@ class DebuggerApp(App):
 
     def _prepare(self, ev) -> Prepared:
         if isinstance(ev, Stop):
-            op = view.op_panel(ev, self.total)
+            op = view.op_panel(ev, self.total, self._compact)
             stats, values = ev.input_stats + ev.output_stats, ev.inputs + ev.outputs
         elif isinstance(ev, Finished):
             op, stats, values = view.finished_panel(ev), ev.outputs, []
@@ -214,9 +310,9 @@ class DebuggerApp(App):
         t_handled = time.perf_counter()
         self.last_event = ev
         p = message.prepared or self._prepare(ev)
-        if self._running_timer is not None:
-            self._running_timer.stop()
-            self._running_timer = None
+        self._stop_timers()
+        self._looking = None
+        self.shown_event = ev
         with self.batch_update():
             if self._op.border_title != "op":
                 self._op.border_title = "op"
@@ -231,6 +327,9 @@ class DebuggerApp(App):
                 self._mark(None)
                 self.log_line(f"[green]run finished[/]: {ev.ops} ops")
                 self._status("finished")
+                if self.ctl.lockstep is not None:
+                    self.log_line(escape(self.ctl.report.summary()["line"]))
+                self._write_report()
             elif isinstance(ev, Failed):
                 self._mark(ev.seq, failed=True)
                 self.log_line(f"[red]model raised[/]: {escape(ev.message)}")
@@ -273,23 +372,25 @@ class DebuggerApp(App):
         self._current_leaf = leaf
         self._tree.move_cursor(leaf)       # scrolls only when the line is out of view
 
-    def _fill_tensors(self, table, values) -> None:
+    def _fill_tensors(self, table, values, dropped: bool = False) -> None:
         self._tensors.set_rows(*table)
         self._shown = values
+        self._dropped = dropped
         self._page = 0
         self._show_values(self._tensors.cursor_row)
 
     def _show_values(self, row: int) -> None:
         box = self._values
-        if not self._shown or row >= len(self._shown):
-            box.update("[dim]no values[/]", layout=False)
+        if not self._shown or row >= len(self._shown) or getattr(self, "_dropped", False):
+            box.update("[dim]values not kept (older than --history-mb)[/]" if getattr(self, "_dropped", False)
+                       else "[dim]no values[/]", layout=False)
             self._values_box.border_title = "values"
             return
         label, value = self._shown[row]
         width = self._values_box.size.width or 72
         text, total = page(value, self._page * VALUE_ROWS, VALUE_ROWS, cols=max(1, (width - 12) // 11))
         pages = max(1, -(-total // VALUE_ROWS))
-        title = f"values: {label} (page {self._page + 1}/{pages}, [ ] to page)"
+        title = f"values: {label.split()[0]} (page {self._page + 1}/{pages}, \\[ ] to page)"
         if self._values_box.border_title != title:
             self._values_box.border_title = title
         box.update(Content(text), layout=False)
@@ -323,6 +424,9 @@ class DebuggerApp(App):
 
     # --- actions --------------------------------------------------------------------------
     def _command(self, fn, what: str) -> None:
+        if self.ctl is None:
+            self.log_line("[dim]still loading the model[/]")
+            return
         state = self.ctl.state
         t0 = time.perf_counter()
         if fn():
@@ -341,12 +445,84 @@ class DebuggerApp(App):
 
     def _show_running(self, what: str) -> None:
         self._running_timer = None
+        self._running_what = what
         if self.ctl.state == "running":
-            self._status(f"running ({what})")
-            self._op.border_title = f"op [dim]- running ({what})...[/]"
+            self._progress()
+            self._progress_timer = self.set_interval(PROGRESS_EVERY, self._progress)
+
+    def _progress(self) -> None:
+        """While the model runs: ops run so far in this command and seconds since it began."""
+        if self.ctl.state != "running":
+            return
+        n, t0 = self.ctl.progress
+        line = f"running ({self._running_what}): {n:,} ops, {time.perf_counter() - t0:.1f} s"
+        self._status(line)
+        self._op.border_title = f"op [dim]- {escape(line)}[/]"
+
+    def _stop_timers(self) -> None:
+        for name in ("_running_timer", "_progress_timer"):
+            t = getattr(self, name)
+            if t is not None:
+                t.stop()
+                setattr(self, name, None)
 
     def action_next(self) -> None:
+        if self._looking is not None:         # looking back: forward through the history first
+            self._look(self._looking + 1)
+            return
         self._command(self.ctl.step, "next op")
+
+    # --- history: looking back at ops that ran -------------------------------------------------
+    def action_back(self) -> None:
+        if self.ctl is None or not len(self.ctl.history) or self.ctl.state not in ("paused", "finished", "failed"):
+            return
+        # paused: the newest record is the op on screen; finished: it is the last op, one step back
+        newest = len(self.ctl.history) - (1 if self.ctl.state == "paused" else 0)
+        start = newest if self._looking is None else self._looking
+        if start == 0:
+            self.log_line("[dim]the first op of this run: nothing before it[/]")
+            return
+        self._look(start - 1)
+
+    def action_live(self) -> None:
+        if self._looking is not None:
+            self._look(len(self.ctl.history))
+
+    def _look(self, index: int) -> None:
+        """Show history record `index` (its inputs, outputs and comparison as they were); past the
+        newest record (or at the paused op itself), the live event again."""
+        h = self.ctl.history
+        newest = len(h) - (1 if self.ctl.state == "paused" else 0)
+        if index >= newest or self.ctl.state not in ("paused", "finished", "failed"):
+            self._looking = None
+            ev = self.ctl.current if self.ctl.state == "paused" else self.last_event
+            if ev is not None:
+                self._show_event(ev)
+                if not isinstance(ev, Stop):
+                    self._mark(None)
+            return
+        self._looking = index
+        self._show_event(self.ctl.history_stop(index))
+
+    def _show_event(self, ev) -> None:
+        p = self._prepare(ev)
+        self.shown_event = ev
+        with self.batch_update():
+            self._op.update(p.op, layout=False)
+            self._fill_tensors(p.table, p.values, dropped=getattr(ev, "dropped", False))
+            if isinstance(ev, Stop):
+                self._mark(ev.seq)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+        """Enter (or a click) on an op that ran in this run: show it as it was."""
+        seq = event.node.data
+        if seq is None or self.ctl is None:
+            return
+        i = self.ctl.history.last_of(seq)
+        if i is None:
+            self.log_line(f"[dim]{escape(self.ctl.steps[seq].node.name)} has not run yet in this run[/]")
+            return
+        self._look(i)
 
     def action_step_into(self) -> None:
         self._command(self.ctl.step_into, "to the next module")
@@ -361,6 +537,9 @@ class DebuggerApp(App):
         self._command(self.ctl.run_to_nan, "to the first NaN/Inf")
 
     def action_restart(self) -> None:
+        if self.ctl is None:
+            return
+        self._looking = None
         self._queued.clear()
         self.ctl.restart()
         self.log_line("restarted")
@@ -370,17 +549,74 @@ class DebuggerApp(App):
         self.push_screen(HelpScreen())
 
     def action_advisor(self) -> None:
-        self.push_screen(AdvisorScreen(self.ctl, self.model_name))
+        if self.ctl is not None:
+            self.push_screen(AdvisorScreen(self.ctl, self.model_name))
+
+    def action_report(self) -> None:
+        if self.ctl is None:
+            return
+        if self.ctl.lockstep is None:
+            self.log_line("[yellow]the accuracy report needs --reference (e.g. --reference numpy)[/]")
+            return
+        self.push_screen(ReportScreen(self.ctl.report))
+
+    def _write_report(self) -> None:
+        if self.report_path and self.ctl is not None and self.ctl.lockstep is not None:
+            try:
+                self.ctl.report.write(self.report_path)
+            except OSError as e:
+                self.log_line(f"[red]cannot write {escape(self.report_path)}[/]: {escape(str(e))}")
+                return
+            self.log_line(f"report: {len(self.ctl.report.rows)} ops written to {escape(self.report_path)}")
+
+    def action_toggle_graph(self) -> None:
+        self.set_class(not self.has_class("-graph"), "-graph")
+
+    def action_delete(self) -> None:
+        """x: the breakpoint under the cursor (breakpoints table focused), else a watch by number."""
+        if self.ctl is None:
+            return
+        bt = self.query_one("#breakpoints", DataTable)
+        if bt.has_focus and len(self.ctl.breakpoints):
+            row = min(bt.cursor_row, len(self.ctl.breakpoints) - 1)
+            bp = self.ctl.breakpoints.remove(row)
+            self.log_line(f"breakpoint deleted: {escape(bp.describe())}")
+            self._refresh_breakpoints()
+            if bp.glob:
+                for seq, st in enumerate(self.ctl.steps):
+                    if st.node.name == bp.glob:
+                        self._leaves[seq].set_label(self._leaf_label(st.node, self._leaves[seq] is self._current_leaf))
+            return
+        if len(self.ctl.watches):
+            self._ask("delete", f"delete watch number (1..{len(self.ctl.watches)}); breakpoints: focus their "
+                                "table (tab) and press x")
+        else:
+            self.log_line("[dim]nothing to delete: focus the breakpoints table (tab) to delete a breakpoint[/]")
+
+    def delete_watch(self, number: int) -> bool:
+        if not 1 <= number <= len(self.ctl.watches):
+            self.log_line(f"[red]no watch {number}[/]: watches are numbered 1..{len(self.ctl.watches)}")
+            return False
+        expr = self.ctl.watches.items[number - 1].expr
+        self.ctl.watches.remove(number - 1)
+        self._refresh_watches()
+        self.log_line(f"watch deleted: {escape(expr)}")
+        return True
 
     def action_quit_debugger(self) -> None:
-        self.ctl.quit(timeout=1.0)
+        if self.ctl is not None:
+            self.ctl.quit(timeout=1.0)
         self.exit()
 
     def action_page(self, delta: int) -> None:
+        if getattr(self, "_dropped", False):
+            return
         self._page = max(0, self._page + delta)
         self._show_values(self._tensors.cursor_row)
 
     def action_toggle_breakpoint(self) -> None:
+        if self.ctl is None:
+            return
         tree = self.query_one("#graph", Tree)
         node = tree.cursor_node
         seq = node.data if node is not None and node.data is not None else \
@@ -395,9 +631,13 @@ class DebuggerApp(App):
         self._refresh_breakpoints()
 
     def action_add_watch(self) -> None:
+        if self.ctl is None:
+            return
         self._ask("watch", "watch: out.mean(), inputs[0].std(), np.abs(out).max()  (escape cancels)")
 
     def action_add_breakpoint(self) -> None:
+        if self.ctl is None:
+            return
         self._ask("breakpoint", "breakpoint: linear | layers.0.* | nan | max_abs > 1e4 | err > 1e-3 (escape cancels)")
 
     def _ask(self, what: str, placeholder: str) -> None:
@@ -417,6 +657,12 @@ class DebuggerApp(App):
     def submit(self, what: str, text: str) -> bool:
         """Add a watch or a breakpoint (the prompt and the command palette land here)."""
         try:
+            if what == "delete":
+                try:
+                    return self.delete_watch(int(text))
+                except ValueError:
+                    self.log_line(f"[red]{escape(text)!s} is not a watch number[/]")
+                    return False
             if what == "watch":
                 self.ctl.add_watch(text)
                 self._refresh_watches()
@@ -425,6 +671,9 @@ class DebuggerApp(App):
                 self._refresh_breakpoints()
                 if bp.key in ("err", "local", "tolerance") and self.ctl.lockstep is None:
                     self.log_line("[yellow]this condition needs --reference to ever hold[/]")
+                never = dead(bp, [st.node for st in self.ctl.steps])
+                if never:
+                    self.log_line(f"[yellow]{escape(never)}[/]")
             self.log_line(f"{what} added: {escape(text)}")
             return True
         except UsageError as e:
@@ -449,10 +698,15 @@ class DebuggerApp(App):
                             self.action_run_to_nan)
         yield SystemCommand("Add breakpoint", "op type, path glob or condition (a)", self.action_add_breakpoint)
         yield SystemCommand("Add watch", "an expression over out / inputs (w)", self.action_add_watch)
+        yield SystemCommand("Back", "the op before, as it was (p); l returns to the live op", self.action_back)
+        yield SystemCommand("Accuracy report", "every op against the reference so far (R)", self.action_report)
         yield SystemCommand("Restart", "run the model again from the first op (r)", self.action_restart)
         yield SystemCommand("Advisor", "what to change on this backend, from the ops run so far (A)",
                             self.action_advisor)
 
     def on_unmount(self) -> None:
-        self.ctl.quit(timeout=1.0)
+        if self.ctl is not None:
+            if self.report_path and not self.ctl.report.complete:
+                self._write_report()         # the ops run so far (a whole run wrote it already)
+            self.ctl.quit(timeout=1.0)
 

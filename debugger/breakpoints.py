@@ -5,6 +5,8 @@
     layers.0.*              node name or module path, as a glob
     node:linear_1           one node
     nan | inf               the output holds a NaN / an Inf
+    new-nan                 this op makes a NaN/Inf: its output holds one and no input an earlier
+                            op made does (a parameter or a model input may); --break-on-nan, `e`
     tolerance               this op introduces more error than the tolerance (needs --reference)
     max_abs > 1e4           a statistic of the output (max_abs, min, max, mean, std)
     err > 1e-3              error against the reference (needs --reference): total error,
@@ -13,6 +15,7 @@
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import operator as _operator
 import re
@@ -23,7 +26,7 @@ from opscope.runtime.ops import OPS
 
 _CMP = {">": _operator.gt, ">=": _operator.ge, "<": _operator.lt, "<=": _operator.le}
 _COND = re.compile(r"^(max_abs|min|max|mean|std|err|local)\s*(>=|<=|>|<)\s*([-+0-9.eE]+|inf)$")
-_WORDS = ("nan", "inf", "tolerance")
+_WORDS = ("nan", "inf", "new-nan", "tolerance")
 STATS = frozenset(("max_abs", "min", "max", "mean", "std"))
 
 
@@ -115,9 +118,39 @@ def _parse_cond(cond: str, spec: str) -> str:
         return cond
     m = _COND.match(cond)
     if not m:
-        raise UsageError(f"breakpoint {spec!r}: condition {cond!r} not understood; use nan, inf, tolerance, or "
+        raise UsageError(f"breakpoint {spec!r}: condition {cond!r} not understood; use nan, inf, new-nan, tolerance, or "
                          "KEY > NUMBER with KEY one of max_abs, min, max, mean, std, err, local")
     return f"{m.group(1)} {m.group(2)} {float(m.group(3))!r}"
+
+
+def dead(bp: Breakpoint, nodes) -> str | None:
+    """Why a breakpoint's place matches no op of this graph, with the nearest real names; None if it matches."""
+    if bp.builtin or (bp.op is None and bp.glob is None):
+        return None
+    if any(bp.matches_place(n) for n in nodes):
+        return None
+    if bp.op is not None and bp.glob is None:
+        ops = sorted({n.op for n in nodes})
+        near = difflib.get_close_matches(bp.op, ops, n=3, cutoff=0.5)
+        return (f"breakpoint {bp.spec!r}: this model has no {bp.op} op"
+                + (f"; did you mean {', '.join(near)}?" if near else f" (its ops: {', '.join(ops[:12])})"))
+    names = sorted({n.name for n in nodes} | {n.op for n in nodes}
+                   | {p for n in nodes if n.module_path for p in _prefixes(n.module_path)})
+    pattern = bp.glob or ""
+    bare = pattern.strip("*").rstrip(".")
+    near = difflib.get_close_matches(bare, names, n=3, cutoff=0.6)
+    # `h.1.*` on a model whose paths are `transformer.h.1.attn`: the glob needs a leading `*`
+    inner = [p for p in names if bare and ("." + bare) in ("." + p) and not p.startswith(bare)]
+    if inner:
+        near = [f"*{pattern}" if not pattern.startswith("*") else pattern] + [inner[0] + (".*" if "*" in pattern else "")]
+    where = f"{bp.spec!r}" if bp.op is None else f"{bp.spec!r} (op {bp.op} at {pattern})"
+    return (f"breakpoint {where} matches no op: no node name or module path is like {pattern!r}"
+            + (f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else ""))
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 class Breakpoints:
@@ -143,8 +176,12 @@ class Breakpoints:
             return None
         return self.add(Breakpoint(spec=f"node:{node.name}", glob=node.name))
 
-    def remove(self, index: int) -> None:
-        del self.items[index]
+    def remove(self, index: int) -> Breakpoint:
+        return self.items.pop(index)
+
+    def dead(self, nodes) -> list[str]:
+        """A message per breakpoint that can never stop in this graph (a misspelt op, a glob that matches nothing)."""
+        return [m for m in (dead(bp, nodes) for bp in self.items) if m]
 
     def needs(self) -> set[str]:
         """Which facts some enabled breakpoint looks at (the controller computes only those)."""

@@ -3,6 +3,8 @@
     ctl = Controller(session, reference="numpy")
     ctl.step(); stop = ctl.wait()          # without a listener, events queue up for wait()
     ctl.cont(); ctl.run_to_nan(); ctl.finish(); ctl.step_into(); ctl.restart(); ctl.quit()
+    ctl.history_stop(i)                    # op i of this run as it was (values within --history-mb)
+    ctl.report                             # with a reference: one accuracy row per op run so far
 
 Every stop is *after* an op ran, so the UI shows its inputs and its outputs. Commands never
 block the caller: they set what to run to and release the paused worker. The worker posts one
@@ -21,7 +23,10 @@ from opscope.runtime.graph import Ref
 
 from . import debugpy as _debugpy
 from .breakpoints import STATS, Breakpoint, Breakpoints
+from .history import History, Record
 from .lockstep import Lockstep, OpDiff
+from .pystack import user_frames
+from .report import AccuracyReport
 from .stats import TensorStats, fmt, has_nonfinite, summarize, to_host
 from .watches import Watches
 
@@ -48,6 +53,10 @@ class Stop:
     breakpoint: Breakpoint | None = None
     nan_origin: str = ""
     fallback: bool = False
+    stack: list = field(default_factory=list)     # [pystack.Frame], innermost first, internals hidden
+    history: str = ""        # set when this is a look back: "op 3 of 12 run so far"
+    dropped: bool = False    # a look back past the history budget: stats kept, values not
+    time_note: str = ""      # why the time is not the clock's (paused in debugpy: re-timed)
 
 
 @dataclass
@@ -66,23 +75,24 @@ class Failed:
     inputs: list = field(default_factory=list)        # [(label, host array)] of the failing op
 
 
-_NONFINITE = frozenset(("nan", "inf"))
+_NONFINITE = frozenset(("nan", "inf", "new-nan"))
+HISTORY_MB = 256
 
 
 def _in_module(path: str, module: str) -> bool:
     return not module or path == module or path.startswith(module + ".")
 
 
-def _labels(args, prefix="in"):
-    """(label, template position) for every Ref in the node's args, in order."""
+def _ref_positions(args):
+    """(template position, slot) for every Ref in the node's args, in order."""
     out = []
     for j, a in enumerate(args):
         if isinstance(a, Ref):
-            out.append((f"{prefix}{j}", (j,)))
+            out.append(((j,), a.slot))
         elif isinstance(a, (list, tuple)):
             for k, x in enumerate(a):
                 if isinstance(x, Ref):
-                    out.append((f"{prefix}{j}[{k}]", (j, k)))
+                    out.append(((j, k), x.slot))
     return out
 
 
@@ -91,52 +101,42 @@ def _pick(values, pos):
     return v[pos[1]] if len(pos) > 1 else v
 
 
-def nan_origin(inputs: list, outputs: list) -> str:
-    """Which input put the first NaN/Inf into the output: inherited, or made here (and from what)."""
-    for label, a in inputs:
-        nan, inf = has_nonfinite(a)
-        if nan or inf:
-            return f"{label} already holds {'NaN' if nan else 'Inf'}: inherited from an earlier op"
-    for label, out in outputs:
-        if not (isinstance(out, np.ndarray) and out.dtype.kind == "f"):
-            continue
-        bad = ~np.isfinite(out)
-        if not bad.any():
-            continue
-        flat = int(np.argmax(bad.reshape(-1)))
-        idx = np.unravel_index(flat, out.shape) if out.ndim else ()
-        where = ", ".join(map(str, idx))
-        parts = []
-        for lab, a in inputs:
-            if isinstance(a, np.ndarray):
-                try:
-                    parts.append(f"{lab}[{where}] = {fmt(float(np.broadcast_to(a, out.shape)[idx]))}")
-                except ValueError:      # not elementwise with the output: no single source element
-                    pass
-        src = (" from " + ", ".join(parts)) if parts else ""
-        return f"introduced here: {label}[{where}] = {out[idx]}{src} (the inputs are finite)"
-    return ""
+def parameter_names(session) -> dict[int, str]:
+    """Constant slot -> the parameter or buffer it is (`h.0.attn.c_attn.weight`), by storage identity."""
+    named = {}
+    model = getattr(session, "model", None)
+    if model is not None:
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            named.setdefault(t.data_ptr(), name)
+    out = {}
+    for s, v in session.plan.graph.constant_slots.items():
+        if v is not None and hasattr(v, "data_ptr"):
+            out[s] = named.get(v.data_ptr(), "a constant")
+    return out
 
 
 class Controller:
     """One controller per session at a time: its hook sits in the session's executor while it runs."""
 
     def __init__(self, session, *, reference: str | None = None, tolerance: float | None = None,
-                 breakpoints=(), break_on_nan: bool = False, listener=None, use_debugpy: bool = False):
+                 breakpoints=(), break_on_nan: bool = False, listener=None, use_debugpy: bool = False,
+                 history_mb: float = HISTORY_MB):
         self.session = session
         self.plan = session.plan
         self.steps = self.plan.steps
+        g = self.plan.graph
         self.breakpoints = Breakpoints()
         for spec in breakpoints:
             self.breakpoints.add(spec)
         if break_on_nan:
-            self.breakpoints.add("nan")
-            self.breakpoints.add("inf")
+            self.breakpoints.add(Breakpoint(spec="NaN/Inf made by an op", cond="new-nan", builtin=True))
         self.watches = Watches()
         self.lockstep = Lockstep(self.plan, session.inputs, reference, tolerance) if reference else None
         if self.lockstep is not None:
             tol = "per dtype" if tolerance is None else fmt(tolerance)
             self.breakpoints.add(Breakpoint(spec=f"tolerance ({tol})", cond="tolerance", builtin=True))
+        self.report = AccuracyReport(session.spec, session.backend.name, reference or "",
+                                     "per dtype" if tolerance is None else repr(tolerance))
         self.listener = listener
         self.use_debugpy = use_debugpy
         self.events: queue.Queue = queue.Queue()
@@ -155,6 +155,16 @@ class Controller:
         self.seen: list[tuple] = []
         self.last_run: list[tuple] = []
         self._stats_cache: dict = {}     # id(host array) -> (array, stats) of the last stop's outputs
+        self.history = History(int(history_mb * (1 << 20)))
+        self.progress = (0, 0.0)         # (ops run in this command, perf_counter when it began)
+        # which slots are parameters/buffers (named) and model inputs: a NaN there is no op's doing
+        self.param_names = parameter_names(session)
+        self._inputs = {s: i for i, s in enumerate(g.input_slots)}
+        self._counted = {}               # node index -> bytes of its values history counts
+        self._labels = {}                # node index -> [(label, position, slot)]
+        self._stacks = getattr(session, "extra", {}).get("stacks", {})
+        self._bad: dict[int, bool] = {}  # slot -> holds NaN/Inf (op outputs checked this run)
+        self.first_nan: tuple | None = None   # (seq, node name) of the first op that made a NaN/Inf
 
     # --- commands (called from the UI thread; never block) -------------------------------
     def step(self) -> bool:
@@ -175,6 +185,7 @@ class Controller:
         return self._go(("continue",))
 
     def run_to_nan(self) -> bool:
+        """Run to the next op that *makes* a NaN/Inf (from finite inputs, or from a parameter)."""
         return self._go(("nan",))
 
     def restart(self) -> None:
@@ -209,12 +220,14 @@ class Controller:
         if self.state != "paused":
             return False       # running (busy), finished or failed: the UI says what to do
         self._mode = mode
+        self.progress = (0, time.perf_counter())
         self.state = "running"
         self._resume.set()
         return True
 
     def _start(self) -> None:
         self.state = "running"
+        self.progress = (0, time.perf_counter())
         self._thread = threading.Thread(target=self._worker, name="opscope-debug-model", daemon=True)
         self._thread.start()
 
@@ -266,6 +279,11 @@ class Controller:
         self.current = None
         self.seen = []
         self._stats_cache = {}
+        self._bad = {}
+        self.first_nan = None
+        self.history.clear()
+        self.report.rows = []
+        self.report.complete = False
         if self.lockstep is not None:
             self.lockstep.start()
         try:
@@ -280,7 +298,7 @@ class Controller:
             call = getattr(e, "call", None)
             values = []
             if call is not None and node is not None:
-                values = [(lab, to_host(_pick(call.inputs, pos), call.backend)) for lab, pos in _labels(node.args)]
+                values = [(lab, to_host(_pick(call.inputs, pos), call.backend)) for lab, pos, _ in self.labels(node)]
             ins = [summarize(lab, a, call.backend.device) for lab, a in values]
             self.last_error = Failed(str(e) or type(e).__name__, node, call.seq if call is not None else
                                      (node.index if node is not None else None), ins, values)
@@ -292,8 +310,32 @@ class Controller:
             if isinstance(r, Ref):
                 stats.append(summarize(f"output{i}", to_host(o, ex._holder(r))))
         self.last_run = self.seen
+        self.report.complete = True
         self.state = "finished"
         self._emit(Finished(ex.step - 1, stats, len(self.steps)))
+
+    # --- what an op's values are called ------------------------------------------------------
+    def labels(self, node) -> list:
+        """[(label, template position, slot)]: `in1 fc.weight` for a parameter, `in0` otherwise."""
+        got = self._labels.get(node.index)
+        if got is None:
+            got = []
+            for pos, slot in _ref_positions(node.args):
+                lab = f"in{pos[0]}" if len(pos) == 1 else f"in{pos[0]}[{pos[1]}]"
+                if slot in self.param_names:
+                    lab += f" {self.param_names[slot]}"
+                got.append((lab, pos, slot))
+            self._labels[node.index] = got
+        return got
+
+    def _history_bytes(self, node) -> int:
+        n = self._counted.get(node.index)
+        if n is None:
+            meta = self.plan.graph.slot_meta
+            n = sum(m.nbytes for m in node.output_meta if m is not None)
+            n += sum(meta[s].nbytes for s in node.inputs if s in meta and s not in self.param_names)
+            self._counted[node.index] = n
+        return n
 
     # --- executor hooks (worker thread) --------------------------------------------------
     def before_op(self, call) -> None:
@@ -301,7 +343,15 @@ class Controller:
             raise _Abort()
         if self.use_debugpy and any(bp.enabled and bp.cond is None and bp.matches_place(call.node)
                                     for bp in self.breakpoints):
-            _debugpy.breakpoint_if_attached()     # step into the kernel's Python in VS Code
+            # stop in a frame at the op's own line in the user's file, its tensors as locals;
+            # before the op's clock starts, so time paused in the IDE is not the op's time
+            values = {lab.split()[0].replace("[", "_").replace("]", ""): to_host(_pick(call.inputs, pos), call.backend)
+                      for lab, pos, _ in self.labels(call.node)}
+            frame = self.stack_of(call.node)
+            _debugpy.break_at(frame[0] if frame else None, values)
+
+    def stack_of(self, node) -> list:
+        return user_frames(self._stacks.get(node.name, []))
 
     def after_op(self, call) -> None:
         if self._abort:
@@ -309,6 +359,7 @@ class Controller:
         node = call.node
         self.seen.append((call.step, call.seq, call.start_ns, call.end_ns, call.timing, call.live_bytes,
                           call.backend.name, bool(call.fallback)))
+        self.progress = (self.progress[0] + 1, self.progress[1])
         needs = self.breakpoints.needs()
         mode = self._mode[0]
         outs = call.outputs if node.multi_output else [call.outputs]
@@ -317,6 +368,12 @@ class Controller:
         if self.lockstep is not None:
             host_outs = [to_host(o, call.backend) for o in outs]
             diff = self.lockstep.after_op(call, host_outs)
+            if diff is not None:
+                self.report.add(node, diff, call.seq)
+        rec = None
+        if self.history.budget:
+            rec = Record(call.seq, call.step, call, diff, self._history_bytes(node))
+            self.history.add(rec)
         facts = {}
         if needs or mode == "nan":
             host_outs = host_outs or [to_host(o, call.backend) for o in outs]
@@ -324,6 +381,13 @@ class Controller:
                 flags = [has_nonfinite(a) for a in host_outs]
                 facts["nan"] = any(f[0] for f in flags)
                 facts["inf"] = any(f[1] for f in flags)
+                bad = facts["nan"] or facts["inf"]
+                for s in node.outputs:
+                    self._bad[s] = bad
+                if bad:
+                    facts["new-nan"] = self._makes_nonfinite(call)
+                    if facts["new-nan"] and self.first_nan is None:
+                        self.first_nan = (call.seq, node.name)
             if needs & STATS:
                 first = next((a for a in host_outs if isinstance(a, np.ndarray)), None)
                 if first is not None:
@@ -341,30 +405,57 @@ class Controller:
             reason = "end of module"
         elif mode == "enter" and node.module_path != self._mode[1]:
             reason = f"entered {node.module_path or 'the model'}"
-        elif mode == "nan" and (facts.get("nan") or facts.get("inf")):
-            reason = "first NaN" if facts.get("nan") else "first Inf"
+        elif mode == "nan" and facts.get("new-nan"):
+            reason = "NaN made here" if facts.get("nan") else "Inf made here"
         if not reason:
             return
-        self._pause(call, reason, bp, diff, host_outs, outs)
+        self._pause(call, reason, bp, diff, host_outs, outs, rec)
 
-    def _pause(self, call, reason, bp, diff, host_outs, outs) -> None:
+    def _input_bad(self, call, pos, slot) -> bool:
+        known = self._bad.get(slot)
+        if known is None:
+            known = any(has_nonfinite(to_host(_pick(call.inputs, pos), call.backend)))
+            self._bad[slot] = known
+        return known
+
+    def _makes_nonfinite(self, call) -> bool:
+        """Its output holds NaN/Inf and no input that an earlier op made does: this op (or a
+        parameter / model input it reads) is where they come from."""
+        for _, pos, slot in self.labels(call.node):
+            if slot in self.param_names or slot in self._inputs:
+                continue
+            if self._input_bad(call, pos, slot):
+                return False
+        return True
+
+    def make_stop(self, call, reason, bp=None, diff=None, host_outs=None, outs=None) -> Stop:
+        """What the UI shows of an op that ran (for a pause, or for a look back in history)."""
         node = call.node
         b = call.backend
+        if outs is None:
+            outs = call.outputs if node.multi_output else [call.outputs]
         host_outs = host_outs or [to_host(o, b) for o in outs]
         out_labels = ["out"] if not node.multi_output else [f"out{i}" for i in range(len(outs))]
-        inputs = [(lab, to_host(_pick(call.inputs, pos), b)) for lab, pos in _labels(node.args)]
+        inputs = [(lab, to_host(_pick(call.inputs, pos), b)) for lab, pos, _ in self.labels(node)]
         outputs = [(lab, a if a is not None else o) for lab, a, o in zip(out_labels, host_outs, outs)]
         seconds = op_seconds(call.start_ns, call.end_ns, call.timing)
         out_stats = [summarize(lab, a if isinstance(a, np.ndarray) else o, b.device)
                      for (lab, a), o in zip(outputs, outs)]
         stop = Stop(call.seq, call.step, node, b.name, b.device, reason, inputs, outputs,
                     self._input_stats(inputs, outputs, b.device), out_stats,
-                    seconds, bool(getattr(b.clock, "simulated", False)), diff, bp, fallback=call.fallback)
+                    seconds, bool(getattr(b.clock, "simulated", False)), diff, bp, fallback=call.fallback,
+                    stack=self.stack_of(node))
+        if any(s.nan or s.inf for s in stop.output_stats):
+            stop.nan_origin = self.nan_origin(call, inputs, outputs)
+        return stop
+
+    def _pause(self, call, reason, bp, diff, host_outs, outs, rec=None) -> None:
+        stop = self.make_stop(call, reason, bp, diff, host_outs, outs)
+        if rec is not None:
+            rec.stop = stop
         # the next op's input is usually this op's output: keep its stats instead of recomputing them
-        self._stats_cache = {id(a): (a, st) for (_, a), st in zip(outputs, out_stats) if isinstance(a, np.ndarray)}
-        if reason.startswith("first") or (bp is not None and bp.cond in ("nan", "inf")) or \
-                any(s.nan or s.inf for s in stop.output_stats):
-            stop.nan_origin = nan_origin(inputs, outputs)
+        self._stats_cache = {id(a): (a, st) for (_, a), st in zip(stop.outputs, stop.output_stats)
+                             if isinstance(a, np.ndarray)}
         self.update_watches(stop)
         self.current = stop
         self.state = "paused"
@@ -373,6 +464,37 @@ class Controller:
         self._resume.wait()
         if self._abort:
             raise _Abort()
+
+    def history_stop(self, index: int) -> Stop:
+        """Record `index` of this run's history as a Stop (made once, kept with the record)."""
+        rec = self.history[index]
+        back = len(self.history) - 1 - index
+        where = f"looking back: op #{rec.seq + 1}, {back} op{'s' if back != 1 else ''} before the current one"
+        if rec.stop is None:
+            if rec.call is None:
+                node = self.steps[rec.seq].node
+                rec.stop = Stop(rec.seq, rec.step, node, self.steps[rec.seq].backend.name,
+                                self.steps[rec.seq].backend.device, "history", [], [], [], [], None, False,
+                                rec.diff, stack=self.stack_of(node), dropped=True)
+            else:
+                rec.stop = self.make_stop(rec.call, "history", diff=rec.diff)
+        return replace(rec.stop, history=where)
+
+    def nan_origin(self, call, inputs: list, outputs: list) -> str:
+        """Which input put the first NaN/Inf into the output: a parameter, an earlier op, or made here."""
+        for (label, a), (_, pos, slot) in zip(inputs, self.labels(call.node)):
+            nan, inf = has_nonfinite(a)
+            if not (nan or inf):
+                continue
+            what = "NaN" if nan else "Inf"
+            if slot in self.param_names:
+                return (f"{label.split()[0]} is parameter {self.param_names[slot]}, which holds {what}: "
+                        "the weights carry it, no op made it")
+            if slot in self._inputs:
+                return f"{label} is model input {self._inputs[slot]}, which holds {what}: the input carries it"
+            first = f" (first made by #{self.first_nan[0] + 1} {self.first_nan[1]})" if self.first_nan else ""
+            return f"{label} already holds {what}: inherited from an earlier op{first}"
+        return nan_origin(inputs, outputs)
 
     def _input_stats(self, inputs, outputs, device) -> list:
         written = {id(a) for _, a in outputs}       # an op that wrote into its input: recompute
@@ -399,6 +521,29 @@ class Controller:
             finally:
                 self.watches.items = saved
         return w
+
+
+def nan_origin(inputs: list, outputs: list) -> str:
+    """The sentence for an op whose inputs are finite: which output element is bad, and from what."""
+    for label, out in outputs:
+        if not (isinstance(out, np.ndarray) and out.dtype.kind == "f"):
+            continue
+        bad = ~np.isfinite(out)
+        if not bad.any():
+            continue
+        flat = int(np.argmax(bad.reshape(-1)))
+        idx = np.unravel_index(flat, out.shape) if out.ndim else ()
+        where = ", ".join(map(str, idx))
+        parts = []
+        for lab, a in inputs:
+            if isinstance(a, np.ndarray):
+                try:
+                    parts.append(f"{lab.split()[0]}[{where}] = {fmt(float(np.broadcast_to(a, out.shape)[idx]))}")
+                except ValueError:      # not elementwise with the output: no single source element
+                    pass
+        src = (" from " + ", ".join(parts)) if parts else ""
+        return f"introduced here: {label}[{where}] = {out[idx]}{src} (the inputs are finite)"
+    return ""
 
 
 def op_seconds(start_ns: int, end_ns: int, timing=None) -> float | None:

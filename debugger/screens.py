@@ -16,13 +16,16 @@ HELP = """\
 [b]opscope debug[/]: step through a model one op at a time
 
   [b]n[/]  next op                     [b]c[/]  continue to the next breakpoint
+  [b]p[/]  back: the op before, as it was  ([b]n[/] forward again, [b]l[/] the live op)
   [b]s[/]  step to the next module     [b]f[/]  finish the current module
-  [b]e[/]  run to the first NaN/Inf    [b]r[/]  restart the run
-  [b]b[/]  toggle a breakpoint on the op selected in the graph
-  [b]a[/]  add a breakpoint: linear | layers.0.* | nan | max_abs > 1e4 | err > 1e-3 | attn.* if inf
+  [b]e[/]  run to the next op that makes a NaN/Inf          [b]r[/]  restart the run
+  [b]b[/]  toggle a breakpoint on the op selected in the graph (enter on an op that ran: show it)
+  [b]a[/]  add a breakpoint: linear | layers.0.* | nan | new-nan | max_abs > 1e4 | attn.* if inf
   [b]w[/]  add a watch: out.mean() | inputs[0].std() | np.abs(out).max()
-  [b]A[/]  the advisor: what to change on this backend, and what it should gain
-  [b][[/] [b]][/]  page through the selected tensor's values
+  [b]x[/]  delete: the breakpoint under the cursor (breakpoints table), else a watch by number
+  [b]R[/]  the accuracy report (with --reference)    [b]A[/]  the advisor
+  [b]\\[[/] and [b]][/]  page up / page down through the selected tensor's values
+  [b]g[/]  show the graph on a narrow terminal         [b]tab[/]  next panel
   [b]ctrl+p[/]  command palette      [b]?[/]  this help      [b]q[/]  quit
 
 Every stop is after an op ran: its inputs and outputs are shown. With --reference, each op
@@ -38,7 +41,7 @@ class HelpScreen(ModalScreen):
     BINDINGS = [("escape", "dismiss", "close"), ("question_mark", "dismiss", "close"), ("q", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Static { width: 100; height: auto; border: round $accent; padding: 1 2; background: $surface; }
+    HelpScreen > Static { width: 100; max-width: 100%; height: auto; max-height: 100%; border: round $accent; padding: 1 2; background: $surface; }
     """
 
     def compose(self) -> ComposeResult:
@@ -115,3 +118,48 @@ class AdvisorScreen(ModalScreen):
     def _show_error(self, message: str) -> None:
         self.error = message
         self.query_one("#advice", Static).update(f"[red]the advisor failed[/]: {escape(message)}")
+
+
+class ReportScreen(ModalScreen):
+    """The accuracy report so far: one line per compared op, failing ones first in colour."""
+
+    BINDINGS = [("escape", "dismiss", "close"), ("R", "dismiss", "close"), ("q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    ReportScreen { align: center middle; }
+    ReportScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; padding: 0 1;
+                                    background: $surface; }
+    """
+
+    def __init__(self, report):
+        super().__init__()
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="report-box"):
+            yield Static(report_text(self.report), id="report")
+
+    def on_mount(self) -> None:
+        box = self.query_one("#report-box")
+        box.border_title = f"accuracy vs {self.report.reference}"
+        box.border_subtitle = "escape closes; --report FILE.csv|.json writes it"
+
+
+_STATUS = {"pass": "green", "fail": "b red", "nan": "b magenta", "skip": "dim"}
+
+
+def report_text(report) -> str:
+    from .stats import fmt
+    s = report.summary()
+    c = s["counts"]
+    lines = [f"[b]{escape(s['line'])}[/]",
+             f"[dim]{s['ops']} ops{'' if report.complete else ' so far'}: {c['pass']} pass, {c['fail']} fail, "
+             f"{c['nan']} NaN on both sides, {c['skip']} not compared; tolerance {escape(report.tolerance)}[/]", ""]
+    head = f"{'#':>5} {'node':<24} {'op':<14} {'status':<6} {'err':>10} {'this op':>10} {'cosine':>9} {'max abs':>10}  module"
+    lines.append(f"[b]{escape(head)}[/]")
+    for r in report.rows:
+        cos = f"{r.cosine:.6f}" if r.cosine == r.cosine else "-"
+        text = (f"{r.seq + 1:>5} {r.node[:24]:<24} {r.op[:14]:<14} {r.status:<6} {fmt(r.err):>10} "
+                f"{fmt(r.local_err):>10} {cos:>9} {fmt(r.max_abs):>10}  {r.module}")
+        style = _STATUS.get(r.status, "")
+        lines.append(f"[{style}]{escape(text)}[/]" if r.status != "pass" else escape(text))
+    return "\n".join(lines)

@@ -110,16 +110,18 @@ _CHUNK = 1 << 16
 
 
 def _std(flat, mean: float) -> float:
+    """Centred chunk by chunk in a float64 buffer: (x - mean)**2 of a float16/float32 value near
+    its dtype's limit (an attention mask's -3.4e38) would overflow to inf in its own dtype."""
     if flat.dtype.kind != "f":
         return float(flat.std(dtype=np.float64))
-    m = flat.dtype.type(mean)
-    buf = np.empty(min(_CHUNK, flat.size), flat.dtype)
+    buf = np.empty(min(_CHUNK, flat.size), np.float64)
     acc = 0.0
     for i in range(0, flat.size, _CHUNK):
         c = flat[i:i + _CHUNK]
         d = buf[:c.size]
-        np.subtract(c, m, out=d)
-        acc += float(np.dot(d, d))
+        np.subtract(c, mean, out=d, dtype=np.float64)
+        np.multiply(d, d, out=d)        # not np.dot: BLAS threads stall for ~1 s on a busy machine
+        acc += float(np.add.reduce(d))
     return math.sqrt(max(0.0, acc / flat.size))
 
 

@@ -5,7 +5,6 @@ Kept apart from app.py so the widgets stay thin and these can be read (and teste
 from __future__ import annotations
 
 import linecache
-import math
 import os
 
 from rich.markup import escape
@@ -54,33 +53,48 @@ def source_snippet(source: str, around: int = 1) -> list[tuple[int, str, bool]]:
     return rows
 
 
-def op_panel(stop, total_ops: int) -> str:
+def op_panel(stop, total_ops: int, compact: bool = False) -> str:
+    """The op panel, most important first (a short terminal cuts the bottom): what stopped and why,
+    the verdict against the reference, the NaN sentence, then where the op is in the model and
+    in the Python source."""
     n = stop.node
-    lines = [f"[b]{escape(n.name)}[/]  [dim]op[/] [b cyan]{escape(n.op)}[/]  [dim]#{stop.seq + 1}/{total_ops}"
-             f"  step {stop.step}[/]",
-             f"[dim]module[/] {escape(n.module_path or '(model)')} [dim]{escape(n.module_type)}[/]",
-             f"[dim]backend[/] {escape(stop.backend)}{' [yellow](fallback)[/]' if stop.fallback else ''}"
-             f"  [dim]time[/] {fmt_seconds(stop.seconds)}{' [dim](simulated)[/]' if stop.simulated else ''}"
-             f"  [dim]stopped:[/] {escape(stop.reason)}"]
+    head = (f"[b]{escape(n.name)}[/] [b cyan]{escape(n.op)}[/] [dim]#{stop.seq + 1}/{total_ops}"
+            f" step {stop.step}[/]")
+    if stop.history:
+        lines = [head, f"[b magenta]{escape(stop.history)}[/] [dim](p back, n forward, l live)[/]"]
+    else:
+        lines = [head + f"  [b yellow]stopped:[/] {escape(stop.reason)}"]
+    d = stop.diff
+    if d is not None:
+        if not d.compared:
+            lines.append(f"[dim]vs reference:[/] [yellow]{escape(d.note)}[/]")
+        else:
+            colour = "red" if d.introduced else ("yellow" if d.exceeds or d.nan_mismatch else
+                                                 ("magenta" if d.nan_both else "green"))
+            lines.append(f"[b {colour}]{escape(d.verdict())}[/]")
+            lines.append(f"[dim]vs reference[/] {escape(d.summary())}")
+    if stop.nan_origin:
+        lines.append(f"[b red]NaN/Inf:[/] {escape(stop.nan_origin)}")
+    if stop.dropped:
+        lines.append("[dim]values not kept: older than the history budget (--history-mb); stats as they were[/]")
+    note = f" [dim]({escape(stop.time_note)})[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else "")
+    lines.append(f"[dim]module[/] {escape(n.module_path or '(model)')} [dim]{escape(n.module_type)}[/]  "
+                 f"[dim]on[/] {escape(stop.backend)}{' [yellow](fallback)[/]' if stop.fallback else ''}"
+                 f"  [dim]time[/] {fmt_seconds(stop.seconds)}{note}")
+    frames = stop.stack or []
     if n.source:
         path, _, line = n.source.rpartition(":")
-        lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}")
+        code = frames[0].code if frames and frames[0].where == n.source else n.source_line
+        lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}  [b]{escape(code.strip())}[/]")
+    callers = [f for f in frames if f.where != n.source][: (1 if compact else 4)]
+    for f in callers:
+        lines.append(f"[dim]  called from {escape(short_path(f.path))}:{f.line} in {escape(f.function)}:[/] "
+                     f"{escape(f.code)}")
+    if not compact and n.source:
         for i, text, here in source_snippet(n.source):
             mark = "[b yellow]>[/]" if here else " "
             body = f"[b]{escape(text)}[/]" if here else f"[dim]{escape(text)}[/]"
             lines.append(f" {mark}{i:5d} {body}")
-    d = stop.diff
-    if d is not None:
-        colour = "red" if d.introduced else ("yellow" if d.exceeds else "green")
-        if math.isnan(d.err):
-            lines.append(f"[dim]vs reference:[/] [yellow]{escape(d.note)}[/]")
-        else:
-            lines.append(f"[dim]vs reference[/] max abs {fmt(d.max_abs)}  max rel {fmt(d.max_rel)}  "
-                         f"cos {d.cosine:.6f}  err {fmt(d.err)} [dim](this op {fmt(d.local)}, "
-                         f"tol {fmt(d.tolerance)})[/]")
-            lines.append(f"[{colour}]{escape(d.verdict())}[/]")
-    if stop.nan_origin:
-        lines.append(f"[b red]NaN/Inf:[/] {escape(stop.nan_origin)}")
     return "\n".join(lines)
 
 
@@ -103,18 +117,20 @@ def finished_panel(ev) -> str:
             "[dim]r runs it again; the model's outputs are below[/]")
 
 
-COLUMNS = ("tensor", "shape", "dtype", "device", "min", "max", "mean", "std", "nan", "inf", "histogram")
-_RIGHT = {4, 5, 6, 7, 8, 9}          # numbers line up on the right
+# nan and inf right after the name and shape: a narrow terminal cuts the columns on the right
+COLUMNS = ("tensor", "shape", "dtype", "nan", "inf", "min", "max", "mean", "std", "histogram", "device")
+_RIGHT = {3, 4, 5, 6, 7, 8}          # numbers line up on the right
 
 
 def stats_cells(s) -> list[tuple[str, str]]:
     """(text, style) per column for one tensor's stats."""
     if s.note and not s.numel:
-        return [(s.name, ""), ("-", ""), (s.dtype, ""), (s.device, "")] + [("", "")] * 6 + [(s.note, "dim")]
+        return [(s.name, ""), ("-", ""), (s.dtype, "")] + [("", "")] * 6 + [(s.note, "dim"), (s.device, "dim")]
     bad = "bold red"
-    return [(s.name, "bold"), ("x".join(map(str, s.shape)) or "scalar", ""), (s.dtype, ""), (s.device, "dim"),
-            (fmt(s.min), ""), (fmt(s.max), ""), (fmt(s.mean), ""), (fmt(s.std), ""),
-            (str(s.nan), bad if s.nan else "dim"), (str(s.inf), bad if s.inf else "dim"), (s.sparkline, "cyan")]
+    return [(s.name, "bold"), ("x".join(map(str, s.shape)) or "scalar", ""), (s.dtype, ""),
+            (str(s.nan), bad if s.nan else "dim"), (str(s.inf), bad if s.inf else "dim"),
+            (fmt(s.min), ""), (fmt(s.max), ""), (fmt(s.mean), ""), (fmt(s.std), ""), (s.sparkline, "cyan"),
+            (s.device, "dim")]
 
 
 def stats_table(stats) -> tuple[Content, list[Content]]:
@@ -137,14 +153,14 @@ def watches_text(watches) -> str:
         return "[dim]no watches: w adds one (out.mean(), inputs[0].std())[/]"
     from .stats import sparkline
     lines = []
-    for w in watches:
+    for k, w in enumerate(watches, 1):
         nums = w.numbers()[-16:]
         trend = ""
         if len(nums) > 1:
             lo, hi = min(nums), max(nums)
             trend = sparkline([1 + (7 * (v - lo) / (hi - lo) if hi > lo else 0) for v in nums])
         prev = " ".join(t for _, t, _ in w.history[-4:-1])
-        lines.append(f"[b]{escape(w.expr)}[/] = [cyan]{escape(w.last)}[/] {trend}")
+        lines.append(f"[dim]{k}[/] [b]{escape(w.expr)}[/] = [cyan]{escape(w.last)}[/] {trend}")
         if prev:
             lines.append(f"   [dim]before: {escape(prev)}[/]")
     return "\n".join(lines)

@@ -15,13 +15,13 @@ import cairosvg
 
 from opscope.debugger.app import DebuggerApp
 from opscope.debugger.controller import Controller, Failed, Finished, Stop
-from opscope.runtime import open_session
+from opscope.debugger.pystack import open_debug_session as open_session
 
 HERE = Path(__file__).resolve().parent
 SIZE = (160, 48)
 MONO = "DejaVu Sans Mono"
 sys.path.insert(0, str(HERE.parent / "tests"))
-from debugger_models import PLANTED_NAN, RAISES, write  # noqa: E402
+from debugger_models import LOW_SOFTMAX_TOML, PLANTED_NAN, RAISES, SOFTMAX, write  # noqa: E402
 
 
 async def until(pilot, app, pred):
@@ -43,9 +43,9 @@ def save(app, name: str) -> None:
     print(f"wrote screenshots/tui-{name}.png")
 
 
-async def shoot(session, name, script, **kw):
+async def shoot(session, name, script, size=SIZE, **kw):
     app = DebuggerApp(Controller(session, **kw), model=session.spec)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq == 0)
         await script(pilot, app)
         save(app, name)
@@ -85,8 +85,31 @@ async def main() -> None:
 
     async def to_nan(pilot, app):
         await pilot.press("e")
-        await until(pilot, app, lambda e: isinstance(e, Stop) and e.reason.startswith("first"))
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.reason == "NaN made here")
     await shoot(nan, "nan", to_nan)
+    await shoot(nan, "80x24", to_nan, size=(80, 24), reference="numpy")
+
+    # the accuracy report: a chip whose softmax runs in float16, against numpy
+    soft = open_session(write(tmp, "attend.py", SOFTMAX) + ":factory",
+                        write(tmp, "half-softmax.toml", LOW_SOFTMAX_TOML))
+
+    async def report(pilot, app):
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq > 0)
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Finished))
+        await pilot.press("R")
+        await pilot.pause(0.2)
+    await shoot(soft, "report", report, reference="numpy", tolerance=1e-5)
+
+    async def look_back(pilot, app):
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq > 0)
+        await pilot.press("n")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.name == "linear_1")
+        await pilot.press("p")                 # back to the softmax that introduced the error, as it was
+        await pilot.pause(0.2)
+    await shoot(soft, "history", look_back, reference="numpy", tolerance=1e-5)
 
     bad = open_session(write(tmp, "raises.py", RAISES) + ":factory", "sim:npu-a1")
 

@@ -11,7 +11,8 @@ from opscope.debugger.watches import Watches
 from opscope.runtime import open_session
 from opscope.runtime.errors import UsageError
 
-from debugger_models import LOW_PRECISION_TOML, NUMERICS, PLANTED_NAN, RAISES, write
+from debugger_models import (LOW_PRECISION_TOML, LOW_SOFTMAX_TOML, NAN_WEIGHT, NUMERICS, PLANTED_NAN, RAISES,
+                             RAISE_IN_FORWARD, SOFTMAX, TWO_NANS, write)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,8 @@ def test_stop_shows_inputs_and_outputs_of_the_op(mlp, ctl_of):
     c = ctl_of(mlp)
     c.step()
     ev = c.wait()                             # linear(x, weight, bias)
-    assert [s.name for s in ev.input_stats] == ["in0", "in1", "in2"]
+    # parameters are named after the model's own attribute paths
+    assert [s.name for s in ev.input_stats] == ["in0", "in1 0.weight", "in2 0.bias"]
     x = mlp.inputs[0].numpy()
     assert ev.input_stats[0].mean == pytest.approx(float(x.mean()), rel=1e-6)
     w, b = mlp.model[0].weight.detach().numpy(), mlp.model[0].bias.detach().numpy()
@@ -169,8 +171,8 @@ def test_break_on_nan_flag_stops_at_the_same_op(tmp_path, ctl_of):
     ev = c.wait()
     assert ev.node.op == "log"
     c.cont()
-    later = c.wait()                           # tanh(NaN) is NaN: inherited, and said so
-    assert later.node.op == "tanh" and "inherited" in later.nan_origin
+    # tanh(NaN) is NaN, and so is every op after it: --break-on-nan stops only where NaN is made
+    assert isinstance(c.wait(), Finished)
 
 
 def test_lockstep_on_numpy_is_exact(mlp, ctl_of):
@@ -281,3 +283,202 @@ def test_session_advice_on_a_fallback_op_names_the_op_to_implement(ctl_of):
     first = advise_session(c).advice[0]
     assert first.rule == "implement-fallback-op" and "gelu" in first.title
     assert first.evidence["transfer_bytes"] > 0
+
+
+# --- second pass: NaN origins, dead breakpoints, history, the Python side, lockstep cost --------------
+
+def test_second_e_goes_to_the_next_op_that_makes_a_nan_not_one_that_carries_it(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "two.py", TWO_NANS) + ":factory", "numpy")
+    c = ctl_of(s)
+    c.run_to_nan()
+    first = c.wait()
+    assert first.node.op == "log" and first.reason == "NaN made here"
+    c.run_to_nan()
+    second = c.wait()                   # tanh and add carry NaN #1: skipped; sqrt makes NaN #2
+    assert second.node.op == "sqrt", second.node.name
+    assert second.nan_origin.startswith("introduced here")
+    c.run_to_nan()
+    assert isinstance(c.wait(), Finished)
+
+
+def test_break_on_nan_stops_only_where_a_nan_is_made(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "two.py", TWO_NANS) + ":factory", "numpy")
+    c = ctl_of(s, break_on_nan=True)
+    made = []
+    while True:
+        c.cont()
+        ev = c.wait()
+        if not isinstance(ev, Stop):
+            break
+        made.append(ev.node.op)
+    assert made == ["log", "sqrt"]
+    c.restart()
+    c.wait()
+    carried = []                                # stepping shows the ops that only carry it, said so
+    while True:
+        c.step()
+        ev = c.wait()
+        if not isinstance(ev, Stop):
+            break
+        if ev.node.op == "tanh":
+            carried.append(ev.nan_origin)
+    assert carried and "inherited from an earlier op (first made by" in carried[0] and "log" in carried[0]
+
+
+def test_a_nan_in_a_weight_names_the_parameter(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "w.py", NAN_WEIGHT) + ":factory", "numpy")
+    c = ctl_of(s)
+    c.run_to_nan()
+    ev = c.wait()
+    assert ev.node.module_path == "head" and ev.node.op == "linear"
+    assert "parameter head.weight" in ev.nan_origin and "no op made it" in ev.nan_origin
+    assert any(st.name == "in1 head.weight" and st.nan == 1 for st in ev.input_stats)
+
+
+def test_dead_breakpoints_are_found_with_the_nearest_names(mlp):
+    nodes = [st.node for st in mlp.plan.steps]
+    typo = bps.dead(bps.parse("lienar"), nodes)
+    assert typo and "matches no op" in typo and "linear" in typo
+    absent = bps.dead(bps.parse("conv2d"), nodes)
+    assert "no conv2d op" in absent and "linear" in absent
+    assert bps.dead(bps.parse("linear"), nodes) is None and bps.dead(bps.parse("2"), nodes) is None
+    assert bps.dead(bps.parse("nan"), nodes) is None
+
+
+def test_a_glob_missing_the_models_prefix_suggests_the_real_paths():
+    s = open_session("demo:gpt", "numpy")
+    nodes = [st.node for st in s.plan.steps]
+    msg = bps.dead(bps.parse("attn.*"), nodes)
+    assert "*attn.*" in msg and "h.0.attn" in msg
+    c = Controller(s, breakpoints=["attn.*", "linear"])
+    try:
+        assert len(c.breakpoints.dead(nodes)) == 1
+    finally:
+        c.quit()
+
+
+def test_std_of_a_mask_near_the_dtype_limit_is_finite():
+    mask = np.zeros((8, 8), np.float32)
+    mask[np.triu_indices(8, 1)] = np.finfo(np.float32).min      # an attention mask
+    s = summarize("mask", mask)
+    assert s.inf == 0 and math.isfinite(s.std)
+    assert s.std == pytest.approx(float(mask.astype(np.float64).std()), rel=1e-9)
+    half = np.full(100, 60000, np.float16)
+    half[0] = -60000
+    assert summarize("h", half).std == pytest.approx(float(half.astype(np.float64).std()), rel=1e-9)
+
+
+def test_a_raise_in_forward_names_the_users_file_and_line(tmp_path):
+    from opscope.debugger.pystack import open_debug_session
+    from opscope.runtime.errors import ModelError
+
+    path = write(tmp_path, "raising.py", RAISE_IN_FORWARD)
+    with pytest.raises(ModelError) as e:
+        open_debug_session(path + ":factory", "numpy")
+    assert f"{path}:14" in str(e.value) and 'raise ValueError("this model refuses width 8")' in str(e.value)
+
+
+def test_ops_in_a_helper_get_their_own_source_line_and_stack(tmp_path):
+    from opscope.debugger.pystack import open_debug_session
+
+    path = write(tmp_path, "soft.py", SOFTMAX)
+    s = open_debug_session(path + ":factory", "numpy")
+    node = next(n for n in s.graph.nodes if n.op == "softmax")
+    assert node.source == f"{path}:8"                # inside attend(), not forward's call of it
+    c = Controller(s, breakpoints=["softmax"])
+    try:
+        c.cont()
+        ev = c.wait()
+        assert [f.function for f in ev.stack[:2]] == ["attend", "forward"]
+        assert ev.stack[1].where == f"{path}:19" and "attend(h * 8.0)" in ev.stack[1].code
+        assert not any("opscope" in f.path or "/torch/" in f.path for f in ev.stack)
+    finally:
+        c.quit()
+
+
+def test_history_shows_an_earlier_op_as_it_was_within_the_budget(mlp, ctl_of):
+    c = ctl_of(mlp)
+    stops = []
+    for _ in range(4):
+        c.step()
+        stops.append(c.wait())
+    back = c.history_stop(1)                     # relu, two ops before the current one
+    assert back.node.name == "relu" and "looking back" in back.history
+    np.testing.assert_array_equal(back.outputs[0][1], stops[1].outputs[0][1])
+    assert back.output_stats[0].mean == stops[1].output_stats[0].mean
+    # a budget smaller than one op: older ops keep their stats, not their values
+    small = ctl_of(mlp, history_mb=0.01)
+    c.quit()
+    small.step()
+    first = small.wait()
+    small.cont()
+    small.wait()
+    assert len(small.history) == len(mlp.plan.steps)
+    old = small.history_stop(0)
+    assert old.dropped and all(v is None for _, v in old.outputs)
+    assert old.output_stats[0].mean == first.output_stats[0].mean      # summarised, as it was
+    never = small.history_stop(2)                # never shown and dropped: what is known, no values
+    assert never.dropped and never.node.name == "linear_1"
+
+
+def test_progress_counts_the_ops_of_a_long_continue(mlp, ctl_of):
+    c = ctl_of(mlp)
+    c.step()
+    c.wait()
+    c.cont()
+    assert isinstance(c.wait(), Finished)
+    assert c.progress[0] == len(mlp.plan.steps) - 1
+
+
+def test_lockstep_runs_each_reference_kernel_once_while_the_runs_agree(tmp_path, ctl_of):
+    from opscope.debugger.report import run_report
+
+    s = open_session(write(tmp_path, "soft.py", SOFTMAX) + ":factory", "numpy")
+    rep = run_report(s, "numpy")
+    assert rep.summary()["first_failing"] is None
+    from opscope.debugger.lockstep import Lockstep
+    lock = Lockstep(s.plan, s.inputs, "numpy")
+    from opscope.debugger.report import AccuracyReport, ReportHook
+    lock.start()
+    with s.executor.hooked(ReportHook(lock, AccuracyReport("m", "numpy", "numpy"))):
+        s.executor.run(*s.inputs)
+    assert lock.kernel_calls == len(s.plan.steps)          # once per op: inputs never diverged
+    chip = write(tmp_path, "lows.toml", LOW_SOFTMAX_TOML)
+    low = open_session(write(tmp_path, "soft.py", SOFTMAX) + ":factory", chip)
+    lock = Lockstep(low.plan, low.inputs, "numpy")
+    lock.start()
+    rep = AccuracyReport("m", chip, "numpy")
+    with low.executor.hooked(ReportHook(lock, rep)):
+        low.executor.run(*low.inputs)
+    after = sum(1 for r in rep.rows if r.seq > next(r.seq for r in rep.rows if r.op == "softmax"))
+    assert lock.kernel_calls == len(low.plan.steps) + after     # twice only downstream of the softmax
+
+
+def test_compare_is_exact_and_reports_nan_on_both_sides():
+    from opscope.debugger.lockstep import compare_arrays
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(200_003).astype(np.float32)
+    e = (a + rng.standard_normal(a.size).astype(np.float32) * 1e-3).astype(np.float32)
+    c = compare_arrays([a], [e])
+    d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    assert c.max_abs == float(d.max())
+    assert c.max_rel == float((d / np.maximum(np.abs(e.astype(np.float64)), 1e-6)).max())
+    a64, e64 = a.astype(np.float64), e.astype(np.float64)
+    assert c.cosine == pytest.approx(float(a64 @ e64 / np.linalg.norm(a64) / np.linalg.norm(e64)), abs=1e-12)
+    a[[5, 70_000]] = np.nan
+    e[[5, 70_000]] = np.nan
+    both = compare_arrays([a], [e])
+    assert both.both_bad == 2 and both.mismatch == 0 and math.isfinite(both.err)
+    e[9] = np.nan
+    assert compare_arrays([a], [e]).mismatch == 1 and compare_arrays([a], [e]).err == math.inf
+
+
+def test_lockstep_reports_nan_on_both_sides_as_such(tmp_path, ctl_of):
+    s = open_session(write(tmp_path, "planted.py", PLANTED_NAN) + ":factory", "numpy")
+    c = ctl_of(s, reference="numpy")
+    c.run_to_nan()
+    ev = c.wait()
+    assert ev.node.op == "log"
+    assert ev.diff.status == "nan" and ev.diff.nan_both > 0
+    assert "NaN/Inf on both sides" in ev.diff.verdict() and "within tolerance" not in ev.diff.verdict()

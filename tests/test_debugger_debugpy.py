@@ -1,8 +1,9 @@
 """`--debugpy`: a real DAP client (what VS Code's "attach" speaks) against the model process.
 
 The debuggee listens on 127.0.0.1, the client attaches, and a breakpoint on an op must stop the
-process in debugpy *before* that op runs, on the stepping controller's worker thread, with a stack
-the client can read; `continue` lets the model finish.
+process in debugpy *before* that op runs, on the stepping controller's worker thread, in a frame at
+the op's own line of the user's model file with the op's inputs as variables; the time paused in
+the IDE is not the op's time; `continue` lets the model finish.
 """
 import json
 import socket
@@ -11,6 +12,8 @@ import sys
 import time
 
 import pytest
+
+from debugger_models import PLANTED_NAN, write
 
 pytest.importorskip("debugpy")
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -21,17 +24,17 @@ DEBUGGEE = """
 import sys
 from opscope.debugger import debugpy as dbg
 from opscope.debugger.controller import Controller, Stop
-from opscope.runtime import open_session
+from opscope.debugger.pystack import open_debug_session
 
 host, port = dbg.listen(0)
 print("PORT", port, flush=True)
 import debugpy
 debugpy.wait_for_client()
-session = open_session("demo:mlp", "numpy")
+session = open_debug_session(sys.argv[1] + ":factory", "numpy")
 ctl = Controller(session, breakpoints=["linear"], use_debugpy=True)
 ctl.cont()
 ev = ctl.wait()
-print("STOP", type(ev).__name__, getattr(ev, "op", None) or getattr(ev.node, "op", None), ev.seq, flush=True)
+print("STOP", type(ev).__name__, ev.node.op, ev.seq, ev.node.source, ev.seconds, flush=True)
 ctl.quit()
 """
 
@@ -84,10 +87,12 @@ class Dap:
         return r.get("body") or {}
 
 
-def test_a_dap_client_stops_before_the_op_and_reads_the_stack(tmp_path):
+def test_a_dap_client_stops_in_the_users_frame_before_the_op_and_the_pause_is_not_op_time(tmp_path):
     script = tmp_path / "debuggee.py"
     script.write_text(DEBUGGEE)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    model = write(tmp_path, "planted.py", PLANTED_NAN)
+    proc = subprocess.Popen([sys.executable, str(script), model], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         line = proc.stdout.readline()
         assert line.startswith("PORT"), (line, proc.stderr.read() if proc.poll() is not None else "")
@@ -101,12 +106,17 @@ def test_a_dap_client_stops_before_the_op_and_reads_the_stack(tmp_path):
         dap.wait("response", "attach", attach)
         stopped = dap.wait("event", "stopped")["body"]
         frames = dap.request("stackTrace", threadId=stopped["threadId"], levels=20)["stackFrames"]
-        where = [(f["name"], (f.get("source") or {}).get("path", "")) for f in frames]
-        # stopped in the controller's before_op hook, called by the executor before the op's kernel
-        assert any(name == "before_op" and path.endswith("controller.py") for name, path in where), where
-        assert any(path.endswith("executor.py") for _, path in where), where
+        top = frames[0]
+        # the IDE opens the user's model at the op's own line: `h = torch.relu(self.a(x))`
+        assert (top.get("source") or {}).get("path") == model and top["line"] == 13, frames[:3]
+        scopes = dap.request("scopes", frameId=top["id"])["scopes"]
+        names = set()
+        for sc in scopes:
+            names |= {v["name"] for v in dap.request("variables", variablesReference=sc["variablesReference"])["variables"]}
+        assert {"in0", "in1", "in2"} <= names, names          # the op's inputs (x, a.weight, a.bias)
         threads = dap.request("threads")["threads"]
         assert any(t["id"] == stopped["threadId"] and t["name"] != "MainThread" for t in threads), threads
+        time.sleep(2.0)                                      # the user reads the frame for a while
         dap.request("continue", threadId=stopped["threadId"])
         dap.wait("event", "terminated")                      # the model finished and the process ended
         dap.sock.close()      # the adapter (debugpy's child, holding our pipes) exits once the client leaves
@@ -117,4 +127,6 @@ def test_a_dap_client_stops_before_the_op_and_reads_the_stack(tmp_path):
             proc.wait()
     assert proc.returncode == 0, err
     stop = next(x for x in out.splitlines() if x.startswith("STOP"))
-    assert stop.split()[1:3] == ["Stop", "linear"], stop         # and the TUI's own stop is the same op
+    kind, op, seq, source, seconds = stop.split()[1:6]
+    assert (kind, op, source) == ("Stop", "linear", f"{model}:13"), stop   # the TUI's own stop is the same op
+    assert float(seconds) < 1.0, stop          # the 2 s paused in the IDE are not the op's time

@@ -53,3 +53,25 @@ def test_debug_in_tmux_shows_ops_and_tensor_stats(opscope_home):
         assert not alive, "q did not quit the debugger"
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_debug_in_tmux_refuses_a_dead_breakpoint_with_exit_2(opscope_home):
+    """The TUI opens at once (loading line), finds that `lienar` names no op, and exits 2 with one line."""
+    sock = f"opscope-test-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", sock]
+    # NOTE: Textual draws on stderr, so the message is read from the pane once the TUI has gone
+    cmd = (f"env -u COLUMNS -u LINES OPSCOPE_HOME={opscope_home} {sys.executable} -m opscope.app "
+           f"debug demo:mlp --backend numpy --break lienar; echo EXIT=$?; sleep 60")
+    subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "35", "-s", "dbg", "sh", "-c", cmd], check=True)
+    try:
+        end = time.time() + 120
+        text = ""
+        while time.time() < end and "EXIT=" not in text:
+            time.sleep(0.3)
+            text = subprocess.run([*tmux, "capture-pane", "-p", "-t", "dbg"], capture_output=True, text=True).stdout
+        assert "EXIT=2" in text, text
+        errors = [line for line in text.splitlines() if line.startswith("opscope: error:")]
+        assert len(errors) == 1 and "matches no op" in errors[0] and "did you mean linear" in errors[0], text
+        assert "Traceback" not in text
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

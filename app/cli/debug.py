@@ -16,38 +16,67 @@ def register(sub) -> None:
     p.add_argument("--reference", metavar="B", help="run every op also on this backend (e.g. numpy) and compare")
     p.add_argument("--tolerance", type=float, metavar="X",
                    help="error (scaled max abs) above which --reference stops (default: per dtype)")
+    p.add_argument("--report", metavar="FILE", help="with --reference: write the accuracy report of every op "
+                                                    "run (.csv or .json) when the run ends or the debugger quits")
     p.add_argument("--break", dest="breaks", action="append", default=[], metavar="SPEC",
-                   help="breakpoint: op type (linear), path glob (layers.0.*), condition (nan, max_abs > 1e4, "
-                        "err > 1e-3) or 'GLOB if COND'; repeatable")
-    p.add_argument("--break-on-nan", action="store_true", help="stop at any op whose output holds NaN or Inf")
+                   help="breakpoint: op type (linear), path glob (layers.0.*), condition (nan, new-nan, max_abs > 1e4, "
+                        "err > 1e-3) or 'GLOB if COND'; repeatable. One that matches no op is refused")
+    p.add_argument("--break-on-nan", action="store_true",
+                   help="stop at every op that makes a NaN or Inf (not at the ops that only carry one on)")
+    p.add_argument("--history-mb", type=float, default=256, metavar="MB",
+                   help="memory for the values of ops already run, for stepping back with p (default 256; "
+                        "older ops keep their stats only)")
     p.add_argument("--debugpy", nargs="?", const=5678, type=_port, metavar="PORT",
                    help="listen for a debugger (VS Code attach) on 127.0.0.1:PORT (default 5678)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from opscope.debugger import breakpoints as bps
-    from opscope.runtime import backends, open_session
-
+    # only what checks the flags is imported here: the TUI opens first, then imports torch and
+    # captures the model in a worker while it shows progress
     if args.tolerance is not None and not args.tolerance > 0:      # NaN too
         raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
     if args.tolerance is not None and not args.reference:
         raise UsageError("--tolerance needs --reference (e.g. --reference numpy)")
+    if not args.history_mb >= 0:
+        raise UsageError(f"--history-mb {args.history_mb}: give a size in MB, 0 or more")
+    if args.report:
+        if not args.reference:
+            raise UsageError("--report needs --reference (e.g. --reference numpy): it compares every op with it")
+        from opscope.debugger.report import check_report_path
+        check_report_path(args.report)
+    from opscope.debugger import breakpoints as bps
     for spec in args.breaks:            # bad specs fail before the model loads
         bps.parse(spec)
-    if args.reference:
-        backends.resolve(args.reference)
-    session = open_session(args.model, args.backend)
-    from opscope.debugger.app import DebuggerApp
-    from opscope.debugger.controller import Controller
-
+    notice = ""
     if args.debugpy is not None:
         from opscope.debugger import debugpy as dbg
         host, port = dbg.listen(args.debugpy)
-        print(f"debugpy listening on {host}:{port} (VS Code: attach to it)")
-    ctl = Controller(session, reference=args.reference, tolerance=args.tolerance, breakpoints=args.breaks,
-                     break_on_nan=args.break_on_nan, use_debugpy=args.debugpy is not None)
-    DebuggerApp(ctl, model=args.model).run()
+        notice = f"debugpy listening on {host}:{port}"
+        print(f"{notice} (VS Code: attach to it)")
+
+    def load(progress):
+        progress("importing torch and opscope...")
+        from opscope.debugger.controller import Controller
+        from opscope.debugger.pystack import open_debug_session
+        from opscope.runtime import backends
+        if args.reference:
+            backends.resolve(args.reference)
+        progress(f"capturing {args.model} (torch.export) and placing it on {args.backend}...")
+        session = open_debug_session(args.model, args.backend)
+        ctl = Controller(session, reference=args.reference, tolerance=args.tolerance, breakpoints=args.breaks,
+                         break_on_nan=args.break_on_nan, use_debugpy=args.debugpy is not None,
+                         history_mb=args.history_mb)
+        dead = ctl.breakpoints.dead([st.node for st in ctl.steps])
+        if dead:
+            raise UsageError(dead[0])
+        return ctl
+
+    from opscope.debugger.app import DebuggerApp
+    app = DebuggerApp(model=args.model, loader=load, report_path=args.report, notice=notice)
+    app.run()
+    if app.load_error is not None:
+        raise app.load_error
     return 0
 
 

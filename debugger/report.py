@@ -1,0 +1,168 @@
+"""The accuracy report: every op's output against a reference backend, as a table (msprobe's columns).
+
+    report = AccuracyReport(model, backend, reference)
+    report.add(node, diff, seq)                 # one row per compared op (the lockstep's OpDiff)
+    report.summary()                            # first failing op, first op that introduced error
+    report.write("acc.csv") / report.write("acc.json")
+
+`run_report(session, reference)` runs the model once with the lockstep as an executor hook and
+returns the report: what `opscope diff` prints and `opscope debug --report` writes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+from opscope.runtime.errors import UsageError
+
+from .lockstep import Lockstep, OpDiff
+from .stats import to_host
+
+COLUMNS = ("seq", "node", "op", "module", "source", "dtype", "shape", "cosine", "max_abs", "max_rel",
+           "err", "local_err", "tolerance", "error_from", "nan_both", "nan_mismatch", "status", "verdict")
+
+
+@dataclass
+class Row:
+    seq: int
+    node: str
+    op: str
+    module: str
+    source: str
+    dtype: str
+    shape: str
+    cosine: float
+    max_abs: float
+    max_rel: float
+    err: float                 # total error against the reference run (scaled max abs)
+    local_err: float           # the error this op adds: reference kernel on the backend's own inputs
+    tolerance: float
+    error_from: str            # "this op" | "inputs" | "" (within tolerance or not compared)
+    nan_both: int
+    nan_mismatch: int
+    status: str                # pass | fail | nan | skip
+    verdict: str
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+@dataclass
+class AccuracyReport:
+    model: str
+    backend: str
+    reference: str
+    tolerance: str = "per dtype"
+    rows: list[Row] = field(default_factory=list)
+    complete: bool = False          # a whole run (else: the ops run so far)
+
+    def add(self, node, diff: OpDiff, seq: int) -> Row:
+        meta = next((m for m in node.output_meta if m is not None), None)
+        if diff.introduced:
+            origin = "this op"
+        elif diff.exceeds or diff.nan_mismatch:
+            origin = "inputs"
+        else:
+            origin = ""
+        row = Row(seq, node.name, node.op, node.module_path, node.source, meta.dtype if meta else "",
+                  "x".join(map(str, meta.shape)) if meta else "", diff.cosine, diff.max_abs, diff.max_rel,
+                  diff.err, diff.local, diff.tolerance, origin, diff.nan_both, diff.nan_mismatch, diff.status,
+                  diff.verdict())
+        self.rows.append(row)
+        return row
+
+    def first(self, pred) -> Row | None:
+        return next((r for r in self.rows if pred(r)), None)
+
+    def summary(self) -> dict:
+        fail = self.first(lambda r: r.status == "fail")
+        made = self.first(lambda r: r.error_from == "this op")
+        nan = self.first(lambda r: r.status == "nan" or r.nan_mismatch)
+        counts = {k: sum(r.status == k for r in self.rows) for k in ("pass", "fail", "nan", "skip")}
+
+        def name(r):
+            return None if r is None else {"seq": r.seq, "node": r.node, "op": r.op, "module": r.module,
+                                           "source": r.source, "err": _num(r.err), "local_err": _num(r.local_err)}
+        if fail is None:
+            line = f"all {len(self.rows)} compared ops within tolerance of {self.reference}"
+            if nan is not None:
+                line += f"; NaN/Inf on both sides from op #{nan.seq + 1} {nan.node} ({nan.op})"
+        else:
+            where = f" in {fail.module}" if fail.module else ""
+            line = (f"first failing op: #{fail.seq + 1} {fail.node} ({fail.op}{where}), err {fail.err:.3g} > "
+                    f"tol {fail.tolerance:.3g}, error from {fail.error_from or 'inputs'}")
+            if made is not None and made is not fail:
+                line += f"; first op that introduced error: #{made.seq + 1} {made.node} ({made.op})"
+        return {"ops": len(self.rows), "counts": counts, "first_failing": name(fail),
+                "first_introduced": name(made), "first_nan": name(nan), "complete": self.complete, "line": line}
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "backend": self.backend, "reference": self.reference,
+                "tolerance": self.tolerance, "summary": self.summary(),
+                "ops": [{k: (_num(v) if isinstance(v, float) else v) for k, v in vars(r).items()} for r in self.rows]}
+
+    def csv_text(self) -> str:
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in self.rows:
+            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+        return out.getvalue()
+
+    def json_text(self) -> str:
+        return json.dumps(self.as_dict(), indent=1) + "\n"
+
+    def write(self, path: str) -> str:
+        """Write CSV or JSON by the file's extension; returns the path."""
+        text = self.json_text() if path.endswith(".json") else self.csv_text()
+        with open(path, "w", newline="") as f:
+            f.write(text)
+        return path
+
+
+def _cell(v):
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def check_report_path(path: str) -> None:
+    """Bad input before the model loads: the extension picks the format, the folder must exist."""
+    if not path.endswith((".csv", ".json")):
+        raise UsageError(f"--report {path}: give a .csv or .json file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--report {path}: folder {folder} does not exist")
+
+
+class ReportHook:
+    """An executor hook: every op through the lockstep, one report row each."""
+
+    def __init__(self, lockstep: Lockstep, report: AccuracyReport):
+        self.lockstep = lockstep
+        self.report = report
+
+    def after_op(self, call) -> None:
+        outs = call.outputs if call.node.multi_output else [call.outputs]
+        diff = self.lockstep.after_op(call, [to_host(o, call.backend) for o in outs])
+        if diff is not None:
+            self.report.add(call.node, diff, call.seq)
+
+
+def run_report(session, reference: str, tolerance: float | None = None) -> AccuracyReport:
+    """One run of the session's model with every op compared against `reference`."""
+    lock = Lockstep(session.plan, session.inputs, reference, tolerance)
+    report = AccuracyReport(session.spec, session.backend.name, reference,
+                            "per dtype" if tolerance is None else repr(tolerance))
+    lock.start()
+    with session.executor.hooked(ReportHook(lock, report)):
+        session.executor.run(*session.inputs)
+    report.complete = True
+    return report
