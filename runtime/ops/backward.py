@@ -203,7 +203,8 @@ def gelu_backward(grad_output, self, approximate="none"):
         t = np.tanh(inner)
         d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
     else:
-        cdf = 0.5 * (1.0 + np.frompyfunc(math.erf, 1, 1)(x / math.sqrt(2.0)).astype(np.float64))
+        from .math import _erf
+        cdf = 0.5 * (1.0 + _erf(x / math.sqrt(2.0)))
         d = cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     return (_f64(grad_output) * d).astype(self.dtype)
 
