@@ -46,7 +46,28 @@ SCHEMA = {
     "tuning": {
         "threads": (list, False, "a list of thread counts to try"),
     },
+    # a sim chip's thermal/power model (runtime/dist/thermal.py): throttling testable on a CPU
+    "thermal": {
+        "tdp": (_NUM, True, "watts at full load"),
+        "throttle_temperature": (_NUM, True, "degrees C at which the chip throttles"),
+        "throttle_slowdown": (_NUM, True, "how many times slower the chip runs when throttled (>= 1)"),
+        "heating_rate": (_NUM, True, "degrees C per second of busy device time"),
+        "ambient": (_NUM, False, "degrees C at rest (default 35)"),
+        "cooling_rate": (_NUM, False, "degrees C per idle second (default 0)"),
+    },
+    # the links between chips of this kind, for `opscope simulate` (runtime/dist/simulate.py)
+    "interconnect": {
+        "bandwidth": (_NUM, True, "bytes/s per link"),
+        "latency": (_NUM, True, "seconds per message hop"),
+        "topology": (str, False, '"ring", "tree" or "all-to-all" (default "ring")'),
+    },
+    # pass name -> true/false: which graph passes a plan for this backend runs (runtime/passes)
+    "passes": {},
 }
+from .passes.catalog import PASSES as _PASSES  # noqa: E402 -- names only, nothing imported behind it
+SCHEMA["passes"] = {name: (bool, False, f"true to run the {name} pass ({doc}), false to skip it")
+                    for name, doc in _PASSES.items()}
+_TOPOLOGIES = ("ring", "tree", "all-to-all")
 _IMPLS = ("sim", "numpy", "torch")
 _SIM_REQUIRED = ("peak_flops", "memory_bandwidth")
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
@@ -75,6 +96,9 @@ class Description:
     unsupported: list = field(default_factory=list)
     low_precision: list = field(default_factory=list)
     tuning: dict = field(default_factory=dict)
+    thermal: dict = field(default_factory=dict)        # [thermal]: sim chips' throttling model
+    interconnect: dict = field(default_factory=dict)   # [interconnect]: bandwidth, latency, topology
+    passes: dict = field(default_factory=dict)         # [passes]: pass name -> on/off
     path: str = ""
     digest: str = ""
 
@@ -148,11 +172,11 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
             if key not in SCHEMA[section]:
                 bad(f"{section}.{key}", f"unknown key; expected one of {', '.join(SCHEMA[section])}")
             types, _, meaning = SCHEMA[section][key]
-            if isinstance(value, bool) or not isinstance(value, types):
+            if (isinstance(value, bool) and types is not bool) or not isinstance(value, types):
                 bad(f"{section}.{key}", f"expected {meaning}, got {type(value).__name__} {_SHOW.repr(value)}")
     for section, keys in SCHEMA.items():
         for key, (_, required, meaning) in keys.items():
-            if required and key not in data.get(section, {}):
+            if required and key not in data.get(section, {}) and (section in data or section in ("backend",)):
                 bad(f"{section}.{key}", f"missing; expected {meaning}")
     b, hw, ops = data["backend"], data.get("hardware", {}), data.get("operators", {})
     impl = b["implementation"]
@@ -183,6 +207,7 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
     for n in data.get("tuning", {}).get("threads", []):
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
             bad("tuning.threads", f"expected thread counts (positive integers up to 4096), got {_SHOW.repr(n)}")
+    _check_tables(data, positive, bad)
     if "supported" in ops and "unsupported" in ops:
         bad("operators", "give supported or unsupported, not both")
     from .ops import OPS
@@ -201,7 +226,23 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
         launch_overhead=float(hw.get("launch_overhead", 0.0)), host_bandwidth=float(hw.get("host_bandwidth", 0.0)),
         kind=hw.get("kind", "npu" if impl == "sim" else "cpu"), preferred_layout=hw.get("preferred_layout", "nchw"),
         cores=int(hw.get("cores", 0)), supported=ops.get("supported"), unsupported=list(ops.get("unsupported", [])),
-        low_precision=list(ops.get("low_precision", [])), tuning=dict(data.get("tuning", {})), path=where, digest=digest)
+        low_precision=list(ops.get("low_precision", [])), tuning=dict(data.get("tuning", {})), path=where, digest=digest,
+        thermal=dict(data.get("thermal", {})), interconnect=dict(data.get("interconnect", {})),
+        passes=dict(data.get("passes", {})))
+
+
+def _check_tables(data: dict, positive, bad) -> None:
+    """[thermal] and [interconnect]: numbers in range, a known topology."""
+    for key, value in data.get("thermal", {}).items():
+        positive(f"thermal.{key}", value, SCHEMA["thermal"][key][2], zero_ok=key in ("cooling_rate", "ambient"))
+    if data.get("thermal", {}).get("throttle_slowdown", 1) < 1:
+        bad("thermal.throttle_slowdown", "expected a slowdown >= 1 (2 = twice as slow when throttled)")
+    ic = data.get("interconnect", {})
+    for key in ("bandwidth", "latency"):
+        if key in ic:
+            positive(f"interconnect.{key}", ic[key], SCHEMA["interconnect"][key][2], zero_ok=key == "latency")
+    if ic.get("topology", "ring") not in _TOPOLOGIES:
+        bad("interconnect.topology", f"expected one of {', '.join(_TOPOLOGIES)}, got {_SHOW.repr(ic['topology'])}")
 
 
 def _fallbacks(b: dict, impl: str, bad) -> list[str]:

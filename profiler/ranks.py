@@ -1,0 +1,127 @@
+"""Multi-rank analyses (HTA's temporal breakdown, overlap, stragglers): each takes the events of a
+run and returns a table (a list of row dicts) a page, the CLI or a test can use as is.
+
+    ranks = Ranks.of_run(store, run_id)          # or Ranks(frame) for any {column: array} frame
+    ranks.temporal_breakdown()    # per rank and step: compute / communication / idle seconds, overlap
+    ranks.overlap()               # per rank: share of communication hidden under compute
+    ranks.slow_rank()             # per step: the slowest rank, its lag behind the median
+
+An event is communication when its op is a collective (all_reduce, all_gather, broadcast, ...,
+as opscope names them, or a gloo/nccl/c10d kernel from an imported trace); every other event is
+compute. Within a rank's step window (first start to last end), idle = window - union of all busy
+intervals; overlap = time when communication and compute run together.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+
+import numpy as np
+
+_COMM = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|send|recv|"
+                   r"nccl|gloo|c10d)", re.IGNORECASE)
+COLUMNS = ["rank", "step", "op", "start_ns", "end_ns"]
+
+
+def is_communication(op: str) -> bool:
+    return bool(_COMM.search(op or ""))
+
+
+def _union(intervals) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _length(intervals) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def _intersection(a, b) -> int:
+    """Total length where two unions (sorted, disjoint) overlap."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+class Ranks:
+    """The facade: the analyses below over one frame of events (columns as in COLUMNS)."""
+
+    def __init__(self, frame: dict):
+        missing = [c for c in COLUMNS if c not in frame]
+        if missing:
+            raise ValueError(f"rank analysis needs the event columns {', '.join(missing)}")
+        self.frame = frame
+        self._breakdown = None
+
+    @classmethod
+    def of_run(cls, store, run_id: str) -> "Ranks":
+        return cls(store.events_frame(run_id, columns=COLUMNS))
+
+    def temporal_breakdown(self) -> list[dict]:
+        if self._breakdown is None:
+            f = self.frame
+            groups: dict[tuple, dict] = {}
+            for rank, step, op, s, e in zip(*(np.asarray(f[c]).tolist() for c in COLUMNS)):
+                g = groups.setdefault((int(rank), int(step)), {"comm": [], "compute": []})
+                g["comm" if is_communication(op) else "compute"].append((int(s), int(e)))
+            rows = []
+            for (rank, step), g in sorted(groups.items()):
+                comm, comp = _union(g["comm"]), _union(g["compute"])
+                busy = _union(comm + comp)
+                window = busy[-1][1] - busy[0][0] if busy else 0
+                overlap = _intersection(comm, comp)
+                rows.append({"rank": rank, "step": step, "window_s": window / 1e9,
+                             "compute_s": _length(comp) / 1e9, "communication_s": _length(comm) / 1e9,
+                             "exposed_communication_s": (_length(comm) - overlap) / 1e9, "overlap_s": overlap / 1e9,
+                             "idle_s": (window - _length(busy)) / 1e9})
+            self._breakdown = rows
+        return self._breakdown
+
+    def overlap(self) -> list[dict]:
+        """Per rank: communication time, how much of it ran under compute, and the ratio."""
+        out: dict[int, dict] = {}
+        for r in self.temporal_breakdown():
+            o = out.setdefault(r["rank"], {"rank": r["rank"], "communication_s": 0.0, "overlap_s": 0.0})
+            o["communication_s"] += r["communication_s"]
+            o["overlap_s"] += r["overlap_s"]
+        for o in out.values():
+            o["overlap_ratio"] = o["overlap_s"] / o["communication_s"] if o["communication_s"] else 0.0
+        return [out[k] for k in sorted(out)]
+
+    def slow_rank(self) -> list[dict]:
+        """Per step: the rank with the most compute (the one the others wait for in the collective)."""
+        by_step: dict[int, list[dict]] = {}
+        for r in self.temporal_breakdown():
+            by_step.setdefault(r["step"], []).append(r)
+        rows = []
+        for step, rs in sorted(by_step.items()):
+            slow = max(rs, key=lambda r: r["compute_s"])
+            median = statistics.median(r["compute_s"] for r in rs)
+            rows.append({"step": step, "slow_rank": slow["rank"], "compute_s": slow["compute_s"],
+                         "median_compute_s": median, "lag": slow["compute_s"] / median - 1 if median else 0.0})
+        return rows
+
+    def summary(self) -> dict:
+        """Per rank totals and the rank that is slowest most often (what a Ranks page shows first)."""
+        per: dict[int, dict] = {}
+        for r in self.temporal_breakdown():
+            p = per.setdefault(r["rank"], {"rank": r["rank"], "steps": 0, "compute_s": 0.0, "communication_s": 0.0,
+                                            "idle_s": 0.0})
+            p["steps"] += 1
+            for k in ("compute_s", "communication_s", "idle_s"):
+                p[k] += r[k]
+        slow = [r["slow_rank"] for r in self.slow_rank()]
+        slowest = max(set(slow), key=slow.count) if slow else None
+        return {"ranks": [per[k] for k in sorted(per)], "slowest_rank": slowest,
+                "world_size": len(per)}

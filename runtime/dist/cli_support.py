@@ -1,0 +1,172 @@
+"""`--hybrid` for `opscope train` (and `python -m opscope.runtime.dist`): the flags, and the command.
+
+    add_hybrid_arguments(parser)              # --hybrid, --switch-threshold, --rebalance, --timeout
+    if args.hybrid: return train_hybrid(args) # spawns one process per share, or is one rank under torchrun
+
+Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) every process is one rank and rank 0
+prints the report; otherwise opscope starts the ranks itself and prints the report. Either way the
+report has, per step, the full batch's loss, whether every rank held identical parameters, and each
+rank's rows and device time; plus every calibration and re-balancing event with its reason.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+from ..errors import ModelError
+
+
+def add_hybrid_arguments(p) -> None:
+    p.add_argument("--hybrid", metavar="SPEC=SHARE,...|auto",
+                   help="data-parallel over backends, one process per share: torch:cpu=0.7,sim:npu-a1=0.3; "
+                        "auto[:A,B] or A=auto,B=auto measures the shares in a probe")
+    p.add_argument("--switch-threshold", type=int, default=0, metavar="N",
+                   help="below this sequence length (dim 1) the first backend takes the batch")
+    p.add_argument("--rebalance", action="store_true",
+                   help="move shares when a rank's step time drifts (hysteresis: 10%% for 2 steps)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a collective waits for a silent rank before the run stops (default 60)")
+
+
+def job_from_args(args):
+    from .job import DistJob
+    lr = args.lr if getattr(args, "lr", None) is not None else (1e-2 if args.optimizer == "sgd" else 1e-3)
+    return DistJob.parse(args.model, args.hybrid, steps=args.steps, optimizer=args.optimizer, lr=lr,
+                         rebalance=args.rebalance, timeout_s=args.timeout, switch_threshold=args.switch_threshold,
+                         allow_fallback=not getattr(args, "no_fallback", False))
+
+
+def train_hybrid(args) -> int:
+    from .job import torchrun_env
+    env = torchrun_env()
+    job = job_from_args(args)
+    if env is not None:
+        return _as_rank(job, env, args)
+    from .launch import launch
+    store, run_id = _open_run(job)
+    seen, lock = [], threading.Lock()
+
+    def keep(rec, procs):
+        # the run in the store follows the job step by step: `opscope monitor --run` watches it live,
+        # and a job whose ranks die keeps every step reported before
+        with lock:
+            seen.append(rec)
+            if store is None:
+                return
+            if rec.get("kind") == "step":
+                store.add_event_columns(run_id, span_events(rec))
+            if rec.get("kind") == "error" or (rec.get("kind") == "step" and rec["rank"] == 0):
+                store.update_run(run_id, config={"dist": summarize(job, seen, None)})
+
+    result = launch(job, on_record=keep)
+    report = summarize(job, result.records, result.error)
+    report["run_id"] = run_id
+    _close_run(store, run_id, report, result.error)
+    _print(report, args)
+    return 1 if result.error else 0
+
+
+def _as_rank(job, env, args) -> int:
+    from .job import run_rank
+    from .trainer import CollectiveFailed
+    records = []
+    try:
+        for rec in run_rank(job, env["rank"], env["world_size"]):
+            records.append(rec)
+    except CollectiveFailed as e:
+        raise ModelError(f"rank {env['rank']} ({job.specs[env['rank']]}): {e}") from e
+    if env["rank"] == 0:
+        _print(summarize(job, records, None), args)
+    return 0
+
+
+def summarize(job, records: list[dict], error: str | None) -> dict:
+    """The run as one JSON-ready report (rank 0's view of the steps, every rank's identity check)."""
+    steps: dict[int, dict] = {}
+    for r in records:
+        if r.get("kind") != "step":
+            continue
+        s = steps.setdefault(r["step"], {"step": r["step"], "loss": r["loss"], "rows": r["rows"],
+                                         "ratios": r["ratios"], "device_seconds": r["device_seconds"],
+                                         "digests": {}, "identical": True})
+        s["digests"].update({str(k): d for k, d in enumerate(r["digests"])})   # every rank's, as each rank saw them
+        s["identical"] = s["identical"] and r["identical"] and len(set(s["digests"].values())) == 1
+        if r["rank"] == 0:
+            s["comm_seconds"], s["step_seconds"] = r["comm_seconds"], r["step_seconds"]
+        if "thermal" in r:
+            s.setdefault("thermal", {})[r["rank"]] = r["thermal"]
+    events, seen = [], set()
+    for r in records:
+        ev = r.get("rebalance") if r.get("kind") == "step" else (r if r.get("kind") == "calibrate" else None)
+        if ev and (ev["kind"], ev["step"]) not in seen:      # every rank sends the same decision
+            seen.add((ev["kind"], ev["step"]))
+            events.append({k: v for k, v in ev.items() if k != "rank"})
+    return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs, "world_size": len(job.specs),
+            "engine": next((r["engine"] for r in records if r.get("kind") == "start"), None),
+            "optimizer": {"name": job.optimizer, "lr": job.lr}, "steps_requested": job.steps,
+            "steps": [steps[k] for k in sorted(steps)], "losses": [steps[k]["loss"] for k in sorted(steps)],
+            "identical_parameters": bool(steps) and all(s["identical"] for s in steps.values()),
+            "events": events, "status": "failed" if error else "ok", "error": error}
+
+
+def span_events(rec: dict) -> dict:
+    """A step record's spans (forward_backward, all_reduce, optimizer, all_gather) as event columns
+    with the rank and world size, on the run's aligned clock: a coarse multi-rank timeline that
+    profiler/ranks.py breaks down (per-op events per rank need the recorder: see runtime/dist README)."""
+    from opscope.profiler.schema import EVENT_COLUMNS
+    spans = rec.get("spans") or []
+    n = len(spans)
+    cols = {c: [None] * n for c in EVENT_COLUMNS[1:]}
+    phase = {"forward_backward": "backward", "optimizer": "optimizer"}
+    cols.update(step=[rec["step"]] * n, seq=list(range(n)), op=[s[0] for s in spans],
+                node=[f"{s[0]}_{rec['step']}" for s in spans], module=[""] * n, source=[""] * n,
+                backend=[rec["backend"]] * n, device=[rec["backend"]] * n, thread=[0] * n, depth=[0] * n,
+                start_ns=[s[1] for s in spans], end_ns=[s[2] for s in spans], bytes=[0] * n, flops=[0] * n,
+                fallback=[False] * n, live_bytes=[0] * n, phase=[phase.get(s[0], "communication") for s in spans],
+                fwd_node=[""] * n, rank=[rec["rank"]] * n, world_size=[rec["world_size"]] * n)
+    for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
+        cols[c] = [""] * n
+    return cols
+
+
+def _open_run(job):
+    """A run in the store for the job (its records are kept there even when a rank dies)."""
+    try:
+        from opscope.profiler.store import RunStore
+    except ImportError:          # the runtime runs without the profiler installed
+        return None, None
+    store = RunStore()
+    run_id = store.create_run(model=job.model, backend=f"hybrid:{job.hybrid}", engine="dist",
+                              steps=job.steps, config={"hybrid": job.hybrid, "backends": job.specs})
+    return store, run_id
+
+
+def _close_run(store, run_id, report, error) -> None:
+    if store is None:
+        return
+    store.update_run(run_id, config={"dist": report})
+    store.finish_run(run_id, "failed" if error else "ok", error)
+
+
+def _print(report: dict, args) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(report, default=float))
+        return
+    out = sys.stdout
+    out.write(f"{report['model']}: hybrid data-parallel over {report['world_size']} ranks "
+              f"({', '.join(report['backends'])}) on {report['engine']}\n")
+    for ev in report["events"]:
+        out.write(f"  {ev['kind']} after step {ev['step'] + 1 if ev['kind'] == 'rebalance' else 0}: ratios {ev['old_ratios']} -> {ev['new_ratios']} "
+                  f"(rows {ev['rows']}): {ev['reason']}\n")
+    out.write(f"  {'step':>4}  {'loss':>10}  {'rows':>10}  {'device ms per rank':>24}  identical\n")
+    for s in report["steps"]:
+        ms = ", ".join(f"{t * 1e3:.2f}" for t in s["device_seconds"])
+        out.write(f"  {s['step'] + 1:>4}  {s['loss']:>10.6f}  {str(s['rows']):>10}  {ms:>24}  "
+                  f"{'yes' if s['identical'] else 'NO'}\n")
+    if report["error"]:
+        out.write(f"  stopped: {report['error']}\n")
+    if report.get("run_id"):
+        out.write(f"  run {report['run_id']} (`opscope runs`)\n")
+    if report["error"]:
+        print(f"opscope: error: {report['error']}", file=sys.stderr)

@@ -1,0 +1,146 @@
+"""Start one process per share, the way torchrun would, and collect what every rank reports.
+
+    result = launch(job)                    # DistJob from runtime/dist/job.py
+    result.records                          # every record every rank sent, in arrival order
+    result.error                            # None, or one line: which rank died and how the others stopped
+
+Children are `python -m opscope.runtime.dist.worker` with torchrun's variables set (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and the job in OPSCOPE_DIST_JOB; each prints its records as
+JSON lines after a marker, so a model's own prints never pass for a record. When a rank dies, the
+others fail their next collective (gloo notices the closed connection; the process-group timeout
+covers a rank that hangs instead); whoever is still alive after that is killed. Nothing waits for ever.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .job import ENV_JOB, DistJob
+
+MARK = "@opscope-dist "
+GRACE_S = 10.0          # after a rank fails: how long the others get to notice before they are killed
+
+
+@dataclass
+class DistResult:
+    records: list[dict] = field(default_factory=list)
+    exit_codes: list[int | None] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def of(self, kind: str, rank: int | None = None) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind and (rank is None or r.get("rank") == rank)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def emit(record: dict, stream=None) -> None:
+    """A record from a rank to its launcher (one line; flushed so a rank that dies next keeps it)."""
+    stream = stream or sys.stdout
+    stream.write(MARK + json.dumps(record, default=float) + "\n")
+    stream.flush()
+
+
+def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> DistResult:
+    """Run `job` in len(job.specs) processes; `on_record(record, procs)` sees each record as it arrives."""
+    world = len(job.specs)
+    port = free_port()
+    base = {**os.environ, ENV_JOB: job.to_json(), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "opscope.runtime.dist.worker"],
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(world)]
+    result = DistResult(exit_codes=[None] * world, stderr=[""] * world)
+    lock = threading.Lock()
+
+    def read_out(r, p):
+        for line in p.stdout:
+            if line.startswith(MARK):
+                try:
+                    rec = json.loads(line[len(MARK):])
+                except ValueError:
+                    continue
+                with lock:
+                    result.records.append(rec)
+                if on_record is not None:
+                    on_record(rec, procs)
+
+    def read_err(r, p):
+        tail = []
+        for line in p.stderr:
+            tail = (tail + [line.rstrip()])[-40:]
+        result.stderr[r] = "\n".join(tail)
+
+    threads = [threading.Thread(target=f, args=(r, p), daemon=True) for r, p in enumerate(procs)
+               for f in (read_out, read_err)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + (deadline_s or job.timeout_s * (job.steps + 4) + 120)
+    failed_at = None
+    try:
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = now
+            if (failed_at is not None and now - failed_at > GRACE_S) or now > end:
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                _kill(p)
+        for p in procs:
+            p.wait(timeout=30)
+        for t in threads:
+            t.join(timeout=5)
+    result.exit_codes = [p.returncode for p in procs]
+    result.error = _diagnose(job, result, timed_out=time.monotonic() > end)
+    return result
+
+
+def _kill(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)       # the child's own session: it and anything it started
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _diagnose(job: DistJob, result: DistResult, timed_out: bool) -> str | None:
+    """One line: the rank that failed first (a crash beats 'my peer went away'), and how the rest stopped."""
+    codes = result.exit_codes
+    if all(c == 0 for c in codes):
+        return None
+    errors = {r["rank"]: r for r in result.of("error")}
+    steps = {}
+    for r in result.of("step"):
+        steps[r["rank"]] = max(steps.get(r["rank"], -1), r["step"])
+
+    def what(rank):
+        c = codes[rank]
+        who = f"rank {rank} ({job.specs[rank]})"
+        if rank in errors:
+            return f"{who}: {errors[rank]['message']}"
+        if c is not None and c < 0:
+            return f"{who} died ({signal.Signals(-c).name}) after step {steps.get(rank, -1) + 1} of {job.steps}"
+        last = (result.stderr[rank].strip().splitlines() or ["no message"])[-1]
+        return f"{who} exited with code {c}: {last}"
+
+    bad = [r for r, c in enumerate(codes) if c != 0]
+    cause = [r for r in bad if not errors.get(r, {}).get("collective")] or bad
+    first = what(cause[0])
+    others = [r for r in bad if r != cause[0]]
+    tail = f"; {len(others)} other rank(s) stopped: {what(others[0])}" if others else ""
+    if timed_out:
+        tail += f"; the job ran past its deadline and was stopped"
+    return first + tail

@@ -1,0 +1,69 @@
+"""`opscope simulate`: data-parallel step time at N ranks, checked against a hand computation."""
+import json
+import math
+
+import pytest
+
+from opscope.runtime.dist.simulate import Interconnect, all_reduce_seconds
+from opscope.runtime.errors import UsageError
+
+CHIP = """
+[backend]
+name = "linked"
+implementation = "sim"
+[hardware]
+peak_flops = { float32 = 1.0e12 }
+memory_bandwidth = 1.0e11
+[interconnect]
+bandwidth = 1.0e9
+latency = 1.0e-5
+topology = "ring"
+"""
+# demo:mlp: Linear(256, 512), Linear(512, 512), Linear(512, 10) with biases, float32 gradients
+MLP_GRAD_BYTES = 4 * (256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
+
+
+def test_collective_cost_model_by_hand():
+    ring = Interconnect(1e9, 1e-5, "ring")
+    assert all_reduce_seconds(10**6, 1, ring) == 0.0
+    assert math.isclose(all_reduce_seconds(10**6, 4, ring), 2 * 3 / 4 * 1e-3 + 6e-5)
+    assert math.isclose(all_reduce_seconds(10**6, 8, Interconnect(1e9, 1e-5, "tree")), 2 * 3 * (1e-3 + 1e-5))
+    assert math.isclose(all_reduce_seconds(10**6, 8, Interconnect(1e9, 1e-5, "all-to-all")), 2 * 7 / 8 * 1e-3 + 2e-5)
+    with pytest.raises(UsageError, match="topology"):
+        Interconnect(1e9, 0, "mesh")
+
+
+@pytest.mark.slow
+def test_simulate_at_1_8_1024_ranks_matches_the_hand_computation(cli, tmp_path):
+    chip = tmp_path / "linked.toml"
+    chip.write_text(CHIP)
+    r = cli("simulate", "demo:mlp", "--hybrid", f"{chip}=1", "--ranks", "1", "--ranks", "8", "--ranks", "1024", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["gradient_bytes"] == MLP_GRAD_BYTES
+    assert doc["interconnect"]["source"].startswith("[interconnect] of sim:linked")
+    one, eight, big = doc["predictions"]
+    compute = one["step_seconds"]                       # one rank: nothing to all-reduce
+    assert one["communication_seconds"] == 0 and one["scaling_efficiency"] == 1.0 and compute > 0
+    for p, n in ((eight, 8), (big, 1024)):
+        comm = 2 * (n - 1) / n * MLP_GRAD_BYTES / 1e9 + 2 * (n - 1) * 1e-5
+        assert math.isclose(p["communication_seconds"], comm, rel_tol=1e-9)
+        assert math.isclose(p["step_seconds"], compute + comm, rel_tol=1e-9)
+        assert math.isclose(p["communication_share"], comm / (compute + comm), rel_tol=1e-9)
+        assert math.isclose(p["scaling_efficiency"], compute / (compute + comm), rel_tol=1e-9)
+    assert 0 < eight["communication_share"] < big["communication_share"] < 1
+    assert any("weak scaling" in a for a in doc["assumptions"])
+    # the flags override the description's link
+    r = cli("simulate", "demo:mlp", "--hybrid", f"{chip}=1", "--ranks", "8", "--topology", "tree", "--json")
+    p = json.loads(r.stdout)["predictions"][0]
+    assert math.isclose(p["communication_seconds"], 2 * 3 * (MLP_GRAD_BYTES / 1e9 + 1e-5), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("args, why", [(["--ranks", "0"], "--ranks must be >= 1"),
+                                       (["--hybrid", "sim:nope=1"], "unknown sim backend"),
+                                       (["--hybrid", "auto"], "fixed shares"),
+                                       (["--bandwidth", "-1"], "bandwidth")])
+def test_simulate_bad_input_is_one_line_exit_2(cli, args, why):
+    r = cli("simulate", "demo:mlp", *args)
+    assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0
