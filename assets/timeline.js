@@ -7,12 +7,13 @@
 // wheel zooms at the pointer, drag zooms to a range, shift+drag pans, double-click shows the whole run.
 (function () {
   "use strict";
-  var ROW = 28, PAD = 4, TOP = 4, GUTTER = 170, RIGHT = 12, AXIS = 34;
+  var ROW = 28, PAD = 4, TOP = 4, GUTTER = 170, RIGHT = 12, AXIS = 34, CROW = 40;   // CROW: a counter track
   var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
   var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
   var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133], HIT = [225, 29, 72], MARK = "rgba(225,29,72,0.18)";
   var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked", FIND = "timeline-find";
   var T = null;           // the mounted timeline; null on other pages
+  var STEP_KEY = -3;      // key0 of a span on the step track (app/web/timeline.py)
 
   function prefix() {
     try { return JSON.parse(document.getElementById("_dash-config").textContent).requests_pathname_prefix || "/"; }
@@ -35,6 +36,9 @@
                  track: typed(b.track, Int32Array), count: typed(b.count, Float64Array),
                  busy: typed(b.busy, Float64Array), hits: typed(b.hits, Float64Array)};
     p.rgb = p.colors.map(hex);
+    p.counters = (p.counters || []).map(function (c) {      // memory and hardware samples, on the same axis
+      return {name: c.name, unit: c.unit, max: c.max, n: c.n, t: typed(c.t, Float64Array), v: typed(c.v, Float64Array)};
+    });
     p.hit = {};                                   // label codes matching the search, when there is one
     (p.matched || []).forEach(function (k) { p.hit[k] = true; });
     return p;
@@ -199,7 +203,8 @@
     var rows = T.data ? T.data.tracks.length : 1;
     T.px = Math.max(100, w - GUTTER - RIGHT);
     T.ph = TOP + rows * ROW + 2;                         // the plot's height
-    var dpr = window.devicePixelRatio || 1, h = T.ph + AXIS;
+    T.ch = T.data ? T.data.counters.length * CROW : 0;   // the counter tracks' height, under the plot
+    var dpr = window.devicePixelRatio || 1, h = T.ph + T.ch + AXIS;
     T.stage.style.height = h + "px";
     T.canvas.style.left = GUTTER + "px";
     T.canvas.style.width = T.px + "px";
@@ -220,7 +225,7 @@
     var d = T.data, seen = {}, items = [];
     for (var i = 0; i < d.spans.n; i++) seen[d.spans.label[i]] = true;
     Object.keys(seen).map(Number).sort(function (a, b) { return d.groups[a] < d.groups[b] ? -1 : 1; })
-      .forEach(function (k) { items.push([d.colors[k], d.groups[k]]); });   // a kernel's group is "kernel"
+      .forEach(function (k) { items.push([d.colors[k], d.legend ? d.legend[k] : d.groups[k]]); });   // a kernel: its name
     if (d.buckets.n) items.push(["#9aa5b1", "too small to draw: zoom in"]);
     if (d.find && Array.prototype.some.call(d.buckets.hits, function (h) { return h > 0; })) {
       items.push(["rgb(" + HIT.join(",") + ")", "holds a match for \u201c" + d.find + "\u201d"]);
@@ -383,17 +388,27 @@
 
   function overlay() {
     var c = T.over.getContext("2d"), g = T.under.getContext("2d"), d = T.data, rows = d.tracks.length;
-    [c, g].forEach(function (x) { x.setTransform(T.dpr, 0, 0, T.dpr, 0, 0); x.clearRect(0, 0, T.w, T.ph + AXIS); });
+    var bottom = T.ph + T.ch;                    // the axis sits under the counter tracks
+    [c, g].forEach(function (x) { x.setTransform(T.dpr, 0, 0, T.dpr, 0, 0); x.clearRect(0, 0, T.w, bottom + AXIS); });
     c.font = "12px Inter, 'Segoe UI', system-ui, sans-serif";
     c.textBaseline = "middle";
-    // tracks
+    // tracks, each with the clock its times come from
     for (var k = 0; k < rows; k++) {
-      var y = TOP + k * ROW;
+      var y = TOP + k * ROW, clock = d.clocks && d.clocks[k];
       if (k) { g.fillStyle = "#eef1f4"; g.fillRect(GUTTER, y, T.px, 1); }
       c.fillStyle = INK;
       c.textAlign = "right";
-      c.fillText(ellipsize(c, d.tracks[k], GUTTER - 14), GUTTER - 10, y + ROW / 2);
+      c.fillText(ellipsize(c, d.tracks[k], GUTTER - (clock ? 44 : 14)), GUTTER - 10, y + ROW / 2);
+      if (clock) {
+        c.save();
+        c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
+        c.textAlign = "left";
+        c.fillStyle = clock === "simulated" ? "#7c3aed" : MUTED;
+        c.fillText(clock === "simulated" ? "sim" : "wall", 4, y + ROW / 2);
+        c.restore();
+      }
     }
+    counters(c, g);
     // axis and grid
     var ticks = niceTicks(T.t0, T.t1, Math.max(2, Math.floor(T.px / 110)));
     c.textAlign = "center";
@@ -402,15 +417,17 @@
       var x = GUTTER + toPx(t);
       if (x < GUTTER - 0.5 || x > GUTTER + T.px + 0.5) return;
       g.fillStyle = GRID;
-      g.fillRect(Math.round(x), TOP, 1, T.ph - TOP);
+      g.fillRect(Math.round(x), TOP, 1, bottom - TOP);
       c.fillStyle = MUTED;
-      c.fillText(fmtTime(t, ticks.step), x, T.ph + 4);
+      c.fillText(fmtTime(t, ticks.step), x, bottom + 4);
     });
+    breaks(c, bottom);
     c.fillStyle = "#cbd2d9";
-    c.fillRect(GUTTER, T.ph, T.px, 1);
+    c.fillRect(GUTTER, bottom, T.px, 1);
     c.textAlign = "left";
     c.fillStyle = MUTED;
-    c.fillText("time since first op · window " + fmtDur(T.t1 - T.t0), GUTTER, T.ph + 19);
+    c.fillText("time since first op · window " + fmtDur(T.t1 - T.t0) + (d.clock ? " · " + d.clock : ""), GUTTER,
+               bottom + 19);
     labels(c);
     // hover outline, drag selection
     var h = T.hover;
@@ -432,6 +449,77 @@
       var lo = Math.min(T.drag.x0, T.drag.x1), hi = Math.max(T.drag.x0, T.drag.x1);
       c.fillRect(GUTTER + lo, TOP, hi - lo, T.ph - TOP);
     }
+  }
+
+  // Counter tracks under the spans (memory, CPU, ...), as Perfetto and Nsight draw them: a step line filled
+  // to zero, scaled to the series' own peak over the whole run, its name and peak in the gutter.
+  function counters(c, g) {
+    var d = T.data;
+    d.counters.forEach(function (s, i) {
+      var y0 = T.ph + i * CROW, h = CROW - 8, base = y0 + CROW - 3, peak = s.max || 1;
+      g.fillStyle = "#eef1f4";
+      g.fillRect(GUTTER, y0, T.px, 1);
+      c.save();
+      c.textAlign = "right";
+      c.textBaseline = "middle";
+      c.fillStyle = INK;
+      c.font = "12px Inter, 'Segoe UI', system-ui, sans-serif";
+      c.fillText(ellipsize(c, s.name, GUTTER - 14), GUTTER - 10, y0 + CROW / 2 - 6);
+      c.fillStyle = MUTED;
+      c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
+      c.fillText("peak " + fmtValue(peak, s.unit), GUTTER - 10, y0 + CROW / 2 + 8);
+      c.restore();
+      if (!s.n) return;
+      g.save();
+      g.beginPath();
+      g.rect(GUTTER, y0, T.px, CROW);
+      g.clip();
+      g.beginPath();
+      var py = base;
+      g.moveTo(GUTTER + toPx(s.t[0]), base);
+      for (var j = 0; j < s.n; j++) {                 // a step line: a sample holds until the next one
+        var nx = GUTTER + toPx(s.t[j]), ny = base - h * Math.max(0, s.v[j]) / peak;
+        g.lineTo(nx, j ? py : ny);
+        g.lineTo(nx, ny);
+        py = ny;
+      }
+      g.lineTo(GUTTER + T.px, py);
+      g.lineTo(GUTTER + T.px, base);
+      g.closePath();
+      g.fillStyle = "rgba(37,99,235,0.15)";
+      g.fill();
+      g.strokeStyle = "#2563eb";
+      g.lineWidth = 1.2;
+      g.stroke();
+      g.restore();
+    });
+  }
+
+  function fmtValue(v, unit) {
+    if (unit === "bytes") {
+      var u = ["B", "KiB", "MiB", "GiB", "TiB"], k = 0;
+      while (Math.abs(v) >= 1024 && k < u.length - 1) { v /= 1024; k++; }
+      return v.toFixed(k ? 1 : 0) + " " + u[k];
+    }
+    return (Math.round(v * 10) / 10) + " " + unit;
+  }
+
+  // Where host time between simulated steps was collapsed: a dashed line through every track.
+  function breaks(c, bottom) {
+    var br = T.data.breaks || [];
+    c.save();
+    c.strokeStyle = "#7c3aed";
+    c.setLineDash([4, 3]);
+    c.lineWidth = 1;
+    br.forEach(function (b) {
+      var x = GUTTER + toPx(b[0]);
+      if (x < GUTTER || x > GUTTER + T.px) return;
+      c.beginPath();
+      c.moveTo(Math.round(x) + 0.5, TOP);
+      c.lineTo(Math.round(x) + 0.5, bottom);
+      c.stroke();
+    });
+    c.restore();
   }
 
   // Names inside spans wide enough to hold them, the way trace viewers label slices.
@@ -628,6 +716,7 @@
         fmtDur(b.busy[h.i]) + " · zoom in to see them";
     }
     var s = d.spans, k = s.label[h.i], name = esc(d.names[k]), dur = fmtDur(s.end[h.i] - s.start[h.i]);
+    if (s.key0[h.i] === STEP_KEY) return "<b>" + name + "</b><br>" + dur + " from its first op to its last";
     if (k >= d.frames_from) return "<b>" + name + "</b><br>" + dur + " · python frame";
     var group = d.groups[k] !== d.names[k] ? esc(d.groups[k]) + " · " : "";
     return "<b>" + name + "</b><br>" + group + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];

@@ -1,11 +1,13 @@
 """Web analyzer speed on a big run: a synthetic 1M-event run opened in headless Chromium.
 
-Prints: the server-side level-of-detail query (cold load and warm window), time to first timeline
+Prints: the live poll's answer time while a collector thread writes into the store of the same process
+and busy loops hold every core (against the poll's 1 s interval), the server-side level-of-detail query (cold load and warm window), time to first timeline
 render in a fresh browser (aim < 3 s), again once its scripts are cached, and the re-render after a
 zoom (aim < 1 s: the server's detail for the new window drawn), as medians.
 
     python benchmarks/bench_web.py            # 1M events, 3 repeats
     python benchmarks/bench_web.py --quick    # 100k events, 1 repeat (smoke run)
+    python benchmarks/bench_web.py --live     # only the live poll
 """
 from __future__ import annotations
 
@@ -57,6 +59,78 @@ def synthetic_run(store, n: int, seed: int = 0, status: str = "ok") -> str:
             "fallback": fallback, "live_bytes": rng.integers(1 << 20, 1 << 28, m)})
     store.finish_run(rid, status=status)
     return rid
+
+
+def live_poll(seconds: float = 8.0) -> None:
+    """The header's poll while a run streams in: a writer thread inserts batches the way the collector does
+    (same process, same store), busy loops hold both cores, and a client asks /_opscope/live every 100 ms.
+    Beside it, what the poll cost before: the run's row and a count(*) of its events from the store."""
+    import subprocess
+    import threading
+    import urllib.request
+
+    from opscope.app.web.server import LIVE_ENDPOINT, create_app, start_in_thread
+    from opscope.profiler.store import RunStore
+
+    store = RunStore()
+    rid = store.create_run(model="synthetic", backend="npu-a1", device="sim:npu-a1")
+
+    class Live:                      # what the web app reads of a LiveRun: the collector's counters
+        run_id, events_received, dropped = rid, 0, 0
+
+        @staticmethod
+        def poll():
+            return "running"
+    live = Live()
+    stop = threading.Event()
+
+    def collector():
+        n, t = 2000, 0
+        while not stop.is_set():
+            start = t + np.arange(n) * 1000
+            store.add_event_columns(rid, {
+                "step": np.zeros(n, np.int64), "seq": np.arange(n), "op": np.full(n, "linear", dtype=object),
+                "node": np.full(n, "linear", dtype=object), "module": np.full(n, "", dtype=object),
+                "source": np.full(n, "", dtype=object), "backend": np.full(n, "npu-a1", dtype=object),
+                "device": np.full(n, "sim:npu-a1", dtype=object), "thread": np.ones(n, np.int64),
+                "depth": np.zeros(n, np.int64), "start_ns": start, "end_ns": start + 800,
+                "input_shapes": np.full(n, "[]", dtype=object), "input_dtypes": np.full(n, "[]", dtype=object),
+                "output_shapes": np.full(n, "[]", dtype=object), "output_dtypes": np.full(n, "[]", dtype=object),
+                "bytes": np.zeros(n, np.int64), "flops": np.zeros(n, np.int64), "fallback": np.zeros(n, bool),
+                "live_bytes": np.zeros(n, np.int64)})
+            live.events_received += n
+            t = int(start[-1]) + 1000
+            time.sleep(0.25)          # the collector's write interval
+
+    app = create_app(store=store, live=live)
+    srv, url = start_in_thread(app)
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    writer = threading.Thread(target=collector, daemon=True)
+    writer.start()
+    new, old = [], []
+    try:
+        t_end = time.time() + seconds
+        while time.time() < t_end:
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(f"{url}{LIVE_ENDPOINT}?run={rid}") as r:
+                r.read()
+            new.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            run = store.get_run(rid)
+            store.query("SELECT count(*) FROM events WHERE run_id = ?", [run["run_id"]])
+            old.append(time.perf_counter() - t0)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        writer.join()
+        for p in load:
+            p.kill()
+        srv.shutdown()
+    q = (lambda xs, f: sorted(xs)[min(len(xs) - 1, int(f * len(xs)))] * 1e3)
+    print(f"live poll, collector writing, {len(load)} busy loops: /_opscope/live median {q(new, 0.5):6.1f} ms, "
+          f"p95 {q(new, 0.95):6.1f} ms, max {max(new) * 1e3:6.1f} ms (interval 1000 ms) · "
+          f"before (run row + count(*) from the store) median {q(old, 0.5):6.1f} ms, p95 {q(old, 0.95):6.1f} ms "
+          f"({live.events_received:,} events written)")
 
 
 def chromium(tmp: str):
@@ -155,6 +229,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="100k events, one repeat")
     ap.add_argument("--events", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--live", action="store_true", help="only the live poll under load")
     args = ap.parse_args(argv)
     n = args.events or (100_000 if args.quick else 1_000_000)
     repeat = 1 if args.quick else args.repeat
@@ -165,6 +240,9 @@ def main(argv=None) -> int:
     from opscope.app.web.server import create_app, start_in_thread
     from opscope.profiler.store import RunStore
 
+    live_poll(4.0 if args.quick else 8.0)
+    if args.live:
+        return 0
     store = RunStore(Path(tmp) / "runs.duckdb")
     t0 = time.perf_counter()
     rid = synthetic_run(store, n)

@@ -2,8 +2,15 @@
 
 Times are per step (mean over the recorded steps), so runs with different --steps compare fairly.
 ratio = B / A: above 1, B is slower.
+
+A run's total is its time counted once (stats.run_times): the union of its top-level spans, host and
+device apart; nested ops are not added to their parents, nor host time to device time. The headline
+total is the busy time of either kind; a side whose ops ran on a simulated clock is flagged, since its
+times are estimates from a description, not measurements.
 """
 from __future__ import annotations
+
+from . import stats
 
 
 def compare_runs(store, run_a: str, run_b: str) -> dict:
@@ -32,12 +39,37 @@ def compare_runs(store, run_a: str, run_b: str) -> dict:
         o["b_ns"] += r["b_ns"]
     for o in ops.values():
         o["ratio"] = o["b_ns"] / o["a_ns"] if o["a_ns"] > 0 else None
-    total_a = sum(per_step(r, steps_a) for r in na.values())
-    total_b = sum(per_step(r, steps_b) for r in nb.values())
-    return {"a": _brief(a), "b": _brief(b), "total_a_ns": total_a, "total_b_ns": total_b,
-            "ratio": total_b / total_a if total_a > 0 else None, "matched": len(nodes),
-            "ops": sorted(ops.values(), key=lambda o: -o["b_ns"]), "nodes": nodes, "only_a": only_a,
-            "only_b": only_b}
+    ta, tb = run_totals(store, a), run_totals(store, b)
+    total_a, total_b = ta["busy_ns"], tb["busy_ns"]
+    doc = {"a": _brief(a), "b": _brief(b), "total_a_ns": total_a, "total_b_ns": total_b,
+           "ratio": total_b / total_a if total_a > 0 else None, "matched": len(nodes),
+           "ops": sorted(ops.values(), key=lambda o: -o["b_ns"]), "nodes": nodes, "only_a": only_a,
+           "only_b": only_b, "totals": {"a": ta, "b": tb}, "warnings": warnings(ta, tb)}
+    return doc
+
+
+def run_totals(store, run: dict) -> dict:
+    """A run's time per step, counted once: busy (any kind), host, device; and whether its clock is simulated."""
+    with store.connect(read_only=True) as con:
+        t = stats.run_times(con, run["run_id"])
+        sim = con.execute("SELECT count(*) > 0 FROM events WHERE run_id = ? AND starts_with(device, 'sim:')",
+                          [run["run_id"]]).fetchone()[0]
+    steps = max(len(t["steps"]), 1)
+    return {"busy_ns": t["busy_ns"] / steps, "host_ns": t["host_ns"] / steps, "device_ns": t["device_ns"] / steps,
+            "steps": len(t["steps"]), "simulated": bool(sim)}
+
+
+def warnings(ta: dict, tb: dict) -> list[str]:
+    """What makes the two totals not measure the same thing."""
+    out = []
+    if ta["simulated"] != tb["simulated"]:
+        sim = "A" if ta["simulated"] else "B"
+        out.append(f"run {sim} ran on a simulated clock: its times are estimates from the backend description, "
+                   "the other run's are measured")
+    if bool(ta["device_ns"]) != bool(tb["device_ns"]):
+        dev = "A" if ta["device_ns"] else "B"
+        out.append(f"only run {dev} has device time: compare host with host, device with device")
+    return out
 
 
 def _brief(run: dict) -> dict:

@@ -1,7 +1,12 @@
 """Per-op aggregates, in SQL over the events table: count, total, self, mean, p50/p95, FLOP/s, share.
 
 Self time is an event's duration minus its direct children's (depth + 1, same run, step and thread,
-starting inside it). Graph-engine runs are flat (depth 0 everywhere) and skip the join; nested
+starting inside it). Ops on a device stream (kernels, copies) never nest: one stream runs one kernel
+at a time, so a kernel that overlaps the previous one by a rounding nanosecond is still top level.
+
+Time of a run (`run_times`) is the union of its top-level spans, per kind of track: host (CPU
+threads) and device (GPU streams, a simulated chip). Host and device time are never added, and a
+nested op's time is never counted twice. Graph-engine runs are flat (depth 0 everywhere) and skip the join; nested
 runs (imported traces) find each child's parent with one ASOF join, which stays fast on millions.
 
 A finished run's events no longer change, so its whole-run aggregates are computed once (when the
@@ -12,20 +17,37 @@ live.
 """
 from __future__ import annotations
 
+# What a track is: a device (GPU stream, simulated chip) or the host (CPU threads).
+KIND_SQL = ("CASE WHEN coalesce({t}device, '') = '' OR split_part({t}device, ':', 1) = 'cpu' "
+            "THEN 'host' ELSE 'device' END")
+
+
+def lane_depth_sql(t: str = "") -> str:
+    """An event's nesting depth as drawn and aggregated: 0 for every op on a device stream."""
+    from opscope.profiler.importers.kineto import DEVICE_OPS
+    device_ops = ", ".join(f"'{x}'" for x in sorted(DEVICE_OPS))
+    return f"CASE WHEN {t}op IN ({device_ops}) THEN 0 ELSE coalesce({t}depth, 0) END"
+
+
+def kind_sql(t: str = "") -> str:
+    return KIND_SQL.format(t=t)
+
+
 _KEYS = {"op": "op", "module": "coalesce(nullif(module, ''), '(top)')", "node": "node"}
 # the most frequent op of a group; grouped by op, that is the key itself (no second aggregate)
 _OP = {"op": "op", "module": "mode(op)", "node": "mode(op)"}
 
 _FLAT = """
     WITH ev AS (
-        SELECT op, node, module, end_ns - start_ns AS dur, end_ns - start_ns AS self_dur, flops, bytes, fallback, depth
+        SELECT op, node, module, end_ns - start_ns AS dur, end_ns - start_ns AS self_dur, flops, bytes, fallback,
+               {depth} AS depth, {kind} AS kind
         FROM events WHERE run_id = $run {step}
     )"""
 
 _NESTED = """
     WITH base AS (
-        SELECT row_number() OVER () AS id, step, thread, depth, start_ns, end_ns, op, node, module, flops, bytes,
-               fallback, end_ns - start_ns AS dur
+        SELECT row_number() OVER () AS id, step, thread, {depth} AS depth, start_ns, end_ns, op, node, module,
+               flops, bytes, fallback, end_ns - start_ns AS dur, {kind} AS kind
         FROM events WHERE run_id = $run {step}
     ), parent AS (
         SELECT c.id AS child, p.id AS pid, c.dur AS cdur, c.end_ns AS c_end, p.end_ns AS p_end
@@ -35,7 +57,7 @@ _NESTED = """
         SELECT pid, sum(cdur) AS kids FROM parent WHERE c_end <= p_end GROUP BY pid
     ), ev AS (
         SELECT b.op, b.node, b.module, b.dur, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur, b.flops, b.bytes,
-               b.fallback, b.depth
+               b.fallback, b.depth, b.kind
         FROM base b LEFT JOIN child_time k ON k.pid = b.id
     )"""
 
@@ -75,10 +97,15 @@ def _check(by: str) -> None:
         raise UsageError(f"cannot group ops by {by!r}: use one of {', '.join(_KEYS)}")
 
 
+def _head(con, run_id: str, step_sql: str) -> str:
+    """The `ev` CTE: one row per event with its duration, self time, lane depth and kind."""
+    nested = con.execute(f"SELECT coalesce(max({lane_depth_sql()}), 0) FROM events WHERE run_id = $run",
+                         {"run": run_id}).fetchone()[0]
+    return (_NESTED if nested else _FLAT).format(step=step_sql, depth=lane_depth_sql(), kind=kind_sql())
+
+
 def _live_sql(con, run_id: str, by: str, step_sql: str) -> str:
-    nested = con.execute("SELECT coalesce(max(depth), 0) FROM events WHERE run_id = $run", {"run": run_id}).fetchone()[0]
-    head = (_NESTED if nested else _FLAT).format(step=step_sql)
-    return head + _AGG.format(key=_KEYS[by], op=_OP[by])
+    return _head(con, run_id, step_sql) + _AGG.format(key=_KEYS[by], op=_OP[by])
 
 
 def _state(con, run_id: str):
@@ -140,3 +167,149 @@ def _dict(r) -> dict:
     for k in ("flops", "bytes", "total_ns", "self_ns"):
         d[k] = int(d[k] or 0)
     return d
+
+
+# --- time of a run: the union of top-level spans, per kind of track --------------------------------
+
+KINDS = ("host", "device")
+
+
+def union_ns(start, end) -> int:
+    """How long at least one of the spans [start, end) runs: overlaps counted once."""
+    import numpy as np
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if not len(start):
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum(end[order], start[order])
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s)) - 1
+    return int((reach[last] - s[first]).sum())
+
+
+def top_level_spans(con, run_id: str) -> dict:
+    """Top-level spans of a run as columns: step, kind (0 host, 1 device), start_ns, end_ns."""
+    import numpy as np
+    cols = con.execute(f"""SELECT step, ({kind_sql()}) = 'device' AS dev, start_ns, end_ns FROM events
+                           WHERE run_id = $run AND {lane_depth_sql()} = 0""", {"run": run_id}).fetchnumpy()
+    return {"step": np.asarray(cols["step"], np.int64), "device": np.asarray(cols["dev"], bool),
+            "start": np.asarray(cols["start_ns"], np.int64), "end": np.asarray(cols["end_ns"], np.int64)}
+
+
+def run_times(con, run_id: str, spans: dict | None = None) -> dict:
+    """What a run's time is, counted once: busy_ns (any track busy), host_ns and device_ns (each kind
+    busy), span_ns (first start to last end, idle included), and per step the same with its ops count.
+
+    {"busy_ns", "host_ns", "device_ns", "span_ns", "steps": [{"step", "busy_ns", "span_ns", "host_ns",
+     "device_ns", "ops"}...]}; the per-step rows in step order."""
+    import numpy as np
+    sp = spans if spans is not None else top_level_spans(con, run_id)
+
+    def times(mask) -> dict:
+        s, e, d = sp["start"][mask], sp["end"][mask], sp["device"][mask]
+        return {"busy_ns": union_ns(s, e), "host_ns": union_ns(s[~d], e[~d]), "device_ns": union_ns(s[d], e[d]),
+                "span_ns": int(e.max() - s.min()) if len(s) else 0}
+
+    out = times(slice(None))
+    out["steps"] = []
+    for step in np.unique(sp["step"]):
+        m = sp["step"] == step
+        out["steps"].append({"step": int(step), "ops": int(m.sum()), **times(m)})
+    return out
+
+
+def step_summary(times: dict) -> dict:
+    """count, mean busy time per step, and the slowest step (by its span: what a step costs end to end)."""
+    steps = times["steps"]
+    if not steps:
+        return {"count": 0, "mean_ns": 0.0, "slowest": None}
+    slowest = max(steps, key=lambda r: r["span_ns"])
+    return {"count": len(steps), "mean_ns": sum(r["span_ns"] for r in steps) / len(steps), "slowest": slowest}
+
+
+# --- the Operators table: host and device apart, with total and self shares -----------------------
+
+_BREAKDOWN = """
+    SELECT {key} AS key, kind, {op} AS op, count(*) AS count, sum(dur)::BIGINT AS total_ns,
+           sum(self_dur)::BIGINT AS self_ns, avg(dur) AS mean_ns, quantile_cont(dur, [0.5, 0.95]) AS q,
+           sum(flops)::BIGINT AS flops, sum(bytes)::BIGINT AS bytes,
+           CASE WHEN sum(dur) > 0 THEN sum(flops) / (sum(dur) / 1e9) ELSE 0 END AS achieved_flops,
+           bool_or(fallback) AS fallback
+    FROM ev GROUP BY ALL ORDER BY total_ns DESC, key"""
+BREAKDOWN_KEYS = ["key", "kind", "op", "count", "total_ns", "self_ns", "mean_ns", "q", "flops", "bytes",
+                  "achieved_flops", "fallback"]
+
+
+def op_breakdown(con, run_id: str, by: str = "op", times: dict | None = None) -> list[dict]:
+    """Per op (or module, or node) and kind of track: count, total and self time, percentiles, FLOP/s, and
+    total_pct / self_pct: shares of the busy time of the op's kind (host or device), so self shares of a
+    kind add up to at most 100 % and a nested op's self time counts where it is spent.
+
+    Grouped by module, the rows roll up: a module's total is the self time of every op in it and in its
+    submodules, its self the time of ops directly in it; the op shown is the one that takes most time."""
+    _check(by)
+    times = times or run_times(con, run_id)
+    busy = {"host": times["host_ns"], "device": times["device_ns"]}
+    head = _head(con, run_id, "")
+    if by == "module":
+        rows = con.execute(head + _BREAKDOWN.format(key=_KEYS["module"], op="op"), {"run": run_id}).fetchall()
+        out = _roll_up(rows)
+    else:
+        rows = con.execute(head + _BREAKDOWN.format(key=_KEYS[by], op=_OP[by]), {"run": run_id}).fetchall()
+        out = []
+        for r in rows:
+            d = dict(zip(BREAKDOWN_KEYS, r))
+            q = d.pop("q") or [None, None]
+            d.update(p50_ns=q[0], p95_ns=q[1], depth=0)
+            out.append(d)
+    for d in out:
+        for k in ("flops", "bytes", "total_ns", "self_ns", "count"):
+            d[k] = int(d[k] or 0)
+        d["fallback"] = bool(d["fallback"])
+        b = busy.get(d["kind"]) or 0
+        d["total_pct"] = 100.0 * d["total_ns"] / b if b else None
+        d["self_pct"] = 100.0 * d["self_ns"] / b if b else None
+    return out
+
+
+def _roll_up(rows) -> list[dict]:
+    """(module, op, kind) aggregates -> one row per module prefix and kind, in tree order."""
+    nodes: dict[tuple, dict] = {}
+    for r in rows:
+        module, kind, op, count, total, self_ns, _mean, _q, flops, nbytes, _ach, fallback = r
+        parts = module.split(".") if module not in ("(top)", "") else ["(top)"]
+        for i in range(1, len(parts) + 1):
+            path = ".".join(parts[:i])
+            n = nodes.setdefault((path, kind), {"key": path, "kind": kind, "count": 0, "total_ns": 0, "self_ns": 0,
+                                                "flops": 0, "bytes": 0, "fallback": False, "ops": {},
+                                                "depth": i - 1, "name": parts[i - 1]})
+            n["count"] += count
+            n["total_ns"] += int(self_ns or 0)          # the subtree's op time, each op counted once
+            n["flops"] += int(flops or 0)
+            n["bytes"] += int(nbytes or 0)
+            n["fallback"] |= bool(fallback)
+            n["ops"][op] = n["ops"].get(op, 0) + int(self_ns or 0)
+            if i == len(parts):
+                n["self_ns"] += int(self_ns or 0)
+    children: dict[tuple, list] = {}
+    for (path, kind), n in nodes.items():
+        parent = path.rpartition(".")[0] if n["depth"] else None
+        children.setdefault((parent, kind), []).append(n)
+    out: list[dict] = []
+
+    def walk(parent, kind):
+        for n in sorted(children.get((parent, kind), []), key=lambda n: (-n["total_ns"], n["key"])):
+            ops = n.pop("ops")
+            n["op"] = max(ops, key=ops.get) if ops else None
+            n["mean_ns"] = n["total_ns"] / n["count"] if n["count"] else None
+            n["p50_ns"] = n["p95_ns"] = None
+            n["achieved_flops"] = n["flops"] / (n["total_ns"] / 1e9) if n["total_ns"] else 0.0
+            out.append(n)
+            walk(n["key"], kind)
+
+    for kind in KINDS:
+        walk(None, kind)
+    return out

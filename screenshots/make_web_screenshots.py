@@ -36,6 +36,54 @@ def make_runs():
     return a, b
 
 
+def kineto_gpu_run() -> str:
+    """An imported torch.profiler GPU trace (Kineto JSON): two steps of linear > addmm, gelu, softmax on the host,
+    their kernels on two streams, copies, and the flows from each launch to its kernel; through `trace import`."""
+    import json
+
+    from opscope.profiler.importers import import_trace
+    t0, host, events, corr = 1_700_000_000_000_000, 4242, [], [100]
+    x = (lambda cat, name, ts, dur, args, pid=host, tid=host: {"ph": "X", "cat": cat, "name": name, "pid": pid,
+                                                                "tid": tid, "ts": t0 + ts, "dur": dur, "args": args})
+
+    def launch(ts, stream, cat, name, gpu_ts, gpu_dur, ext):
+        corr[0] += 1
+        c = corr[0]
+        events.extend([x("cuda_runtime", "cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", ts, 6,
+                         {"correlation": c, "External id": ext}),
+                       x(cat, name, gpu_ts, gpu_dur, {"External id": ext, "device": 0, "stream": stream,
+                                                      "correlation": c, "grid": [66, 1, 1], "block": [128, 1, 1]},
+                         pid=0, tid=stream),
+                       {"ph": "s", "id": c, "pid": host, "tid": host, "ts": t0 + ts, "cat": "ac2g", "name": "ac2g"},
+                       {"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": t0 + gpu_ts, "cat": "ac2g", "name": "ac2g",
+                        "bp": "e"}])
+
+    ext = [0]
+
+    def op(name, ts, dur, dims):
+        ext[0] += 1                    # each op its own External id: what ties a launch (and its kernel) to it
+        events.append(x("cpu_op", name, ts, dur, {"External id": ext[0], "Input Dims": dims,
+                                                  "Input type": ["float"] * len(dims)}))
+        return ext[0]
+
+    for step, base in enumerate((0, 900)):
+        ext[0] += 1
+        events.append(x("user_annotation", f"ProfilerStep#{step}", base, 820, {"External id": ext[0]}))
+        e = op("aten::copy_", base + 10, 40, [[64, 512], [64, 512]])
+        launch(base + 20, 13, "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", base + 30, 60, e)
+        op("aten::linear", base + 60, 200, [[64, 512], [2048, 512], [2048]])
+        e = op("aten::addmm", base + 80, 160, [[2048], [64, 512], [512, 2048]])
+        launch(base + 100, 7, "kernel", "ampere_sgemm_128x64_tn", base + 120, 260, e)
+        e = op("aten::gelu", base + 280, 60, [[64, 2048]])
+        launch(base + 300, 7, "kernel", "vectorized_elementwise_kernel<gelu>", base + 381, 70, e)
+        e = op("aten::softmax", base + 360, 80, [[64, 2048]])
+        launch(base + 380, 7, "kernel", "cunn_SoftMaxForward<float>", base + 452, 120, e)
+        launch(base + 420, 13, "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", base + 575, 90, e)
+    path = Path(tempfile.mkdtemp(prefix="opscope-shots-")) / "gpu.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    return import_trace(path)
+
+
 def chromium(width=1500, height=1000):
     from opscope.app.web.browser import headless_chromium
     return headless_chromium(width=width, height=height, extra=("--hide-scrollbars", "--force-device-scale-factor=1"))
@@ -121,6 +169,7 @@ def main(argv=None) -> int:
         a, b = runs[-1]["run_id"], runs[-2]["run_id"] if len(runs) > 1 else runs[-1]["run_id"]
     else:
         a, b = make_runs()
+    gpu = kineto_gpu_run()
     app = create_app()
     srv, url = start_in_thread(app)
     driver = chromium()
@@ -128,6 +177,7 @@ def main(argv=None) -> int:
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
         shoot(driver, f"{url}/timeline?run={a}&step=1", "timeline", click_span)    # one step: ops, not idle
         shoot(driver, f"{url}/timeline?run={a}&find=linear", "timeline-find", find_next())
+        shoot(driver, f"{url}/timeline?run={gpu}", "timeline-gpu", click_span)
         shoot(driver, f"{url}/operators?run={a}", "operators", click_cell("ops-table"))
         shoot(driver, f"{url}/memory?run={a}", "memory")
         shoot(driver, f"{url}/compare?run={b}&b={a}", "compare")

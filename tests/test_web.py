@@ -149,9 +149,9 @@ def test_nested_ops_get_a_lane_per_depth_under_their_thread(opscope_home):
     store.add_events(rid, [row(0, 0, 0, 1000, "linear"), row(1, 1, 100, 900, "addmm"), row(2, 0, 1000, 2000, "relu")])
     store.finish_run(rid, status="ok")
     p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
-    assert p["tracks"] == ["torch:cpu", "↳ depth 1"]
+    assert p["tracks"] == ["steps", "torch:cpu", "↳ depth 1"]          # the step track first
     lanes = dict(zip((p["names"][i] for i in lod.unb64(p["spans"]["label"], "i4")), lod.unb64(p["spans"]["track"], "i4")))
-    assert lanes == {"linear": 0, "relu": 0, "addmm": 1}
+    assert lanes == {"step 0": 0, "linear": 1, "relu": 1, "addmm": 2}
 
 
 def test_gpu_kernels_show_their_own_names_on_a_stream_track(opscope_home):
@@ -167,12 +167,15 @@ def test_gpu_kernels_show_their_own_names_on_a_stream_track(opscope_home):
                            row(3, "memcpy", "Memcpy HtoD (Pageable -> Device)", "cuda", "cuda:0", 7, 1300)])
     store.finish_run(rid, status="ok")
     p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
-    assert p["tracks"] == ["cuda:0 · stream 7", "torch:cpu"]
+    assert p["tracks"] == ["steps", "cuda:0 · stream 7", "torch:cpu"]
     group = dict(zip(p["names"], p["groups"]))
     assert group == {"ampere_sgemm_128x64_tn": "kernel", "vectorized_elementwise_kernel": "kernel",
-                     "Memcpy HtoD (Pageable -> Device)": "memcpy", "linear": "linear"}
-    color = dict(zip(p["names"], p["colors"]))
-    assert color["ampere_sgemm_128x64_tn"] == color["vectorized_elementwise_kernel"] == theme.op_color("kernel")
+                     "Memcpy HtoD (Pageable -> Device)": "memcpy", "linear": "linear", "step 0": "step"}
+    # kernels are colored by their own name (an sgemm never looks like an elementwise kernel), and listed by it
+    color, legend = dict(zip(p["names"], p["colors"])), dict(zip(p["names"], p["legend"]))
+    assert color["ampere_sgemm_128x64_tn"] != color["vectorized_elementwise_kernel"]
+    assert color["ampere_sgemm_128x64_tn"] == theme.span_color("ampere_sgemm_128x64_tn", "kernel")
+    assert legend["ampere_sgemm_128x64_tn"] == "ampere_sgemm_128x64_tn" and legend["linear"] == "linear"
 
 
 def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):
@@ -183,9 +186,11 @@ def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):
     store.finish_run(rid, status="ok")
     p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
     assert p["tracks"][-2:] == ["python stack 0", "python stack 1"]
-    frames = p["names"][p["frames_from"]:]
+    frames = [n for n, g in zip(p["names"], p["groups"]) if g == "python frame"]
     assert sorted(frames) == ["model.py:30 forward", "model.py:41 loss", "train.py:12 main"]
-    assert set(p["colors"][p["frames_from"]:]) == {theme.STACK} and theme.STACK not in p["colors"][:p["frames_from"]]
+    assert all(i >= p["frames_from"] for i, g in enumerate(p["groups"]) if g == "python frame")
+    assert {c for c, g in zip(p["colors"], p["groups"]) if g == "python frame"} == {theme.STACK}
+    assert theme.STACK not in p["colors"][:p["frames_from"]]
     key0 = lod.unb64(p["spans"]["key0"], "f8")
     assert (key0 == lod.STACK_KEY).sum() == 3                       # every frame drawn, marked as a frame
 

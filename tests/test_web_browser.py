@@ -234,7 +234,7 @@ def test_find_an_op_from_its_row_then_walk_its_calls_on_the_timeline(browser, se
     from selenium.webdriver.common.keys import Keys
     browser.get(f"{server}/operators?run={store.npu}")
     until(browser, ROWS, "ops-table")
-    cell = until(browser, """var cells = document.querySelectorAll('#ops-table .ag-row .ag-cell[col-id=key]');
+    cell = until(browser, """var cells = document.querySelectorAll('#ops-table .ag-row .ag-cell[col-id=name]');
         for (var i = 0; i < cells.length; i++) if (cells[i].innerText.trim() === 'linear') return cells[i];""")
     cell.click()
     until(browser, "return document.getElementById('ops-find');").click()
@@ -293,16 +293,27 @@ def test_compare_switches_runs(browser, server, store):
           store.npu[:12])
     summary = text_of(browser, "compare-summary")
     assert summary.count(store.cpu[:12]) == 2 and "1.00×" in summary
+    # the address follows the picked runs: copied from the bar, it opens this comparison
+    until(browser, "return location.search.indexOf('b=' + arguments[0]) >= 0;", store.cpu)
+    assert f"run={store.cpu}" in browser.execute_script("return location.search;")
+    # one side simulated (NPU), the other measured: the totals say they are not the same kind of number
+    browser.get(f"{server}/compare?run={store.cpu}&b={store.npu}")
+    wait_text(browser, "compare-summary", "simulated clock")
+    assert "run B ran on a simulated clock" in text_of(browser, "compare-summary")
 
 
 def test_runs_page_picks_two_runs_to_compare(browser, server, store):
     browser.get(server + "/")
     until(browser, ROWS, "runs-table")
+    wait_text(browser, "runs-actions", "Click a run")
+    assert "No runs yet" not in text_of(browser, "runs-actions")        # not under a table of runs
     second = browser.find_elements(By.CSS_SELECTOR, "#runs-table .ag-row[row-index='1'] .ag-cell[col-id=run_id]")[0]
     picked = second.text
     second.click()                                                       # a row's click shows that run's pages
     until(browser, "var e = document.querySelector('#runs-actions .picked');"
                    "return !!(e && e.innerText.indexOf(arguments[0]) >= 0);", picked)
+    until(browser, ROWS, "runs-steps-table")                            # its steps: count, per step, slowest
+    assert "slowest: step" in text_of(browser, "runs-steps")
     boxes = browser.find_elements(By.CSS_SELECTOR, "#runs-table .ag-row input[type=checkbox]")
     assert len(boxes) >= 2
     boxes[0].click()
@@ -405,3 +416,34 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
     err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert "Traceback" not in err, err
+
+
+def test_every_page_shows_a_server_error_as_one_line_never_loading(driver, store, monkeypatch):
+    """A run whose stored description lacks `implementation` made the Advisor raise, and the page said
+    'loading…' for ever. Now each page, its server failing, says what failed in one line where it would draw."""
+    rid = store.create_run(model="demo:mlp", backend="npu-x", device="sim:npu-x",
+                           description={"name": "npu-x", "peak_flops": {"float32": 1e12}})   # no implementation
+    store.add_events(rid, [_event(i, i * 10_000) for i in range(5)])
+    store.finish_run(rid, status="ok")
+    app = create_app(store=store)
+    data = app.opscope_data
+
+    def boom(*a, **k):
+        raise RuntimeError("boom: the store cannot be read")
+    for name in ("times", "op_table", "memory_series", "tensor_rows", "hardware", "spans"):
+        setattr(data, name, boom)
+    monkeypatch.setattr(store, "op_stats", boom)          # Compare's per-op table
+    srv, url = start_in_thread(app)
+    where = {"/": "page-error", "/timeline": "timeline-graph", "/operators": "ops-busy", "/memory": "memory-peaks",
+             "/compare": "compare-summary", "/tensors": "tensors-first-bad", "/hardware": "hardware-graph",
+             "/advisor": "advisor-list"}
+    try:
+        for path, box in where.items():
+            driver.get(f"{url}{path}?run={rid}" + (f"&b={rid}" if path == "/compare" else ""))
+            expect = "implementation" if path == "/advisor" else "boom: the store cannot be read"
+            wait_text(driver, box, expect)
+            text = text_of(driver, box)
+            assert "loading…" not in text and len([x for x in text.split("\n") if expect in x]) == 1, (path, text)
+    finally:
+        srv.shutdown()
+        driver.get_log("browser")         # the failed requests are logged there: this test expects them

@@ -9,6 +9,7 @@ from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
+from opscope.profiler.compare import run_totals, warnings
 
 PATH = "/compare"
 NAME = "Compare"
@@ -51,15 +52,32 @@ def register(app, data):
         known = {r["run_id"] for r in runs}
         a = _resolve(data, a) if a else None
         b = _resolve(data, b) if b else None
-        # Defaults: the two newest runs with events, of the same model when there are two.
+        # Defaults: the newest two runs of one model (a model on two backends, before/after advice); else the
+        # two newest runs with events.
         useful = [r for r in runs if r.get("events")] or runs
-        if a not in known:
-            a = useful[1]["run_id"] if len(useful) > 1 else (useful[0]["run_id"] if useful else None)
-        if b not in known:
+        if a not in known and b not in known:
+            pair = next(((y, x) for i, x in enumerate(useful) for y in useful[i + 1:] if y["model"] == x["model"]),
+                        None) or ((useful[1], useful[0]) if len(useful) > 1 else (useful[0], useful[0]) if useful
+                                  else ({"run_id": None}, {"run_id": None}))
+            a, b = pair[0]["run_id"], pair[1]["run_id"]
+        elif a not in known:
+            model = next((r["model"] for r in runs if r["run_id"] == b), None)
+            same = [r for r in useful if r["run_id"] != b and r["model"] == model]
+            a = (same or [r for r in useful if r["run_id"] != b] or [{"run_id": b}])[0]["run_id"]
+        elif b not in known:
             model = next((r["model"] for r in runs if r["run_id"] == a), None)
             same = [r for r in useful if r["run_id"] != a and r["model"] == model]
             b = (same or [r for r in useful if r["run_id"] != a] or [{"run_id": a}])[0]["run_id"]
         return opts, opts, a, b
+
+    # The address bar follows the picked runs (a link copied from it opens this comparison), without a reload.
+    app.clientside_callback("""function (a, b) {
+      if (!a || !b) return window.dash_clientside.no_update;
+      var q = new URLSearchParams(location.search);
+      q.set("run", a); q.set("b", b);
+      history.replaceState(history.state, "", location.pathname + "?" + q.toString());
+      return window.dash_clientside.no_update;
+    }""", Output(ids.CMP_A, "className"), Input(ids.CMP_A, "value"), Input(ids.CMP_B, "value"))
 
     @app.callback(Output(ids.CMP_SUMMARY, "children"), Output(ids.CMP_GRAPH, "figure"),
                   Output(ids.CMP_TABLE, "rowData"), Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"),
@@ -78,12 +96,14 @@ def register(app, data):
             ta, tb = sa.get(op, {}).get("total_ns", 0), sb.get(op, {}).get("total_ns", 0)
             rows.append({"id": op, "op": op, "a_ms": ta / 1e6, "b_ms": tb / 1e6, "ratio": (tb / ta) if ta and tb else None,
                          "a_count": sa.get(op, {}).get("count", 0), "b_count": sb.get(op, {}).get("count", 0)})
-        total_a = sum(s["total_ns"] for s in sa.values())
-        total_b = sum(s["total_ns"] for s in sb.values())
-        summary = html.Div(className="compare-heads", children=[
-            _head("A", ra, total_a), _head("B", rb, total_b),
-            html.Div(className="ratio", children=[html.Span("B / A", className="muted"),
-                                                  html.B(f"{total_b / total_a:.2f}×" if total_a and total_b else "n/a")])])
+        # Totals per step, each moment counted once (nested ops not added to parents, host not added to device).
+        ta, tb = run_totals(data.store, ra), run_totals(data.store, rb)
+        total_a, total_b = ta["busy_ns"], tb["busy_ns"]
+        summary = html.Div([html.Div(className="compare-heads", children=[
+            _head("A", ra, ta), _head("B", rb, tb),
+            html.Div(className="ratio", children=[html.Span("B / A per step", className="muted"),
+                                                  html.B(f"{total_b / total_a:.2f}×" if total_a and total_b else "n/a")])]),
+            *[ui.note(w, "warn") for w in warnings(ta, tb)]])
         return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), _errors(data, ra, rb)
 
 
@@ -92,10 +112,13 @@ def _resolve(data, rid):
     return run["run_id"] if run else None
 
 
-def _head(label, run, total):
+def _head(label, run, t):
+    split = " · ".join(f"{k} {ui.fmt_ns(t[k + '_ns'])}" for k in ("host", "device") if t[k + "_ns"])
+    clock = html.Span("simulated clock", className="pill pill-sim") if t["simulated"] else None
     return html.Div(className="compare-head", children=[
         html.Span(label, className="tag"), html.Code(run["run_id"][:12]), html.Span(ui.run_title(run)),
-        ui.status_pill(run.get("status")), html.B(ui.fmt_ns(total))])
+        ui.status_pill(run.get("status")), clock, html.B(ui.fmt_ns(t["busy_ns"]), title="busy time per step"),
+        html.Span(f"per step · {split}", className="muted")])
 
 
 def _ratio_figure(rows):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import numpy as np
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
@@ -12,13 +12,14 @@ from opscope.app.web import ids, inputs, theme
 PATH = "/operators"
 NAME = "Operators"
 
-_F3, _F1 = ui.num(".3f"), ui.num(".1f")
-_COLUMNS = [("key", "op"), ("count", "count", ui.NUM), ("total_ms", "total ms", _F3),
-            ("self_ms", "self ms", _F3), ("mean_us", "mean us", _F1), ("p95_us", "p95 us", _F1),
-            ("share", "share %", _F1), ("gflops", "achieved GFLOP/s", _F1), ("pct_peak", "% of peak", _F1),
-            ("fallback", "fell back")]
-_SORT = ("total_ms", "desc")
+_F1 = ui.num(".1f")
+_COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_ns", "total", ui.DURATION),
+            ("self_ns", "self", ui.DURATION), ("total_pct", "total %", _F1), ("self_pct", "self %", _F1),
+            ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
+            ("pct_peak", "% of peak", _F1), ("fallback", "fell back")]
+_SORT = ("self_ns", "desc")
 GROUPS = ("op", "module", "node")
+BUSY = "ops-busy"          # the line that says what the shares are shares of
 
 
 def layout(**_query):
@@ -26,9 +27,10 @@ def layout(**_query):
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("group by", className="label"),
             dcc.RadioItems(id=ids.OPS_GROUP, options=[{"label": "op type", "value": "op"},
-                                                       {"label": "module", "value": "module"},
+                                                       {"label": "module (rolled up)", "value": "module"},
                                                        {"label": "node", "value": "node"}],
-                           value="op", inline=True, className="radio")]),
+                           value="op", inline=True, className="radio"),
+            html.Span(id=BUSY, className="muted info")]),
                 ui.table(ids.OPS_TABLE, columns("op"), [], page_size=20, select="row", sort_by=_SORT)),
         html.Div(className="grid-2", children=[
             ui.card("Roofline", dcc.Graph(id=ids.OPS_ROOFLINE, figure=theme.empty_figure("loading…"),
@@ -39,36 +41,51 @@ def layout(**_query):
 
 
 def register(app, data):
+    # A new grouping clears the selection: the row picked under "op" names nothing under "module".
     @app.callback(Output(ids.OPS_TABLE, "rowData"), Output(ids.OPS_TABLE, "columnDefs"),
-                  Output(ids.OPS_ROOFLINE, "figure"),
+                  Output(ids.OPS_ROOFLINE, "figure"), Output(BUSY, "children"), Output(ids.OPS_TABLE, "cellClicked"),
+                  Output(ids.OPS_TABLE, "selectedRows"),
                   Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "cellClicked"))
     def render(status, by, cell):
         by, selected = inputs.choice(by, "group by", GROUPS) or "op", inputs.clicked_row(cell)
+        regrouped = ctx.triggered_id == ids.OPS_GROUP
+        if regrouped:
+            selected = None
+        clear = (None, []) if regrouped else (no_update, no_update)
         run = inputs.status_run(data, status)
         if not run:
-            return [], ui.column_defs(columns(by), _SORT), theme.empty_figure("No runs yet.")
+            return [], ui.column_defs(columns(by), _SORT), theme.empty_figure("No runs yet."), "", *clear
         stats = data.op_table(run, by)
-        rows = ui.op_swatch_rows([_row(i, s) for i, s in enumerate(stats)])
-        return rows, ui.column_defs(columns(by), _SORT), roofline(run, data, stats, selected)
+        rows = ui.op_swatch_rows([_row(s) for s in stats])
+        if not regrouped and ctx.triggered_id == ids.OPS_TABLE:
+            # a click only moves the roofline's highlight: the table is already drawn
+            return no_update, no_update, roofline(run, data, stats, selected), no_update, *clear
+        return rows, ui.column_defs(columns(by), None if by == "module" else _SORT), \
+            roofline(run, data, stats, selected), _busy_line(data.times(run)), *clear
 
     # The row's numbers come from the store again, not from the table's rowData: what the browser sends is ids.
     @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "cellClicked"),
-                  State(ids.OPS_GROUP, "value"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+                  Input(ids.OPS_GROUP, "value"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def detail(cell, by, status):
         key, by = inputs.clicked_row(cell), inputs.choice(by, "group by", GROUPS) or "op"
         run = inputs.status_run(data, status)
-        r = next((x for x in (_row(i, s) for i, s in enumerate(data.op_table(run, by))) if x["id"] == key),
-                 None) if key and run else None
+        if ctx.triggered_id == ids.OPS_GROUP:
+            key = None
+        r = next((x for x in (_row(s) for s in data.op_table(run, by)) if x["id"] == key), None) \
+            if key and run else None
         if r is None:
             return ui.note("Click a row for the op's numbers.")
+        pct = (lambda v: f"{v:.1f} %" if v is not None else "n/a")
         fields = html.Dl(className="fields", children=[x for k, v in [
-            ("key", r["key"]), ("op", r["op"]), ("calls", f"{r['count']:,}"), ("total", f"{r['total_ms']:.3f} ms"),
-            ("self", f"{r['self_ms']:.3f} ms"), ("mean · p95", f"{r['mean_us']:.1f} us · {r['p95_us']:.1f} us"),
-            ("share of run", f"{r['share']:.1f} %"), ("FLOPs", f"{r['flops']:,}"), ("bytes", ui.fmt_bytes(r["bytes"])),
+            (by if by != "op" else "op", r["name"]), ("op type", r["op"]), ("on", r["kind"]),
+            ("calls", f"{r['count']:,}"), ("total", ui.fmt_ns(r["total_ns"])), ("self", ui.fmt_ns(r["self_ns"])),
+            (f"share of {r['kind']} busy time", f"{pct(r['total_pct'])} total · {pct(r['self_pct'])} self"),
+            ("mean · p95", f"{ui.fmt_ns(r['mean_ns'] or 0)} · " + (ui.fmt_ns(r["p95_ns"]) if r["p95_ns"] else "n/a")),
+            ("FLOPs", f"{r['flops']:,}"), ("bytes", ui.fmt_bytes(r["bytes"])),
             ("arithmetic intensity", f"{r['intensity']:.2f} FLOP/B" if r["intensity"] else "n/a"),
             ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
             ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
-            ("fell back", r["fallback"])] for x in (html.Dt(k), html.Dd(str(v)))])
+            ("fell back", r["fallback"] or "no")] for x in (html.Dt(k), html.Dd(str(v)))])
         # Every call of this op on the timeline: its search marks them, Enter walks through them.
         href = f"/timeline?{urlencode({'run': run['run_id'], 'find': r['op']})}"
         return html.Div([fields, dcc.Link(f"Find every {r['op']} on the timeline →", href=href, id=ids.OPS_FIND,
@@ -79,21 +96,31 @@ def columns(by):
     """The columns grouped by op type, module or node: the op type's color on the op column."""
     rest = _COLUMNS[1:]
     if by in ("module", "node"):
-        return [("key", by), ("op", "op type", ui.SWATCH), *rest]
-    return [("key", "op", ui.SWATCH), *rest]
+        return [("name", by), ("op", "op type", ui.SWATCH), *rest]
+    return [("name", "op", ui.SWATCH), *rest]
 
 
-def _row(i, s):
-    return {"id": s["key"] or f"#{i}", "key": s["key"] or "(none)", "op": s["op"], "count": s["count"],
-            "total_ms": s["total_ns"] / 1e6, "self_ms": s["self_ns"] / 1e6, "mean_us": (s["mean_ns"] or 0) / 1e3,
-            "p95_us": (s["p95_ns"] or 0) / 1e3, "share": 100 * s["share"], "gflops": (s["achieved_flops"] or 0) / 1e9,
-            "pct_peak": s["pct_peak"], "fallback": "yes" if s["fallback"] else "", "flops": s["flops"],
-            "bytes": s["bytes"], "intensity": s["intensity"]}
+def _busy_line(times) -> str:
+    parts = [f"{k} busy {ui.fmt_ns(times[k + '_ns'])}" for k in ("host", "device") if times[k + "_ns"]]
+    return ("shares are of " + " · ".join(parts) + " (each moment counted once)") if parts else ""
+
+
+def _row(s):
+    # a module row is indented under its parent module (the table is in tree order)
+    name = s["key"] or "(none)"
+    if s.get("depth"):
+        name = "\u2003" * s["depth"] + name.rsplit(".", 1)[-1]
+    return {"id": f"{s['kind']}:{s['key']}", "key": s["key"] or "(none)", "name": name, "op": s["op"],
+            "kind": s["kind"], "count": s["count"], "total_ns": s["total_ns"], "self_ns": s["self_ns"],
+            "mean_ns": s["mean_ns"], "p95_ns": s["p95_ns"], "total_pct": s["total_pct"], "self_pct": s["self_pct"],
+            "gflops": (s["achieved_flops"] or 0) / 1e9, "pct_peak": s["pct_peak"],
+            "fallback": "yes" if s["fallback"] else "", "flops": s["flops"], "bytes": s["bytes"],
+            "intensity": s["intensity"]}
 
 
 def roofline(run, data, stats, selected=None) -> dict:
     """Arithmetic intensity (FLOP/byte) against achieved FLOP/s, under the description's roofs."""
-    pts = [s for s in stats if s["flops"] and s["bytes"] and s["total_ns"]]
+    pts = [s for s in stats if s["flops"] and s["bytes"] and s["total_ns"] and not s.get("depth")]
     if not pts:
         return theme.empty_figure("No op with both FLOPs and bytes: nothing to place on a roofline.")
     peak, bw = data.roofs(run)
@@ -102,10 +129,10 @@ def roofline(run, data, stats, selected=None) -> dict:
     size = np.array([s["total_ns"] for s in pts], dtype=float)
     size = 8 + 22 * np.sqrt(size / size.max())
     traces = [dict(type="scatter", mode="markers", x=x.tolist(), y=y.tolist(), name="ops", showlegend=False,
-                   text=[s["key"] for s in pts], customdata=[s["total_ns"] / 1e6 for s in pts],
+                   text=[s["key"] for s in pts], customdata=[ui.fmt_ns(s["total_ns"]) for s in pts],
                    marker=dict(size=size.tolist(), color=[theme.op_color(s["op"]) for s in pts], opacity=0.85,
-                               line=dict(width=[3 if s["key"] == selected else 0.5 for s in pts], color=theme.INK)),
-                   hovertemplate="<b>%{text}</b><br>%{x:.2f} FLOP/B · %{y:.3s}FLOP/s<br>%{customdata:.3f} ms"
+                               line=dict(width=[3 if f"{s['kind']}:{s['key']}" == selected else 0.5 for s in pts], color=theme.INK)),
+                   hovertemplate="<b>%{text}</b><br>%{x:.2f} FLOP/B · %{y:.3s}FLOP/s<br>%{customdata}"
                                  "<extra></extra>")]
     ann = []
     lo, hi = max(x.min() / 4, 1e-3), x.max() * 4
@@ -123,5 +150,8 @@ def roofline(run, data, stats, selected=None) -> dict:
                         xanchor="left", showarrow=False, font=dict(size=12, color="#b45309")))
     return {"data": traces, "layout": theme.layout(
         height=380, showlegend=False, annotations=ann,
-        xaxis=dict(type="log", title=dict(text="arithmetic intensity (FLOP / byte)")),
-        yaxis=dict(type="log", title=dict(text="achieved FLOP/s")))}
+        margin=dict(l=90, r=20, t=30, b=45),
+        # a tick per decade, in SI prefixes with the unit on each ("10 GFLOP/s"): plotly's default "10B" reads as bytes
+        xaxis=dict(type="log", dtick=1, title=dict(text="arithmetic intensity (FLOP / byte)")),
+        yaxis=dict(type="log", dtick=1, tickformat="~s", ticksuffix=" FLOP/s", exponentformat="SI",
+                   title=dict(text="achieved FLOP/s")))}

@@ -17,6 +17,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
 from opscope.app.web import timeline as lod
+from opscope.app.web.errors import one_line
 from opscope.profiler.importers.kineto import DEVICE_OPS
 
 PATH = "/timeline"
@@ -123,12 +124,16 @@ def window(data, query) -> tuple[dict, int]:
     if t0 is not None and t1 is not None and t1 > t0:
         a, b = spans.t_min + int(t0), spans.t_min + int(math.ceil(t1))
     elif step not in (None, "", "all"):
-        a, b = next(((s0, s1) for s, s0, s1 in data.step_windows(run["run_id"]) if str(s) == str(step)),
+        a, b = next(((s0, s1) for s, s0, s1 in data.step_windows(run["run_id"], run) if str(s) == str(step)),
                     (spans.t_min, spans.t_max))
     else:
         a, b = spans.t_min, spans.t_max + max(1, (spans.t_max - spans.t_min) // 100)
-    view = lod.level_of_detail(spans, a, b, px=min(max(px, 50), 8000), match=match)
+    px = min(max(px, 50), 8000)
+    view = lod.level_of_detail(spans, a, b, px=px, match=match)
     out.update(lod.payload(spans, view))
+    out["counters"] = lod.counter_payload(data.counters(run), spans.t_min, a, b, px)
+    out["breaks"] = [[t - spans.t_min, gap] for t, gap in data.breaks(run)]
+    out["clock"] = _clock_caption(data.clocks(run), bool(out["breaks"]))
     out["info"] = (f"{view.visible:,} of {spans.count:,} spans in view · {len(view.shown):,} drawn"
                    + (f" · {len(view.b_track):,} pixel buckets" if len(view.b_track) else ""))
     if match is not None:
@@ -137,6 +142,14 @@ def window(data, query) -> tuple[dict, int]:
         total = int(match[spans.label].sum())
         out["info"] += f" · {total:,} match{'es' if total != 1 else ''} for {find!r} ({view.hits:,} in view)"
     return out, 200
+
+
+def _clock_caption(clocks: dict, breaks: bool) -> str:
+    """What the axis measures, per kind of track: one clock each, said once under the axis."""
+    parts = [f"{kind}: {clock} clock" for kind, clock in sorted(clocks.items(), reverse=True)]
+    if breaks:
+        parts.append("host time between simulated steps collapsed (dashed lines)")
+    return " · ".join(parts)
 
 
 def _goto(spans, match, at, forward: bool, out: dict) -> dict:
@@ -157,7 +170,11 @@ def register(app, data):
     from flask import Response, request
 
     def endpoint():
-        body, status = window(data, request.args)
+        try:
+            body, status = window(data, request.args)
+        except Exception as e:        # one line for the page to show (never a stuck canvas); the traceback to the log
+            app.server.logger.error("timeline window failed", exc_info=e)
+            body, status = {"error": f"the server failed to build this window: {one_line(e)}"}, 500
         return Response(orjson.dumps(body), status=status, mimetype="application/json",
                         headers={"Cache-Control": "no-store"})
 
@@ -195,6 +212,14 @@ def register(app, data):
         if key0 == -1:
             return ui.note(f"{key1:,} spans shorter than a pixel at this zoom ({cd[2]:.1f} us busy): zoom in "
                            "(W or drag) to see them one by one.")
+        if key0 == lod.STEP_KEY:
+            run = data.run(status["run"])
+            row = next((r for r in data.times(run)["steps"] if r["step"] == key1), None) if run else None
+            if row is None:
+                return no_update
+            return _fields([("step", key1), ("from first op to last", ui.fmt_ns(row["span_ns"])),
+                            ("busy (any track)", ui.fmt_ns(row["busy_ns"])), ("host busy", ui.fmt_ns(row["host_ns"])),
+                            ("device busy", ui.fmt_ns(row["device_ns"])), ("top-level ops", f"{row['ops']:,}")])
         if key0 == lod.STACK_KEY:
             f = data.stack_frame(status["run"], key1)
             return _fields([("Python frame", f["frame"]), ("depth", f["depth"]), ("thread", f["thread"]),
@@ -204,7 +229,8 @@ def register(app, data):
             return ui.note("That event is no longer in the store.", "warn")
         dur = max(1, ev["end_ns"] - ev["start_ns"])
         return html.Div(className="span-details", children=[
-            html.H4([html.Span(className="swatch", style={"background": theme.op_color(ev["op"])}), ev["op"],
+            html.H4([html.Span(className="swatch", style={"background": theme.span_color(ev["node"], ev["op"])}),
+                     ev["op"],
                      html.Span(f"  {ui.fmt_ns(dur)}", className="muted")]),
             _fields([
                 ("node", ev["node"]),

@@ -12,7 +12,7 @@ from opscope.app.cli.common import fmt_bytes, fmt_flops, fmt_ns
 from . import theme
 
 __all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "run_title", "duration",
-           "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "num"]
+           "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num"]
 
 
 def card(title, *children, className="card", **kw):
@@ -74,6 +74,8 @@ _REFIT_ON = {"rowDataUpdated": _REFIT, "gridSizeChanged": _REFIT}
 # d3-format, so they still sort as numbers), text left.
 NUM = {"type": "numericColumn"}
 RIGHT = {"type": "rightAligned"}      # numbers the server already formatted with their unit ("1.5 MiB")
+# A duration in ns, shown in the unit that suits each value (56.2 ms, 812 us: assets/formats.js), sorted as a number.
+DURATION = {"type": "numericColumn", "valueFormatter": {"function": "duration(params.value)"}}
 
 
 def num(d3_format: str) -> dict:

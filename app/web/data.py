@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from opscope.profiler import stats
 from opscope.profiler.importers.kineto import DEVICE_OPS
 from opscope.profiler.store import run_description
 from opscope.runtime.errors import UsageError
@@ -20,16 +21,25 @@ from . import timeline
 _CACHE_RUNS = 4
 _STACK_DEPTHS = 8      # Python-stack rows drawn under the op tracks
 MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
+# hardware samples drawn as counter tracks under the timeline: (column, title, unit)
+HW_COUNTERS = [("cpu_percent", "CPU %", "%"), ("mem_bytes", "host memory", "bytes"), ("gpu_util", "GPU %", "%"),
+               ("gpu_mem_bytes", "GPU memory", "bytes")]
 
 
 class WebData:
-    def __init__(self, store=None, live: str | None = None):
+    """live: the run streaming in: its id, or the profiler's LiveRun, whose collector counts the events it
+    has stored in memory; the header's poll reads that count instead of asking the store (which the
+    collector is busy writing)."""
+
+    def __init__(self, store=None, live=None):
         if store is None:
             from opscope.profiler.store import RunStore
             store = RunStore()
         self.store = store
-        self.live = live
+        self.live_run = live if hasattr(live, "events_received") else None
+        self.live = getattr(live, "run_id", live)
         self._spans: OrderedDict = OrderedDict()
+        self._memo: OrderedDict = OrderedDict()       # (what, run, stamp, ...) -> a computed answer
         self._lock = threading.Lock()
 
     # --- runs ----------------------------------------------------------------------------
@@ -47,11 +57,69 @@ class WebData:
         runs = self.store.list_runs()
         return runs[0] if runs else None
 
+    def run_info(self, run_id: str, status: str | None = None) -> dict | None:
+        """The run's row as of `status`: asked of the store again only when the status changes (the header
+        shows model, backend and error, which a new event never changes)."""
+        def compute():
+            run = self.run(run_id)
+            return run if run is not None and run["run_id"] == run_id else None
+        return self._memoized(("info", run_id, status), compute)
+
     def arrived(self, run: dict) -> int:
-        """Events stored so far (the runs row counts them as batches land)."""
-        if run.get("status") == "running":
-            return int(self.store.query("SELECT count(*) FROM events WHERE run_id = ?", [run["run_id"]])[0][0])
+        """Events stored so far: the live run's collector counts them in memory; the runs row for others."""
+        if self.live_run is not None and run["run_id"] == self.live and self.live_run.poll() == "running":
+            return int(self.live_run.events_received)
         return int(run.get("events") or 0)
+
+    def live_status(self, run_id: str) -> dict | None:
+        """{run, status, events, dropped} now. The live run's from the collector's counters (no store query:
+        this answers the page's poll every second); another run's from its runs row."""
+        lr = self.live_run
+        if lr is not None and run_id == self.live:
+            status = lr.poll()
+            if status == "running":
+                return {"run": run_id, "status": status, "events": int(lr.events_received),
+                        "dropped": int(lr.dropped)}
+        run = self.run(run_id)
+        if run is None or run["run_id"] != run_id:
+            return None
+        return {"run": run_id, "status": run.get("status"), "events": int(run.get("events") or 0),
+                "dropped": int(run.get("dropped") or 0)}
+
+    def _memoized(self, key: tuple, compute):
+        """A computed answer kept while its key (which holds the run's event count and status) stays the same."""
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        value = compute()
+        with self._lock:
+            self._memo[key] = value
+            while len(self._memo) > 64:
+                self._memo.popitem(last=False)
+        return value
+
+    @staticmethod
+    def _stamp(run: dict) -> tuple:
+        return run["run_id"], int(run.get("events") or 0), run.get("status")
+
+    def times(self, run: dict) -> dict:
+        """stats.run_times: the run's busy time (host, device, any) and per step, counted once."""
+        def compute():
+            with self.store.connect(read_only=True) as con:
+                return stats.run_times(con, run["run_id"])
+        return self._memoized(("times", *self._stamp(run)), compute)
+
+    def clocks(self, run: dict) -> dict:
+        """The clock of each kind of track, {"host": "wall", "device": "simulated" | "wall"}, for the kinds the run has."""
+        def compute():
+            rows = self.store.query(f"""SELECT DISTINCT {stats.kind_sql()}, starts_with(coalesce(device, ''), 'sim:')
+                                        FROM events WHERE run_id = ?""", [run["run_id"]])
+            out: dict = {}
+            for kind, sim in rows:
+                out[kind] = "simulated" if sim or out.get(kind) == "simulated" else "wall"
+            return out
+        return self._memoized(("clocks", *self._stamp(run)), compute)
 
     @staticmethod
     def description(run: dict) -> dict:
@@ -65,9 +133,49 @@ class WebData:
         peak = float(peaks.get("float32") or (max(peaks.values()) if peaks else 0.0) or 0.0)
         return peak, float(d.get("memory_bandwidth") or 0.0)
 
+    # --- the time axis -----------------------------------------------------------------------
+    def raw_step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
+        return [tuple(map(int, r)) for r in self.store.query(
+            "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY 2",
+            [run_id])]
+
+    def step_shifts(self, run: dict) -> dict[int, int]:
+        """ns to take off each step's times on the timeline. A simulated clock restarts each step at the
+        host's time, so the host's time between steps (loading, Python) would sit between simulated steps
+        as idle device time: those gaps collapse, steps sit back to back, and the timeline marks each break.
+        Measured (wall-clock) runs keep their gaps: there, idle time is real."""
+        if self.clocks(run).get("device") != "simulated":
+            return {}
+        def compute():
+            shifts, cursor, shift = {}, None, 0
+            for step, a, b in self.raw_step_windows(run["run_id"]):
+                if cursor is not None and a - shift > cursor:
+                    shift = a - cursor           # this step starts where the last one ended
+                shifts[step] = shift
+                cursor = max(cursor or 0, b - shift)
+            return shifts
+        return self._memoized(("shifts", *self._stamp(run)), compute)
+
+    def breaks(self, run: dict) -> list[tuple[int, int]]:
+        """(where on the timeline, ns of host time collapsed there) for each collapsed gap between steps."""
+        shifts = self.step_shifts(run)
+        out, prev = [], 0
+        for step, a, _b in self.raw_step_windows(run["run_id"]):
+            s = shifts.get(step, 0)
+            if s > prev:
+                out.append((a - s, s - prev))
+            prev = s
+        return out
+
+    def step_windows(self, run_id: str, run: dict | None = None) -> list[tuple[int, int, int]]:
+        """(step, first start, last end) in step order, on the timeline's axis (gaps collapsed)."""
+        run = run or self.run(run_id)
+        shifts = self.step_shifts(run) if run else {}
+        return sorted((s, a - shifts.get(s, 0), b - shifts.get(s, 0)) for s, a, b in self.raw_step_windows(run_id))
+
     # --- timeline ------------------------------------------------------------------------
     def spans(self, run: dict, arrived: int | None = None) -> timeline.Spans:
-        """arrived: `arrived(run)`, when the caller has counted already (a streaming run's count is a query)."""
+        """arrived: `arrived(run)`, when the caller has counted already."""
         rid = run["run_id"]
         stamp = (self.arrived(run) if arrived is None else arrived, run.get("status"))
         with self._lock:
@@ -75,52 +183,65 @@ class WebData:
             if hit and hit[0] == stamp:
                 self._spans.move_to_end(rid)
                 return hit[1]
-        spans = self._load_spans(rid)
+        spans = self._load_spans(run)
         with self._lock:
             self._spans[rid] = (stamp, spans)
             while len(self._spans) > _CACHE_RUNS:
                 self._spans.popitem(last=False)
         return spans
 
-    def _load_spans(self, rid: str) -> timeline.Spans:
+    def _load_spans(self, run: dict) -> timeline.Spans:
+        rid = run["run_id"]
+        lane = stats.lane_depth_sql()
+        lane_e = stats.lane_depth_sql("e.")
         # Interning op names and tracks in SQL keeps a million strings out of Python.
-        with self.store.connect() as con:
+        with self.store.connect(read_only=True) as con:
             # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
             name = _span_name_sql()
             cols = con.execute(
                 f"""WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
                               FROM (SELECT DISTINCT {name} AS o FROM events WHERE run_id = $r)),
                         k AS (SELECT b, d, t, p, (row_number() OVER (ORDER BY b, d, t, p)) - 1 AS track
-                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, coalesce(depth, 0) AS p
+                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, {lane} AS p
                                     FROM events WHERE run_id = $r))
                    SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track
                    FROM events e JOIN o ON o.o = {_span_name_sql("e.")}
                    JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
-                         AND k.t IS NOT DISTINCT FROM e.thread AND k.p = coalesce(e.depth, 0)
+                         AND k.t IS NOT DISTINCT FROM e.thread AND k.p = {lane_e}
                    WHERE e.run_id = $r""", {"r": rid}).fetchnumpy()
             named = con.execute(f"""SELECT {name} AS o, any_value(coalesce(op, '?')) FROM events WHERE run_id = ?
                                     GROUP BY o ORDER BY o""", [rid]).fetchall()
             names, groups = [r[0] for r in named], [r[1] for r in named]
-            # Nested ops (imports, the eager engine) get a lane per depth under their thread, as trace viewers stack them.
-            tracks = con.execute("""SELECT DISTINCT backend, device, thread, coalesce(depth, 0) FROM events
+            # Nested ops (imports, the eager engine) get a lane per depth under their thread, as trace viewers
+            # stack them; a device stream runs one kernel at a time, so its kernels stay on one lane.
+            tracks = con.execute(f"""SELECT DISTINCT backend, device, thread, {lane} FROM events
                                     WHERE run_id = ? ORDER BY 1, 2, 3, 4""", [rid]).fetchall()
             stacks = con.execute(
                 f"""SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? AND depth < {_STACK_DEPTHS}
                     ORDER BY t_ns""", [rid]).fetchall()
         threads = {(b, d, t) for b, d, t, _ in tracks}
         by_thread = len({(b, d) for b, d, _ in threads}) < len(threads)   # name threads only when they differ
-        labels = [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
+        # the step track comes first: the op tracks are numbered from 1
+        labels = ["steps"] + [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
+        clocks = [None] + [_clock(d) for _b, d, _t, _p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
         end = np.asarray(cols["end_ns"], np.int64)
-        track = np.asarray(cols["track"], np.int64)
+        track = np.asarray(cols["track"], np.int64) + 1
         label = np.asarray(cols["op_code"], np.int64)
         key0 = np.asarray(cols["step"], np.int64)
         key1 = np.asarray(cols["seq"], np.int64)
+        shifts = self.step_shifts(run)
+        if shifts and len(key0):
+            steps = np.array(sorted(shifts), np.int64)
+            by = np.array([shifts[s] for s in steps], np.int64)
+            off = by[np.clip(np.searchsorted(steps, key0), 0, len(steps) - 1)]
+            start, end = start - off, end - off
         n_ops = len(names)
         if stacks:
             depths = sorted({r[2] for r in stacks})
             row_of = {d: len(labels) + i for i, d in enumerate(depths)}
             labels += [f"python stack {d}" for d in depths]
+            clocks += ["wall"] * len(depths)
             frames = {f: len(names) + i for i, f in enumerate(sorted({r[3] or "?" for r in stacks}))}
             names = names + list(frames)
             groups = groups + ["python frame"] * len(frames)
@@ -130,12 +251,55 @@ class WebData:
             label = np.concatenate([label, [frames[r[3] or "?"] for r in stacks]]).astype(np.int64)
             key0 = np.concatenate([key0, np.full(len(stacks), timeline.STACK_KEY)])
             key1 = np.concatenate([key1, np.arange(len(stacks))])
-        return timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
+        # one span per step on the step track, from its first op to its last
+        if len(start):
+            ev = slice(0, len(cols["step"]))
+            steps, inv = np.unique(key0[ev], return_inverse=True)
+            s0 = np.full(len(steps), np.iinfo(np.int64).max)
+            s1 = np.full(len(steps), np.iinfo(np.int64).min)
+            np.minimum.at(s0, inv, start[ev])
+            np.maximum.at(s1, inv, end[ev])
+            first = len(names)
+            names = names + [f"step {int(s)}" for s in steps]
+            groups = groups + ["step"] * len(steps)
+            start = np.concatenate([start, s0])
+            end = np.concatenate([end, s1])
+            track = np.concatenate([track, np.zeros(len(steps), np.int64)])
+            label = np.concatenate([label, first + np.arange(len(steps))])
+            key0 = np.concatenate([key0, np.full(len(steps), timeline.STEP_KEY)])
+            key1 = np.concatenate([key1, steps])
+        spans = timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
+        spans.clocks = clocks
+        spans.step_spans = int((key0 == timeline.STEP_KEY).sum())
+        return spans
 
-    def step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
-        return [tuple(map(int, r)) for r in self.store.query(
-            "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY step",
-            [run_id])]
+    def counters(self, run: dict) -> list[dict]:
+        """The tracks drawn under the timeline, on its axis: live bytes per backend (the memory samples) and
+        the hardware counters. [{name, unit, clock, t (int64 ns), v (float64)}]."""
+        def compute():
+            out = []
+            shifts = self.step_shifts(run)
+            for backend, (t, v, steps) in sorted(self._memory_points(run["run_id"]).items()):
+                t = np.asarray(t, np.int64) - np.asarray([shifts.get(s, 0) for s in steps], np.int64)
+                out.append({"name": f"live bytes · {backend}", "unit": "bytes", "t": t,
+                            "v": np.asarray([x or 0 for x in v], np.float64)})
+            hw = self.hardware(run["run_id"])
+            if len(hw.get("t_ns", [])):
+                t = np.asarray(hw["t_ns"], np.int64)
+                if shifts:       # host samples: placed by the step that was running (a simulated axis has no host time)
+                    raw = self.raw_step_windows(run["run_id"])
+                    starts = np.array([a for _, a, _ in raw], np.int64)
+                    by = np.array([shifts.get(s, 0) for s, _, _ in raw], np.int64)
+                    t = t - by[np.clip(np.searchsorted(starts, t, "right") - 1, 0, len(by) - 1)]
+                for key, title, unit in HW_COUNTERS:
+                    v = _floats(hw.get(key))
+                    if len(v) == len(t) and np.isfinite(v).any() and np.nansum(np.abs(v)) > 0:
+                        out.append({"name": title, "unit": unit, "t": t, "v": v})
+            return out
+        return self._memoized(("counters", *self._stamp(run)), compute)
+
+    def _memory_points(self, run_id: str, buckets: int = MEMORY_BUCKETS) -> dict:
+        return self.memory_series(run_id, buckets, with_steps=True)
 
     def event(self, run_id: str, step: int, seq: int) -> dict | None:
         cols = ["step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "start_ns", "end_ns",
@@ -154,39 +318,66 @@ class WebData:
 
     # --- operators -----------------------------------------------------------------------
     def op_table(self, run: dict, by: str = "op") -> list[dict]:
+        """stats.op_breakdown (host and device apart, total and self shares) with % of peak and intensity."""
+        def compute():
+            with self.store.connect(read_only=True) as con:
+                return stats.op_breakdown(con, run["run_id"], by=by, times=self.times(run))
         peak, _ = self.roofs(run)
-        rows = self.store.op_stats(run["run_id"], by=by)
+        rows = [dict(r) for r in self._memoized(("ops", by, *self._stamp(run)), compute)]
         for r in rows:
             r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
             r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
         return rows
 
     # --- memory --------------------------------------------------------------------------
-    def memory_series(self, run_id: str, buckets: int = MEMORY_BUCKETS) -> dict:
+    def _memory_source(self, run_id: str) -> str:
+        if self.store.query("SELECT count(*) FROM memory WHERE run_id = ?", [run_id])[0][0]:
+            return "SELECT backend, t_ns AS t, live_bytes AS v, step, seq FROM memory WHERE run_id = $r"
+        return """SELECT backend, end_ns AS t, live_bytes AS v, step, seq FROM events
+                  WHERE run_id = $r AND live_bytes IS NOT NULL"""
+
+    def memory_series(self, run_id: str, buckets: int = MEMORY_BUCKETS, with_steps: bool = False) -> dict:
         """Live bytes over time per backend: the memory table, else the events' live_bytes column.
 
         A long run has a sample per op: past `buckets` samples the series becomes, per time bucket, its
         lowest and highest sample (each at its own time), so the chart keeps every spike and the exact
-        peak while the browser gets a few thousand points instead of a million."""
-        src = """SELECT backend, t_ns AS t, live_bytes AS v FROM memory WHERE run_id = $r"""
-        if not self.store.query("SELECT count(*) FROM memory WHERE run_id = ?", [run_id])[0][0]:
-            src = """SELECT backend, end_ns AS t, live_bytes AS v FROM events
-                     WHERE run_id = $r AND live_bytes IS NOT NULL"""
-        with self.store.connect() as con:
+        peak while the browser gets a few thousand points instead of a million.
+        with_steps: each series also carries the step of each sample (to place it on the timeline's axis)."""
+        with self.store.connect(read_only=True) as con:
             rows = con.execute(
-                f"""WITH s AS ({src}), r AS (SELECT min(t) AS lo, max(t) - min(t) + 1 AS span, count(*) AS n FROM s)
-                    SELECT backend, t, v FROM s, r WHERE r.n <= $k
+                f"""WITH s AS ({self._memory_source(run_id)}),
+                         r AS (SELECT min(t) AS lo, max(t) - min(t) + 1 AS span, count(*) AS n FROM s)
+                    SELECT backend, t, v, step FROM s, r WHERE r.n <= $k
                     UNION ALL
-                    SELECT backend, unnest([arg_min(t, v), arg_max(t, v)]), unnest([min(v), max(v)])
+                    SELECT backend, unnest([arg_min(t, v), arg_max(t, v)]), unnest([min(v), max(v)]),
+                           unnest([arg_min(step, v), arg_max(step, v)])
                     FROM s, r WHERE r.n > $k
                     GROUP BY backend, floor((t - r.lo) * $k / r.span)
                     ORDER BY 1, 2""", {"r": run_id, "k": int(buckets)}).fetchall()
         out: dict = {}
-        for backend, t, v in rows:
-            series = out.setdefault(backend or "?", ([], []))
+        for backend, t, v, step in rows:
+            series = out.setdefault(backend or "?", ([], [], []) if with_steps else ([], []))
             series[0].append(t)
             series[1].append(v)
+            if with_steps:
+                series[2].append(step)
         return out
+
+    def memory_peaks(self, run: dict) -> list[dict]:
+        """Per backend, the highest live-bytes sample and the op that held it: {backend, bytes, t (on the
+        timeline's axis), step, seq, op, node}."""
+        rid = run["run_id"]
+        with self.store.connect(read_only=True) as con:
+            rows = con.execute(
+                f"""WITH s AS ({self._memory_source(rid)}),
+                         p AS (SELECT backend, max(v) AS v, arg_max(t, v) AS t, arg_max(step, v) AS step,
+                                      arg_max(seq, v) AS seq FROM s GROUP BY backend)
+                    SELECT p.backend, p.v, p.t, p.step, p.seq, e.op, e.node FROM p
+                    LEFT JOIN events e ON e.run_id = $r AND e.step = p.step AND e.seq = p.seq
+                    ORDER BY p.backend""", {"r": rid}).fetchall()
+        shifts = self.step_shifts(run)
+        return [{"backend": b or "?", "bytes": int(v or 0), "t": int(t) - shifts.get(step, 0), "step": step,
+                 "seq": seq, "op": op, "node": node} for b, v, t, step, seq, op, node in rows]
 
     def top_allocators(self, run_id: str, limit: int = 15) -> list[dict]:
         rows = self.store.query(
@@ -225,6 +416,20 @@ def _span_name_sql(table: str = "") -> str:
     device_ops = ", ".join(f"'{x}'" for x in sorted(DEVICE_OPS))
     t = table
     return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
+
+
+def _clock(device) -> str:
+    """The clock a track's times come from: a simulated chip's, or the host's (and a GPU's measured) wall clock."""
+    return "simulated" if str(device or "").startswith("sim:") else "wall"
+
+
+def _floats(col) -> np.ndarray:
+    """A store column as float64 with NaN for missing samples (NULLs come back masked, or as None)."""
+    if col is None:
+        return np.zeros(0)
+    if isinstance(col, np.ma.MaskedArray):
+        return np.ma.filled(col.astype(np.float64), np.nan)
+    return np.asarray([np.nan if x is None else x for x in col], np.float64)
 
 
 def _track_label(backend, device, thread, by_thread: bool) -> str:

@@ -4,11 +4,13 @@ URL = "url"                          # dcc.Location of the shell (query string: 
 NAV = "nav"                          # the page links in the header; their hrefs keep ?run=
 RUN_BADGE = "run-badge"              # header: which run, its status, events arrived / dropped
 LIVE_TICK = "live-tick"              # dcc.Interval: polls while a run streams
+PAGE_ERROR = "page-error"            # the shell's one line for a server failure no page element could show
 RUN_ID = "run-id"                    # dcc.Store: the run this page shows (an id, never data)
 
 # runs
 RUNS_TABLE = "runs-table"
 RUNS_ACTIONS = "runs-actions"
+RUNS_STEPS = "runs-steps"            # the picked run's steps: count, time per step, slowest step
 
 # timeline
 TL_GRAPH = "timeline-graph"
@@ -35,6 +37,7 @@ CMP_SUMMARY = "compare-summary"
 CMP_GRAPH = "compare-graph"
 CMP_TABLE = "compare-table"
 CMP_ERROR = "compare-error"
+CMP_URL = "compare-url"              # a clientside callback writes the picked runs into the address bar
 
 # tensors
 TEN_TABLE = "tensors-table"

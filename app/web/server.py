@@ -22,10 +22,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, urlencode
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from . import components as ui
-from . import gate, ids, inputs
+from . import errors, gate, ids, inputs
 from .data import WebData
 
 # assets/ sits at the repository root (Dash's convention); a wheel ships it as opscope/assets.
@@ -36,12 +36,16 @@ PAGES = ["runs", "timeline", "operators", "memory", "compare", "tensors", "hardw
 LIVE_POLL_MS = 1000
 
 
-def create_app(store=None, token: str | None = None, live: str | None = None, host: str = "127.0.0.1",
+LIVE_ENDPOINT = "/_opscope/live"   # GET ?run=: {run, status, events, dropped} now (the header's poll)
+
+
+def create_app(store=None, token: str | None = None, live=None, host: str = "127.0.0.1",
                allow_hosts=()) -> dash.Dash:
     """The web analyzer over `store` (default: the run store in OPSCOPE_HOME).
 
     token: when set, every request needs it (?token= once, then a cookie; or the X-Opscope-Token header).
-    live: the run that is streaming in (`profile --web`); pages show it when no run is picked.
+    live: the run that is streaming in (`profile --web`), as its id or the profiler's LiveRun (whose collector's
+    counters then answer the page's poll without a store query); pages show it when no run is picked.
     host, allow_hosts: the address the server is bound to and other names it may be reached by; a request
     whose Host header names anything else is refused (gate.py: DNS rebinding).
     """
@@ -62,6 +66,7 @@ def create_app(store=None, token: str | None = None, live: str | None = None, ho
     for m in modules:
         m.register(app, data)
     gate.install(app, host=host, token=token, allow_hosts=allow_hosts)
+    errors.install(app)
     app.opscope_data = data
     app.server.opscope_data = data     # page layouts find it through flask.current_app
     return app
@@ -99,6 +104,36 @@ _EARLY = """<script>(function () {
     document.addEventListener("opscope:timeline-drawn", function () { plotly(ok, fail); }, {once: true});
     setTimeout(function () { plotly(ok, fail); }, 4000);
   });
+  // A callback the server failed (errors.py: a 500 of one line): that line goes where the callback would have
+  // drawn, so no page says "loading…" for ever; outputs that cannot hold text are emptied, and the line
+  // then shows above the page.
+  var realFetch = window.fetch;
+  window.fetch = function (input, init) {
+    var p = realFetch.apply(this, arguments), url = typeof input === "string" ? input : (input && input.url) || "";
+    if (url.indexOf("_dash-update-component") < 0) return p;
+    return p.then(function (r) {
+      if (r.status >= 500) r.clone().text().then(function (t) { window.opscopeCallbackFailed(t, init && init.body); });
+      return r;
+    });
+  };
+  window.opscopeCallbackFailed = function (text, body) {
+    var set = window.dash_clientside && window.dash_clientside.set_props;
+    if (!set) return;
+    var line = (text || "server error").trim().split("\\n")[0], outs = [], shown = false;
+    try { outs = [].concat(JSON.parse(body).outputs || []); } catch (e) { outs = []; }
+    var note = {type: "Div", namespace: "dash_html_components", props: {className: "note note-error", children: line}};
+    outs.forEach(function (o) {
+      if (!o || typeof o.id !== "string") return;
+      if (o.property === "children") { set(o.id, {children: note}); shown = true; }
+      else if (o.property === "figure") {
+        set(o.id, {figure: {data: [], layout: {xaxis: {visible: false}, yaxis: {visible: false}, height: 220,
+          annotations: [{text: line, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+                         font: {color: "#b91c1c", size: 13}}]}}});
+        shown = true;
+      } else if (o.property === "rowData") set(o.id, {rowData: []});
+    });
+    if (!shown) set(%(page_error)s, {children: note});
+  };
   // A JSON answer (the endpoint's {error} included), else the server's one line (the token gate's 403) as the error.
   window.opscopeJson = function (r) {
     if ((r.headers.get("content-type") || "").indexOf("json") >= 0) return r.json();
@@ -118,7 +153,7 @@ _EARLY = """<script>(function () {
 def _index_with_early_loads(app) -> str:
     """Dash's index page with _EARLY in <head>."""
     early = _EARLY % {"prefix": json.dumps(app.config.requests_pathname_prefix),
-                      "plotly": json.dumps(app.get_asset_url(PLOTLY_JS))}
+                      "plotly": json.dumps(app.get_asset_url(PLOTLY_JS)), "page_error": json.dumps(ids.PAGE_ERROR)}
     return app.index_string.replace("{%css%}", "{%css%}\n        " + early, 1)
 
 
@@ -132,7 +167,8 @@ def _shell(modules):
             html.Nav(id=ids.NAV, className="nav", children=_nav(modules, "/", "")),
             html.Div(id=ids.RUN_BADGE, className="run-badge"),
         ]),
-        html.Main(className="page", children=dash.page_container),
+        html.Main(className="page", children=[html.Div(id=ids.PAGE_ERROR, className="page-error"),
+                                              dash.page_container]),
     ])
 
 
@@ -148,17 +184,62 @@ def _register_shell(app, data: WebData, modules):
     def nav(pathname, search):
         return _nav(modules, inputs.text(pathname, "pathname"), inputs.text(search, "search"))
 
-    @app.callback(Output(ids.RUN_STATUS, "data"), Output(ids.RUN_BADGE, "children"), Output(ids.LIVE_TICK, "disabled"),
-                  Input(ids.URL, "search"), Input(ids.LIVE_TICK, "n_intervals"))
-    def status(search, _tick):
+    # The run a page shows, looked up once per address; while it runs, the poll below keeps RUN_STATUS current.
+    @app.callback(Output(ids.RUN_STATUS, "data"), Input(ids.URL, "search"))
+    def status(search):
         q = parse_qs((inputs.text(search, "search") or "").lstrip("?"))
         run = data.run((q.get("run") or [None])[0])
         if run is None:
-            return None, html.Span("no runs yet: `opscope profile MODEL`", className="muted"), True
-        arrived = data.arrived(run)
-        st = {"run": run["run_id"], "status": run.get("status"), "events": arrived,
-              "dropped": int(run.get("dropped") or 0)}
-        return st, ui.run_badge(run, arrived), run.get("status") != "running"
+            return None
+        return {"run": run["run_id"], "status": run.get("status"), "events": data.arrived(run),
+                "dropped": int(run.get("dropped") or 0)}
+
+    @app.callback(Output(ids.RUN_BADGE, "children"), Output(ids.LIVE_TICK, "disabled"),
+                  Input(ids.RUN_STATUS, "data"))
+    def badge(status):
+        status = inputs.run_status(status)
+        if status is None:
+            return html.Span("no runs yet: `opscope profile MODEL`", className="muted"), True
+        run = data.run_info(status["run"], status.get("status"))
+        if run is None:
+            return html.Span(f"no run {status['run']!r}", className="muted"), True
+        run = {**run, "status": status.get("status"), "dropped": status.get("dropped", 0)}
+        return ui.run_badge(run, int(status.get("events") or 0)), status.get("status") != "running"
+
+    # The poll: a cheap endpoint (the live run's counters live in memory), and RUN_STATUS changes only when
+    # the run did, so pages redraw when there is something new, not on every tick.
+    app.clientside_callback(_POLL_JS % {"endpoint": json.dumps(LIVE_ENDPOINT.lstrip("/")),
+                                        "status": json.dumps(ids.RUN_STATUS)},
+                            Output(ids.LIVE_TICK, "max_intervals"), Input(ids.LIVE_TICK, "n_intervals"),
+                            State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+    # a page's error line belongs to that page
+    app.clientside_callback("function (_p) { return null; }", Output(ids.PAGE_ERROR, "children"),
+                            Input(ids.URL, "pathname"))
+
+    from flask import Response, request
+
+    def live_endpoint():
+        rid = inputs.text(request.args.get("run"), "run") or ""
+        body = data.live_status(rid) if rid else None
+        return Response(json.dumps(body if body else {"error": f"no run {rid!r}"}), status=200 if body else 404,
+                        mimetype="application/json", headers={"Cache-Control": "no-store"})
+
+    app.server.add_url_rule(LIVE_ENDPOINT, "opscope_live", live_endpoint)
+
+
+_POLL_JS = """function (_n, status) {
+  if (!status || status.status !== "running") return window.dash_clientside.no_update;
+  var prefix = JSON.parse(document.getElementById("_dash-config").textContent).requests_pathname_prefix || "/";
+  fetch(prefix + %(endpoint)s + "?run=" + encodeURIComponent(status.run), {credentials: "same-origin"})
+    .then(function (r) { return r.ok ? r.json() : null; })
+    .then(function (s) {
+      if (!s || s.run !== status.run) return;
+      if (s.events !== status.events || s.status !== status.status || s.dropped !== status.dropped) {
+        window.dash_clientside.set_props(%(status)s, {data: s});
+      }
+    }).catch(function () {});
+  return window.dash_clientside.no_update;
+}"""
 
 
 def is_loopback(host: str) -> bool:
@@ -195,7 +276,7 @@ def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: i
     if not is_loopback(host) and not token:
         token = secrets.token_urlsafe(18)
         print(f"opscope: {host} is not loopback, so requests need a token; generated one: {token}", file=sys.stderr)
-    app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live_id,
+    app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live,
                      host=host, allow_hosts=allow_hosts)
     srv, base = start_in_thread(app, host, port)
     stopping = threading.Event()

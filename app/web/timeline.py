@@ -18,6 +18,7 @@ from . import theme
 PX = 1400              # buckets across the window: about the plot's width in pixels
 MAX_SPANS = 2000       # individually drawn spans per track at any zoom
 STACK_KEY = -2         # key0 of a Python-stack span (events use key0 = step >= 0)
+STEP_KEY = -3          # key0 of a span on the step track (key1: the step)
 
 
 @dataclass
@@ -36,10 +37,12 @@ class Spans:
     maxdur: np.ndarray         # per track: the longest span, to find spans that began before t0
     t_min: int
     t_max: int
+    clocks: list | None = None  # per track: "simulated", "wall", or None (the step track)
+    step_spans: int = 0         # spans on the step track (track 0 when there is one): not counted as spans
 
     @property
     def count(self) -> int:
-        return len(self.start)
+        return len(self.start) - self.step_spans
 
 
 def build(start, end, track, tracks, label, names, key0, key1, frames_from: int | None = None,
@@ -87,7 +90,8 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
     visible = hits = 0
     for k in range(len(spans.tracks)):
         idx = _overlapping(spans, k, t0, t1)
-        visible += len(idx)
+        if not (spans.step_spans and k == 0):
+            visible += len(idx)
         if match is not None:
             hits += int(match[spans.label[idx]].sum())
         dur = spans.end[idx] - spans.start[idx]
@@ -172,11 +176,14 @@ def payload(spans: Spans, lod: Lod) -> dict:
     origin = spans.t_min
     shown = lod.shown
     rel = (lambda a: (np.asarray(a, np.int64) - origin).astype(np.float64))
-    colors = [theme.STACK if i >= spans.frames_from else theme.op_color(g) for i, g in enumerate(spans.groups)]
+    colors = [theme.span_color(n, g) for n, g in zip(spans.names, spans.groups)]
+    # the legend names a kernel itself (each has its own color), anything else by its op
+    legend = [n if g == "kernel" else g for n, g in zip(spans.names, spans.groups)]
     top = in_window(spans, lod.t0, lod.t1)
     return {
         "origin": str(origin), "t0": lod.t0 - origin, "t1": lod.t1 - origin, "end": spans.t_max - origin,
-        "tracks": spans.tracks, "names": spans.names, "colors": colors, "groups": spans.groups,
+        "tracks": spans.tracks, "clocks": spans.clocks or [None] * len(spans.tracks), "names": spans.names,
+        "colors": colors, "groups": spans.groups, "legend": legend,
         "frames_from": spans.frames_from,
         "count": spans.count, "visible": lod.visible, "top": top,
         "spans": {"n": len(shown), "start": b64(rel(spans.start[shown]), "f8"), "end": b64(rel(spans.end[shown]), "f8"),
@@ -186,6 +193,33 @@ def payload(spans: Spans, lod: Lod) -> dict:
                     "track": b64(lod.b_track, "i4"), "count": b64(lod.b_count, "f8"), "busy": b64(lod.b_busy, "f8"),
                     "hits": b64(lod.b_hits, "f8")},
     }
+
+
+def counter_payload(counters: list[dict], origin: int, t0: int, t1: int, px: int = PX) -> list[dict]:
+    """The counter tracks for one window: each series' samples inside it (and one either side, so the line
+    reaches the edges), past 2 px per sample thinned to each pixel's lowest and highest sample."""
+    out = []
+    for c in counters:
+        t, v = c["t"], c["v"]
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        lo = max(int(np.searchsorted(t, t0, "left")) - 1, 0)
+        hi = min(int(np.searchsorted(t, t1, "right")) + 1, len(t))
+        t, v = t[lo:hi], v[lo:hi]
+        if len(t) > 2 * px:
+            bucket = ((t - t0) * px // max(t1 - t0, 1)).astype(np.int64)
+            keep = np.zeros(len(t), bool)
+            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+            for a, b in zip(starts, np.r_[starts[1:], len(t)]):
+                w = v[a:b]
+                keep[a + int(np.nanargmin(w)) if np.isfinite(w).any() else a] = True
+                keep[a + int(np.nanargmax(w)) if np.isfinite(w).any() else a] = True
+            t, v = t[keep], v[keep]
+        finite = np.isfinite(c["v"])
+        out.append({"name": c["name"], "unit": c["unit"], "t": b64((t - origin).astype(np.float64), "f8"),
+                    "v": b64(np.nan_to_num(v, nan=0.0), "f8"), "n": len(t),
+                    "max": float(np.max(c["v"][finite])) if finite.any() else 0.0})
+    return out
 
 
 def matching(spans: Spans, text: str) -> np.ndarray:

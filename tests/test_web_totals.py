@@ -1,0 +1,210 @@
+"""Numbers a perf engineer can trust: a run's time counted once (union of top-level spans, host and device
+apart), shares of that time per op, Compare's totals on the same rules, one lane per GPU stream, simulated
+steps back to back, the Runs page's durations and steps, and server failures shown as one line."""
+import pytest
+
+from opscope.app.web import theme
+from opscope.app.web import timeline as lod
+from opscope.app.web.data import WebData
+from opscope.app.web.server import create_app
+from opscope.profiler import stats
+from opscope.profiler.compare import compare_runs
+from opscope.profiler.store import RunStore
+
+from test_web_security import _callback_body, _server_callbacks
+
+
+def ev(seq, op, t0, t1, *, depth=0, step=0, backend="torch:cpu", device="cpu", thread=1, node=None, module="",
+       live=None, flops=0, nbytes=0):
+    return (step, seq, op, node or op, module, "", backend, device, thread, depth, t0, t1, "[]", "[]", "[]", "[]",
+            nbytes, flops, False, live)
+
+
+def make_run(store, rows, **kw):
+    rid = store.create_run(model=kw.pop("model", "m"), backend=kw.pop("backend", "torch:cpu"),
+                           device=kw.pop("device", "cpu"), **kw)
+    store.add_events(rid, rows)
+    store.finish_run(rid, status="ok")
+    return rid
+
+
+NESTED = [ev(0, "linear", 0, 1000), ev(1, "addmm", 100, 900, depth=1), ev(2, "relu", 1000, 2000)]
+HOST_DEVICE = [ev(0, "linear", 0, 1000),
+               ev(1, "kernel", 500, 1500, backend="cuda", device="cuda:0", thread=7, node="ampere_sgemm")]
+
+
+def breakdown(store, rid, by="op"):
+    with store.connect(read_only=True) as con:
+        return {r["key"]: r for r in stats.op_breakdown(con, rid, by)}
+
+
+def times(store, rid):
+    with store.connect(read_only=True) as con:
+        return stats.run_times(con, rid)
+
+
+def test_union_counts_overlaps_once():
+    assert stats.union_ns([0, 100, 1000], [500, 200, 1500]) == 1000
+    assert stats.union_ns([0, 10], [100, 20]) == 100                 # nested: the parent's time
+    assert stats.union_ns([], []) == 0
+
+
+def test_a_nested_run_counts_its_time_once_and_shares_self_time(opscope_home):
+    store = RunStore()
+    rid = make_run(store, NESTED)
+    t = times(store, rid)
+    assert (t["busy_ns"], t["host_ns"], t["device_ns"]) == (2000, 2000, 0)      # not 2800: addmm is inside linear
+    rows = breakdown(store, rid)
+    assert rows["addmm"]["self_pct"] == pytest.approx(40.0)          # a nested op's self time counts (was 0 %)
+    assert rows["linear"]["total_pct"] == pytest.approx(50.0) and rows["linear"]["self_pct"] == pytest.approx(10.0)
+    assert sum(r["self_pct"] for r in rows.values()) == pytest.approx(100.0)
+
+
+def test_host_and_device_time_are_never_added(opscope_home):
+    store = RunStore()
+    rid = make_run(store, HOST_DEVICE)
+    t = times(store, rid)
+    assert (t["busy_ns"], t["host_ns"], t["device_ns"]) == (1500, 1000, 1000)   # not 2000
+    rows = breakdown(store, rid)
+    assert rows["linear"]["kind"] == "host" and rows["kernel"]["kind"] == "device"
+    assert all(r["total_pct"] == pytest.approx(100.0) for r in rows.values())   # each of its own kind's time
+
+
+def test_compare_totals_follow_the_same_rules_and_warn_of_a_simulated_side(opscope_home):
+    store = RunStore()
+    a = make_run(store, NESTED, model="mlp")
+    b = make_run(store, HOST_DEVICE, model="mlp")
+    doc = compare_runs(store, a, b)
+    assert doc["total_a_ns"] == 2000 and doc["total_b_ns"] == 1500
+    assert doc["totals"]["b"]["host_ns"] == 1000 and doc["totals"]["b"]["device_ns"] == 1000
+    assert any("only run B has device time" in w for w in doc["warnings"])
+    sim = make_run(store, [ev(0, "linear", 0, 700, backend="npu-a1", device="sim:npu-a1")], model="mlp",
+                   backend="npu-a1", device="sim:npu-a1")
+    doc = compare_runs(store, a, sim)
+    assert doc["totals"]["b"]["simulated"] and any("run B ran on a simulated clock" in w for w in doc["warnings"])
+
+
+def test_one_stream_one_lane_even_when_kernels_overlap_by_a_nanosecond(opscope_home):
+    """Kineto's us -> ns rounding makes back-to-back kernels overlap by 1 ns; nesting them was a lie."""
+    store = RunStore()
+    k = (lambda seq, t0, t1, depth: ev(seq, "kernel", t0, t1, depth=depth, backend="cuda", device="cuda:0",
+                                       thread=7, node=f"k{seq}"))
+    rid = make_run(store, [k(0, 0, 1000, 0), k(1, 999, 2000, 1), k(2, 1999, 3000, 1), k(3, 2999, 4000, 2)])
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    assert p["tracks"] == ["steps", "cuda:0 · stream 7"]                 # no "↳ depth" lanes
+    assert set(lod.unb64(p["spans"]["track"], "i4").tolist()) == {0, 1}
+    assert times(store, rid)["device_ns"] == 4000                        # every kernel is top level
+    assert all(r["self_ns"] == r["total_ns"] for r in breakdown(store, rid, "node").values())
+
+
+def test_sim_steps_sit_back_to_back_with_the_gap_marked(opscope_home):
+    store = RunStore()
+    sim = dict(backend="npu-a1", device="sim:npu-a1")
+    rid = make_run(store, [ev(0, "linear", 10**9, 10**9 + 1000, **sim), ev(1, "gelu", 10**9 + 1000, 10**9 + 1500, **sim),
+                           ev(0, "linear", 5 * 10**9, 5 * 10**9 + 1000, step=1, **sim),
+                           ev(1, "gelu", 5 * 10**9 + 1000, 5 * 10**9 + 1500, step=1, **sim)], **sim)
+    data = WebData(store)
+    run = data.run(rid)
+    assert data.step_windows(rid) == [(0, 10**9, 10**9 + 1500), (1, 10**9 + 1500, 10**9 + 3000)]
+    assert data.breaks(run) == [(10**9 + 1500, 4 * 10**9 - 1500)]
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    assert p["end"] == 3000 and p["breaks"] == [[1500, 4 * 10**9 - 1500]]     # 3 us of ops, not 4 s of gap
+    assert "device: simulated clock" in p["clock"] and p["clocks"][1] == "simulated"
+    # a measured run keeps its gaps: there, idle time is real
+    wall = make_run(store, [ev(0, "linear", 0, 1000), ev(0, "linear", 10**6, 10**6 + 1000, step=1)])
+    assert WebData(store).step_windows(wall) == [(0, 0, 1000), (1, 10**6, 10**6 + 1000)]
+
+
+def test_step_track_and_steps_table(opscope_home):
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 1000), ev(1, "relu", 1000, 1200),
+                           ev(0, "linear", 2000, 5000, step=1), ev(0, "linear", 6000, 6500, step=2)])
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    names = p["names"]
+    steps = [(names[lab], s, e) for lab, s, e, tr in zip(lod.unb64(p["spans"]["label"], "i4"),
+                                                         lod.unb64(p["spans"]["start"], "f8"),
+                                                         lod.unb64(p["spans"]["end"], "f8"),
+                                                         lod.unb64(p["spans"]["track"], "i4")) if tr == 0]
+    assert sorted(steps) == [("step 0", 0, 1200), ("step 1", 2000, 5000), ("step 2", 6000, 6500)]
+    assert p["count"] == 4                          # the info line counts ops, not the step spans
+    summary = stats.step_summary(times(store, rid))
+    assert summary["count"] == 3 and summary["slowest"]["step"] == 1
+    assert summary["mean_ns"] == pytest.approx((1200 + 3000 + 500) / 3)
+
+
+def _call(app, key, values):
+    cb = app.callback_map[key]
+    return app.server.test_client().post("/_dash-update-component", json=_callback_body(key, cb, values))
+
+
+def test_runs_page_shows_trace_time_steps_and_the_empty_state_only_without_runs(opscope_home):
+    store = RunStore()
+    app = create_app(store=store)
+    _server_callbacks(app)
+    key = next(k for k in app.callback_map if "runs-actions.children" in k)
+    empty = _call(app, key, [None, None]).get_json()
+    assert "No runs yet" in str(empty)
+    rid = make_run(store, HOST_DEVICE)
+    make_run(store, NESTED)
+    some = _call(app, key, [None, None]).get_json()
+    assert "No runs yet" not in str(some) and "Click a run" in str(some)
+    rows = _call(app, "runs-table.rowData", [None]).get_json()["response"]["runs-table"]["rowData"]
+    row = next(r for r in rows if r["id"] == rid)
+    assert (row["duration"], row["host"], row["device"], row["steps"]) == (1500, 1000, 1000, 1)
+    picked = _call(app, key, [{"rowId": rid}, []]).get_json()
+    assert "runs-steps-table" in str(picked) and "slowest" in str(picked)
+
+
+def test_a_callback_that_fails_answers_one_line_the_page_shows(opscope_home):
+    """A run whose stored description lacks `implementation` made the Advisor raise: a 500 the page showed as
+    'loading…' for ever. The answer is now one line, which the page puts where the advice would go."""
+    store = RunStore()
+    rid = make_run(store, NESTED, description={"name": "broken", "peak_flops": {"float32": 1e12}})
+    app = create_app(store=store)
+    _server_callbacks(app)
+
+    def broken(*a, **k):
+        raise RuntimeError("the store cannot be read\nsecond line")
+    app.opscope_data.op_table = broken
+    r = _call(app, next(k for k in app.callback_map if k.startswith("..ops-table.rowData")),
+              [{"run": rid, "status": "ok", "events": 3, "dropped": 0}, "op", None])
+    assert r.status_code == 500
+    assert r.get_data(as_text=True) == "500 server error: RuntimeError: the store cannot be read\n"
+    assert "opscopeCallbackFailed" in app.server.test_client().get("/").get_data(as_text=True)
+
+
+def test_memory_peak_names_the_op_that_held_it(opscope_home):
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 1000, live=100), ev(1, "gelu", 1000, 2000, live=900, node="gelu_3"),
+                           ev(2, "add", 2000, 3000, live=200)])
+    data = WebData(store)
+    [peak] = data.memory_peaks(data.run(rid))
+    assert (peak["op"], peak["node"], peak["seq"], peak["bytes"], peak["t"]) == ("gelu", "gelu_3", 1, 900, 2000)
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    [mem] = p["counters"]                                             # drawn under the timeline, on its axis
+    assert mem["name"].startswith("live bytes") and mem["max"] == 900
+    assert lod.unb64(mem["t"], "f8").tolist() == [1000, 2000, 3000]
+
+
+def test_module_grouping_rolls_up(opscope_home):
+    store = RunStore()
+    rid = make_run(store, [ev(0, "matmul", 0, 600, module="h.0.attn"), ev(1, "view", 600, 610, module="h.0.attn"),
+                           ev(2, "view", 610, 620, module="h.0.attn"), ev(3, "gelu", 620, 1000, module="h.0.mlp"),
+                           ev(4, "add", 1000, 1100, module="h.1.mlp")])
+    rows = breakdown(store, rid, "module")
+    assert rows["h"]["total_ns"] == 1100 and rows["h.0"]["total_ns"] == 1000 and rows["h.0.attn"]["total_ns"] == 620
+    assert rows["h.0.attn"]["op"] == "matmul"                         # the op that takes the time, not the commonest
+    with store.connect(read_only=True) as con:
+        order = [r["key"] for r in stats.op_breakdown(con, rid, "module")]
+    assert order == ["h", "h.0", "h.0.attn", "h.0.mlp", "h.1", "h.1.mlp"]   # a tree, biggest child first
+
+
+def test_ops_that_sit_side_by_side_have_distinct_colors():
+    def dist(a, b):
+        x, y = theme.op_color(a), theme.op_color(b)
+        return sum(abs(int(x[i:i + 2], 16) - int(y[i:i + 2], 16)) for i in (1, 3, 5))
+    for a, b in [("linear", "matmul"), ("softmax", "scaled_dot_product_attention"), ("add", "mul")]:
+        assert dist(a, b) > 120, (a, b)
+    grey = (0x9a, 0xa5, 0xb1)                                         # timeline.js: spans too small to draw
+    view = theme.op_color("view")
+    assert sum(abs(int(view[i:i + 2], 16) - g) for i, g in zip((1, 3, 5), grey)) > 90
