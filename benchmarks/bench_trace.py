@@ -62,6 +62,30 @@ def baseline_events(store, rid):
              "args": {k: cols[k][i] for k in keys}} for i in range(len(op))]
 
 
+def import_phases(store, path) -> dict:
+    """The import of `path`, phase by phase (what `import_trace` does, in its order): reading the JSON,
+    parsing it into columns, nesting and numbering (columns), writing the store (events, details, finish)."""
+    import gc
+    from opscope.profiler.importers import kineto
+    from opscope.profiler.importers.common import read_json, save
+    out = {}
+    enabled = gc.isenabled()
+    gc.disable()                            # as import_trace does
+    try:
+        out["read json"], doc = timed(lambda: read_json(path))
+        out["parse"], (table, run) = timed(lambda: kineto.parse(doc, str(path)))
+        del doc
+        out["columns"], _ = timed(table.columns)          # save() does this again: reported, not subtracted
+        out["save (columns + insert)"], rid = timed(lambda: save(
+            store, table, model="bench", backend=run["backend"], device=run["device"], source=str(path),
+            config=run["config"], steps=max(1, run["steps"])))
+    finally:
+        if enabled:
+            gc.enable()
+    store.delete_run(rid)
+    return out
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -73,6 +97,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="100k events, one round: a smoke run")
+    ap.add_argument("--phases", action="store_true", help="also time each phase of the import once")
     args = ap.parse_args()
     if args.quick:
         args.events, args.rounds = 100_000, 1
@@ -108,6 +133,9 @@ def main() -> int:
             res["baseline json.load"].append(timed(load)[0])
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in res.items()),
                   flush=True)
+        if args.phases:
+            phases = import_phases(store, out)
+            print("import phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), flush=True)
         med = {k: statistics.median(v) for k, v in res.items()}
         print(f"\nmedians over {args.rounds} round(s), {args.events:,} events "
               f"(chrome {out.stat().st_size / 2**20:.0f} MiB, perfetto {pf.stat().st_size / 2**20:.0f} MiB, "

@@ -61,7 +61,26 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS artifacts (
         run_id TEXT, kind TEXT, name TEXT, data BLOB           -- kind: speedscope | note | ...
     )""",
+    *(f"CREATE TABLE IF NOT EXISTS {t} ({cols})" for t, cols in {
+        # What an imported trace holds besides ops (profiler/importers/details.py). Spans are not ops, so no
+        # op table counts them: user annotations (record_function, ProfilerStep#N), runtime calls
+        # (cudaLaunchKernel), syncs. kind: the trace's category as written (user_annotation, cuda_runtime...).
+        "spans": "run_id TEXT, kind TEXT, name TEXT, backend TEXT, device TEXT, thread BIGINT, depth INTEGER, "
+                 "step INTEGER, start_ns BIGINT, end_ns BIGINT, args TEXT",
+        # Arrows between two tracks (ac2g: a launch on the host -> its kernel on a stream; fwdbwd). to_step /
+        # to_seq (from_step / from_seq): the event that starts where the arrow lands (leaves), NULL if none.
+        "flows": "run_id TEXT, kind TEXT, flow_id TEXT, from_backend TEXT, from_device TEXT, from_thread BIGINT, "
+                 "from_ns BIGINT, from_step INTEGER, from_seq INTEGER, to_backend TEXT, to_device TEXT, "
+                 "to_thread BIGINT, to_ns BIGINT, to_step INTEGER, to_seq INTEGER",
+        # A device op's launch configuration, keyed like tensors by the event's (step, seq); args: all of them
+        "kernel_args": "run_id TEXT, step INTEGER, seq INTEGER, grid TEXT, block TEXT, registers INTEGER, "
+                       "shared_memory BIGINT, blocks_per_sm DOUBLE, warps_per_sm DOUBLE, occupancy DOUBLE, "
+                       "correlation BIGINT, args TEXT",
+    }.items()),
 ]
+
+# tables keyed by run_id that came after `delete_run` listed its own; it deletes from these too
+IMPORT_TABLES = ("spans", "flows", "kernel_args")
 
 EVENT_COLUMNS = ["run_id", "step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "depth",
                  "start_ns", "end_ns", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes",
@@ -69,3 +88,10 @@ EVENT_COLUMNS = ["run_id", "step", "seq", "op", "node", "module", "source", "bac
 
 MIGRATIONS = [f"ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {kind} DEFAULT {default}"
               for name, (kind, default) in ADDED_EVENT_COLUMNS.items()]
+
+# column order of the tables above, without run_id (what the store's add_* methods take)
+SPAN_COLUMNS = ["kind", "name", "backend", "device", "thread", "depth", "step", "start_ns", "end_ns", "args"]
+FLOW_COLUMNS = ["kind", "flow_id", "from_backend", "from_device", "from_thread", "from_ns", "from_step", "from_seq",
+                "to_backend", "to_device", "to_thread", "to_ns", "to_step", "to_seq"]
+KERNEL_ARG_COLUMNS = ["step", "seq", "grid", "block", "registers", "shared_memory", "blocks_per_sm", "warps_per_sm",
+                      "occupancy", "correlation", "args"]

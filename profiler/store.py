@@ -36,7 +36,8 @@ import numpy as np
 from opscope.runtime.errors import OpscopeError, UsageError, first_line
 from opscope.runtime.home import HOME_ENV, opscope_home, private_file, private_folder
 
-from .schema import ADDED_EVENT_COLUMNS, DDL, EVENT_COLUMNS, MIGRATIONS, SCHEMA_VERSION
+from .schema import ADDED_EVENT_COLUMNS, DDL, EVENT_COLUMNS, FLOW_COLUMNS, IMPORT_TABLES, KERNEL_ARG_COLUMNS, MIGRATIONS, \
+    SCHEMA_VERSION, SPAN_COLUMNS
 from .stats import CACHE_DDL
 
 MEMORY_COLUMNS = ["step", "seq", "t_ns", "backend", "live_bytes", "alloc_bytes", "free_bytes"]
@@ -281,7 +282,8 @@ class RunStore:
     def delete_run(self, run_id: str) -> None:
         rid = self.get_run(run_id)["run_id"]
         with self.connect() as con:
-            for t in ("events", "memory", "tensors", "hardware", "stacks", "artifacts", "op_stats_cache", "runs"):
+            for t in ("events", "memory", "tensors", "hardware", "stacks", "artifacts", *IMPORT_TABLES, "op_stats_cache",
+                      "runs"):
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
 
     # --- writing -------------------------------------------------------------------------
@@ -418,6 +420,33 @@ class RunStore:
             # NOTE: stats has no "don't cache" switch yet; its live query is what op_stats runs uncached
             return [stats._dict(r) for r in con.execute(stats._live_sql(con, rid, by, "") + stats._ORDER,
                                                          {"run": rid}).fetchall()]
+
+    # --- what an imported trace holds besides ops (schema.IMPORT_TABLES) --------------------
+    def add_spans(self, run_id: str, cols: dict, *, con=None) -> int:
+        """Annotations, runtime calls and other spans that are not ops: columns keyed by SPAN_COLUMNS."""
+        return self._insert("spans", ["run_id", *SPAN_COLUMNS], run_id, cols, con=con)
+
+    def add_flows(self, run_id: str, cols: dict, *, con=None) -> int:
+        return self._insert("flows", ["run_id", *FLOW_COLUMNS], run_id, cols, con=con)
+
+    def add_kernel_args(self, run_id: str, cols: dict, *, con=None) -> int:
+        return self._insert("kernel_args", ["run_id", *KERNEL_ARG_COLUMNS], run_id, cols, con=con)
+
+    def spans_frame(self, run_id) -> dict[str, np.ndarray]:
+        return self._import_frame("spans", run_id, SPAN_COLUMNS, "ORDER BY backend, device, thread, start_ns, depth")
+
+    def flows_frame(self, run_id) -> dict[str, np.ndarray]:
+        return self._import_frame("flows", run_id, FLOW_COLUMNS, "ORDER BY from_ns, to_ns")
+
+    def kernel_args_frame(self, run_id) -> dict[str, np.ndarray]:
+        return self._import_frame("kernel_args", run_id, KERNEL_ARG_COLUMNS, "ORDER BY step, seq")
+
+    def _import_frame(self, table, run_id, columns, order) -> dict[str, np.ndarray]:
+        try:
+            return self._columns(table, run_id, columns, order=order)
+        except duckdb.CatalogException:     # a store from before the table, read where it cannot be upgraded
+            self.get_run(run_id)
+            return {c: np.zeros(0, dtype=object) for c in columns}
 
 
 def _scan(con, view, frame, sql):

@@ -205,6 +205,8 @@ class EventTable:
     def __init__(self):
         self.cols: dict[str, list] = {c: [] for c in self.COLUMNS}
         self.seq = None          # set when the file carries its own seq numbers
+        self.flat_from = None    # rows from here on are on device streams: one lane each, never nested
+        self.details = None      # what the trace holds besides ops (details.Details), written beside them
 
     def __len__(self):
         return len(self.cols["start_ns"])
@@ -258,7 +260,11 @@ class EventTable:
             lanes: dict = {}
             lane = np.asarray([lanes.setdefault(k, len(lanes)) for k in zip(devices.tolist(), thread.tolist())],
                               dtype=np.int64)
-        depth = nesting_depth(lane, start, end)
+        if self.flat_from is None:
+            depth = nesting_depth(lane, start, end)
+        else:
+            h = self.flat_from
+            depth = np.concatenate([nesting_depth(lane[:h], start[:h], end[:h]), np.zeros(n - h, dtype=np.int64)])
         step = np.asarray(c["step"], dtype=np.int64)
         if self.seq is not None:
             seq = np.asarray(self.seq, dtype=np.int64)
@@ -351,7 +357,10 @@ def save(store, table: EventTable, *, model: str, backend: str, device: str, sou
         # unknown integers (bytes, FLOPs, live bytes) go in as NULL: masked entries of a masked array
         for k, null in nulls.items():
             cols[k] = np.ma.masked_array(cols[k], mask=null)
-        store.add_event_columns(run_id, cols)
+        with store.connect() as con:
+            store.add_event_columns(run_id, cols, con=con)
+            if table.details is not None:
+                table.details.write(store, run_id, cols, table.details.step_spans, con)
         store.finish_run(run_id, status="ok")
     except BaseException:
         _remove(store, run_id)

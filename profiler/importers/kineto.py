@@ -9,9 +9,11 @@ What the GPU did (`kernel`, `gpu_memcpy`, `gpu_memset`) becomes op events of its
 device and stream: backend `cuda` (or the device kind the launch calls name: `xpu_runtime` -> `xpu`),
 device `cuda:<args.device>`, thread = `args.stream`, op `kernel` / `memcpy` / `memset`, node = the
 kernel's name as in the file, bytes = `args.bytes`, module = the cpu_op that launched it, step = the
-step it was *launched* in (see `_gpu_columns`). The host side of a launch (`cuda_runtime`,
-`cuda_driver`), flow arrows (`ac2g`), `gpu_user_annotation`, `overhead` and `cuda_sync` are counted in
-the run's config (`skipped`, next to `imported`) but not imported: the cpu_op already holds that time.
+step it was *launched* in (see `_gpu_columns`). A stream runs one kernel at a time: its rows never nest
+(depth 0), even where the us -> ns rounding makes two overlap by a nanosecond. Matmul-family ops get FLOPs
+and bytes from their recorded shapes (flops.py), once per nest. Everything else the trace holds -- Python
+stacks, annotations, launches, memory samples, flows, kernel args, track names -- is kept by details.py,
+and what is kept nowhere is counted by kind in the run's config (`import.kinds_dropped`).
 
 Our own export (otherData.opscope): op events come back with their step, seq, node, module,
 shapes and FLOPs; step spans and stacks are skipped.
@@ -35,13 +37,14 @@ from opscope.runtime.errors import UsageError
 
 from .common import DTYPES, INDEX_MAX, INT64_MAX, EventTable, index, as_int as _int, count as _size, key, number, shapes_json, \
     short, span_ns, text, where_of
+from .details import Details, count_kinds, kind_of
+from .flops import MATMUL_FAMILY, cost as _matmul_cost
 from .names import op_for_aten_name
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
              "overhead", "cuda_sync"}
 _GPU_OPS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}   # Kineto category -> op
 DEVICE_OPS = frozenset(_GPU_OPS.values())   # ops that ran on a device stream; their module is the op that launched them
-_FLOWS = {"s", "t", "f"}       # flow arrows (ac2g: launch -> kernel; fwdbwd): links, not spans
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
 _NS_FAST = 2.0 ** 62      # |ns| the column parser takes as they are; beyond, the event parser checks exactly
@@ -76,11 +79,11 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
     cpu_pids = {key(e.get("pid", 0)) for e in events if isinstance(e, dict) and e.get("cat") == "cpu_op"}
     table = EventTable()
     imported: Counter = Counter()
-    skipped = _flows(events, [_ph(e) for e in events])
+    step_kinds: Counter = Counter()
     step_spans: list[tuple[int, int]] = []
     t0 = _t0(kind, other, source)
     seqs = []
-    cpu, gpu, launches = _Spans(), _Spans(), _Spans()
+    cpu, gpu, launches, other_x = _Spans(), _Spans(), _Spans(), _Spans()
 
     for i, ev in enumerate(_spans(events, source)):
         cat, name = ev.get("cat"), ev.get("name")
@@ -92,24 +95,28 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         if _is_step(name, cat):
             step_spans.append((start, end))
+            if kind == "kineto":
+                other_x.add(ev, start, end)      # a step span is also a user annotation, kept as a span
+            else:
+                step_kinds[kind_of(ev)] += 1
             continue
         if kind == "kineto":
             if cat in _GPU_OPS:
                 gpu.add(ev, start, end)
             elif cat != "cpu_op":
-                skipped[str(cat)] += 1
+                other_x.add(ev, start, end)
                 if _is_launch(cat):
                     launches.add(ev, start, end)
                 continue
             else:
                 shapes, dtypes = _kineto_inputs(args)
+                flops, nbytes = _kineto_cost(str(name), args)
                 table.add(op=op_for_aten_name(str(name)), node=str(name), backend="torch:cpu",
                           device="cpu" if len(cpu_pids) < 2 else f"cpu pid {pid}", thread=_int(tid), start_ns=start,
-                          end_ns=end, input_shapes=shapes, input_dtypes=dtypes)
+                          end_ns=end, input_shapes=shapes, input_dtypes=dtypes, flops=flops, bytes=nbytes)
                 cpu.add(ev, start, end)
         elif kind == "opscope":
             if cat in ("step", "stack"):
-                skipped[cat] += 1
                 continue
             backend, device = procs.get(pid, (f"pid {pid}", ""))
             table.add(op=str(name), node=text(args.get("node")) or str(name), backend=backend, device=device,
@@ -122,7 +129,6 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
             seqs.append(index(args, "seq", where, len(seqs)))
         else:
             if cat in _GPU_CATS:
-                skipped[str(cat)] += 1
                 continue
             backend = procs.get(pid, (f"pid {pid}", ""))[0] if pid in procs else "chrome-trace"
             device = f"pid {pid}" if len(pids) > 1 else "cpu"
@@ -130,25 +136,39 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
                       thread=_int(tid), start_ns=start, end_ns=end)
         imported[str(cat)] += 1
 
+    details = None
+    if kind == "kineto":
+        nonx = [(i, e) for i, e in enumerate(events) if _ph(e) not in ("X", "B", "E")]
+        details = Details(other_x, nonx, source)
+        step_spans = step_spans or details.annotation_steps()
     _finish(table, step_spans, _gpu_columns(gpu, launches, cpu) if gpu.events else None,
-            seqs if kind == "opscope" else None)
-    return table, _run_fields(kind, table, other, pids, imported, skipped)
+            seqs if kind == "opscope" else None, details, cpu.events, gpu.events)
+    return table, _run_fields(kind, table, other, pids, imported, count_kinds(events), step_kinds, details)
 
 
-def _finish(table: EventTable, step_spans: list, gpu=None, seq=None) -> None:
-    """Both parsers' last steps: the GPU rows after the host ones, then steps (or the file's own seq)."""
+def _finish(table: EventTable, step_spans: list, gpu=None, seq=None, details=None, host_events=(),
+            gpu_events=()) -> None:
+    """Both parsers' last steps: the GPU rows after the host ones (one lane per stream: a stream runs one
+    kernel at a time, so no depth, even where the us -> ns rounding makes two overlap by a nanosecond), then
+    steps (or the file's own seq), then what the trace holds besides ops."""
     at = None
+    n_host = len(table)
     if gpu is not None:
         n, cols, launched = gpu
         at = np.concatenate([np.asarray(table.cols["start_ns"], dtype=np.int64), np.asarray(launched, dtype=np.int64)])
         table.extend(n, cols)
+        table.flat_from = n_host
     if seq is not None:
         table.seq = seq
     elif step_spans:
         table.steps_from_spans(step_spans, at)
+    if details is not None:
+        details.step_spans = step_spans
+        details.attach(table, n_host, list(host_events), list(gpu_events))
+        table.details = details
 
 
-def _run_fields(kind, table, other, pids, imported, skipped) -> dict:
+def _run_fields(kind, table, other, pids, imported, total, step_kinds, details) -> dict:
     steps = len(set(np.asarray(table.cols["step"]).tolist())) if len(table) else 0
     if kind == "opscope":
         model = text(other.get("model") or "import") if isinstance(other, dict) else "import"
@@ -156,7 +176,16 @@ def _run_fields(kind, table, other, pids, imported, skipped) -> dict:
         device = text(other.get("device") or "")
     else:
         model, backend, device = "import", {"kineto": "torch.profiler", "chrome": "chrome-trace"}[kind], "cpu"
-    config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "skipped": dict(skipped)}
+    if details is not None:
+        accounting = details.config(total, imported)
+    else:
+        kept = imported + step_kinds
+        accounting = {"kinds_kept": dict(kept), "kinds_dropped": dict(total - kept),
+                      "stored_as": {**{k: ["steps"] for k in step_kinds}, **{k: ["events"] for k in imported}}}
+    # import: every kind of event in the file, kept (and where) or dropped, with counts; `skipped` is the
+    # dropped ones again, under the name `trace import --json` prints
+    config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "import": accounting,
+              "skipped": accounting["kinds_dropped"]}
     if kind == "opscope" and isinstance(other, dict):
         config["exported_run"] = other.get("run_id")
     return {"model": model, "backend": backend, "device": device, "steps": steps, "config": config}
@@ -249,25 +278,28 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
         keep = [c not in ("step", "stack") and not st for c, st in zip(cats, is_step)]
     else:
         keep = [c not in _GPU_CATS and not st for c, st in zip(cats, is_step)]
-    skipped = Counter((c if kind == "opscope" else str(c)) for c, k, st in zip(cats, keep, is_step) if not k and not st)
-    if kinds_of_ph & _FLOWS:
-        skipped.update(_flows(events, phs))
     step_spans = [(int(start[i]), int(end[i])) for i in np.flatnonzero(is_step).tolist()]
+    step_kinds = Counter(kind_of(xs[i]) for i in np.flatnonzero(is_step).tolist()) if kind != "kineto" else Counter()
     idx = np.flatnonzero(keep)
     pick = _picker(idx, len(xs))
     kept = pick(xs)
     imported = Counter({str(c): k for c, k in Counter(pick(cats)).items()})
-    gpu = None
-    if kind == "kineto" and not cat_set.isdisjoint(_GPU_OPS):
-        def spans(mask):
-            at = np.flatnonzero(mask)
-            return _Spans(_picker(at, len(xs))(xs), start[at].tolist(), end[at].tolist())
-        launch_cats = {c for c in cat_set if _is_launch(c)}
-        gpu = _gpu_columns(spans([c in _GPU_OPS for c in cats]), spans([c in launch_cats for c in cats]),
-                           _Spans(kept, start[idx].tolist(), end[idx].tolist()))
-        for c in _GPU_OPS:              # `keep` keeps host ops only: GPU work was counted as skipped
-            if c in skipped:
-                imported[c] = skipped.pop(c)
+
+    def spans(mask):
+        at = np.flatnonzero(mask)
+        return _Spans(_picker(at, len(xs))(xs), start[at].tolist(), end[at].tolist())
+    gpu = details = None
+    gpu_spans = _Spans()
+    if kind == "kineto":
+        if not cat_set.isdisjoint(_GPU_OPS):
+            launch_cats = {c for c in cat_set if _is_launch(c)}
+            gpu_spans = spans([c in _GPU_OPS for c in cats])
+            gpu = _gpu_columns(gpu_spans, spans([c in launch_cats for c in cats]),
+                               _Spans(kept, start[idx].tolist(), end[idx].tolist()))
+            imported.update(str(e.get("cat")) for e in gpu_spans.events)
+        nonx = [(i, e) for i, (e, p) in enumerate(zip(events, phs)) if p != "X"]
+        details = Details(spans([not k and c not in _GPU_OPS for c, k in zip(cats, keep)]), nonx, source)
+        step_spans = step_spans or details.annotation_steps()
     names = list(map(str, pick(names)))
     pid_list, tid_list = pick(pid_list), pick(tid_list)
     n = len(kept)
@@ -280,9 +312,13 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
         cols["backend"] = ["torch:cpu"] * n
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
         cols["thread"] = [_int(t) for t in tid_list]
-        io = [_kineto_inputs(e.get("args") if isinstance(e.get("args"), dict) else {}) for e in kept]
+        args = _arg_dicts(kept)
+        io = [_kineto_inputs(a) for a in args]
         cols["input_shapes"] = [a for a, _ in io]
         cols["input_dtypes"] = [b for _, b in io]
+        fb = [_kineto_cost(x, a) if x in MATMUL_FAMILY else (None, None) for x, a in zip(names, args)]
+        cols["flops"] = [f for f, _ in fb]
+        cols["bytes"] = [b for _, b in fb]
     elif kind == "opscope":
         args = [e.get("args") for e in kept]
         if not set(map(type, args)) <= {dict}:
@@ -321,8 +357,8 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
 
     table = EventTable()
     table.extend(n, cols)
-    _finish(table, step_spans, gpu, seq if kind == "opscope" else None)
-    return table, _run_fields(kind, table, other, pids, imported, skipped)
+    _finish(table, step_spans, gpu, seq if kind == "opscope" else None, details, kept, gpu_spans.events)
+    return table, _run_fields(kind, table, other, pids, imported, count_kinds(events, phs), step_kinds, details)
 
 
 def _t0(kind: str, other, source: str) -> int:
@@ -349,10 +385,6 @@ def _is_launch(cat) -> bool:
     """Host calls that launch GPU work and carry its correlation id: cuda_runtime, cuda_driver, and their
     kin for other devices (xpu_runtime, mlu_runtime, ...)."""
     return isinstance(cat, str) and cat.endswith(("_runtime", "_driver"))
-
-
-def _flows(events: list, phs: list) -> Counter:
-    return Counter(str(e.get("cat")) for e, p in zip(events, phs) if p in _FLOWS)
 
 
 class _Spans:
@@ -514,6 +546,17 @@ def _metadata(events, source):
             if m:
                 threads[(key(ev.get("pid")), key(ev.get("tid")))] = _int(m.group(1))
     return procs, threads
+
+
+def _kineto_cost(name: str, args: dict):
+    """(FLOPs, bytes) of a matmul-family op from its recorded shapes, or (None, None)."""
+    if name not in MATMUL_FAMILY:
+        return None, None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None, None
+    got = _matmul_cost(name, dims, [DTYPES.get(t) for t in types if isinstance(t, str)], args.get("Concrete Inputs"))
+    return got if got is not None else (None, None)
 
 
 def _kineto_inputs(args: dict):

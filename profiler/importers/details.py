@@ -1,0 +1,389 @@
+"""What a torch.profiler trace holds besides ops, kept the way the tools users come from show it.
+
+    details = Details(x_other, nonx, source)       # the trace's other spans and its non-span events
+    step_spans = step_spans or details.annotation_steps()
+    details.attach(table, n_host, host_events, gpu_events)   # after the op rows are built
+    details.write(store, run_id, cols, con)        # after table.columns() gave each row its step and seq
+
+- python_function (with_stack)  -> the stacks table (a stack track), and each op's innermost user frame
+  as its `source` ("model.py:12") and its chain of `nn.Module: NAME` frames as its `module`
+- user_annotation (record_function, ProfilerStep#N), gpu_user_annotation, *_runtime (cudaLaunchKernel),
+  *_driver, cuda_sync, overhead, anything else with a duration -> the spans table, kind = the category
+- `[memory]` instant events (profile_memory) -> the memory table, at the op that allocated
+- flow events (ac2g launch -> kernel, fwdbwd) paired by id -> the flows table
+- a kernel's args (grid, block, registers, shared memory, occupancy) -> kernel_args, by its (step, seq)
+- thread_name / process metadata -> names of the run's tracks (config import.tracks)
+
+What none of these takes is counted by kind in the run's config (import.kinds_dropped), never lost quietly.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+
+import numpy as np
+
+from .common import as_int, count, key, nesting_depth, span_ns, text, where_of
+
+_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
+_MODULE = "nn.Module: "
+# top-level packages whose frames are not the user's code (besides the standard library's own modules)
+_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "functorch", "triton", "transformers", "accelerate",
+                        "timm", "numpy", "typing_extensions", "_pytest", "pytest", "pluggy", "opscope", "runtime",
+                        "profiler", "lightning", "pytorch_lightning", "deepspeed", "apex", "peft", "diffusers"})
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+# c10::DeviceType numbers, as torch.profiler writes them in [memory] events
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
+                 20: "privateuseone"}
+_FLOW_PHS = {"s": 0, "t": 1, "f": 1}
+
+
+def kind_of(ev: dict) -> str:
+    """An event's kind as the run's config counts it: its category, else its phase ("ph:M")."""
+    cat = ev.get("cat")
+    if isinstance(cat, str) and cat:
+        return cat
+    ph = ev.get("ph")
+    return f"ph:{ph if isinstance(ph, str) else text(ph)}"
+
+
+def count_kinds(events, phs=None) -> Counter:
+    """Every event by kind; an 'E' closes its 'B' (the pair is one span). phs: each event's "ph", when the
+    caller has them (then the count is one C-level pass over (category, phase) pairs)."""
+    if phs is not None:
+        try:
+            pairs = Counter(zip([e.get("cat") for e in events], phs))
+        except TypeError:           # a category or phase that is a list or an object
+            pass
+        else:
+            out: Counter = Counter()
+            for (cat, ph), n in pairs.items():
+                if ph != "E":
+                    out[kind_of({"cat": cat, "ph": ph})] += n
+            return out
+    return Counter(kind_of(e) for e in events if isinstance(e, dict) and e.get("ph") != "E")
+
+
+def _user_frame(name: str):
+    """'path/model.py(12): forward' -> ('path/model.py:12', 'forward (model.py:12)') for the user's own code;
+    (None, frame text) for built-ins, the standard library and frameworks."""
+    m = _FRAME.match(name)
+    if not m:
+        return None, name
+    path, line, func = m.groups()
+    frame = f"{func} ({path.rsplit('/', 1)[-1]}:{line})"
+    top = path.replace("\\", "/").lstrip("./").split("/", 1)[0]
+    top = top[:-3] if top.endswith(".py") else top
+    lib = path.startswith("<") or top in _STDLIB or top in _LIBRARIES or "site-packages" in path \
+        or "dist-packages" in path
+    return (None if lib else f"{path}:{line}"), frame
+
+
+class Details:
+    def __init__(self, x_other, nonx: list, source: str):
+        """x_other: the trace's spans that are not ops (_Spans: events, start, end); nonx: (index, event) of
+        every event that is not a span (instants, flows, metadata)."""
+        self.source = source
+        self.kept: Counter = Counter()
+        self.stored_as: dict[str, set] = {}
+        ev, st, en = x_other.events, x_other.start, x_other.end
+        cats = [kind_of(e) for e in ev]
+        py = [i for i, c in enumerate(cats) if c == "python_function"]
+        self.py = ([ev[i] for i in py], [st[i] for i in py], [en[i] for i in py])
+        sp = [i for i, c in enumerate(cats) if c != "python_function"]
+        self.spans = ([ev[i] for i in sp], [st[i] for i in sp], [en[i] for i in sp], [cats[i] for i in sp])
+        self._keep("python_function", "stacks", len(py))
+        for c, n in Counter(self.spans[3]).items():
+            self._keep(c, "spans", n)
+        self.nonx = nonx
+        self.memory: list = []
+        self.flows: list = []
+        self.kernel_rows: list = []
+        self.tracks: list = []
+
+    def _keep(self, kind: str, table: str, n: int = 1) -> None:
+        if n:
+            self.kept[kind] += n
+            self.stored_as.setdefault(kind, set()).add(table)
+
+    def annotation_steps(self) -> list[tuple[int, int]]:
+        """Without ProfilerStep#N: the outermost user annotations on the host, when there are several, are
+        the steps (a loop of `with record_function("step")`)."""
+        ev, st, en, cats = self.spans
+        rows = [i for i, c in enumerate(cats) if c == "user_annotation"]
+        if len(rows) < 2:
+            return []
+        lanes = np.asarray([as_int(ev[i].get("tid", 0)) for i in rows], dtype=np.int64)
+        s = np.asarray([st[i] for i in rows], dtype=np.int64)
+        e = np.asarray([en[i] for i in rows], dtype=np.int64)
+        top = nesting_depth(lanes, s, e) == 0
+        out = [(int(a), int(b)) for a, b, t in zip(s, e, top) if t]
+        return out if len(out) >= 2 else []
+
+    # --- with the op rows ----------------------------------------------------------------------------
+    def attach(self, table, n_host: int, host_events: list, gpu_events: list) -> None:
+        """Link what needs the op rows: sources and modules of host ops (python stacks), FLOPs counted once
+        per nest, memory samples at the op that allocated, flows at the events they join, kernel args."""
+        self.table, self.n_host = table, n_host
+        c = table.cols
+        thread = np.asarray(c["thread"], dtype=np.int64)
+        start = np.asarray(c["start_ns"], dtype=np.int64)
+        end = np.asarray(c["end_ns"], dtype=np.int64)
+        self._stacks_and_sources(thread[:n_host], start[:n_host], end[:n_host])
+        self._memory(thread[:n_host], start[:n_host], end[:n_host])
+        self.lanes = lanes = self._lanes(table, host_events, gpu_events)
+        self._flows(lanes, host_events, gpu_events, start)
+        self._kernels(gpu_events)
+        self._tracks(lanes)
+
+    def _stacks_and_sources(self, thread, start, end) -> None:
+        """One sweep per thread over Python frames and host ops in time order, with a stack of what is open."""
+        ev, pst, pen = self.py
+        c = self.table.cols
+        flops = c["flops"]
+        nested_flops = [i for i in range(self.n_host) if flops[i] is not None]
+        if not ev and not nested_flops:
+            self.stack_rows = None
+            return
+        names = [e.get("name") for e in ev]
+        parsed = [(None, str(n)) if not isinstance(n, str) else
+                  ((None, n) if n.startswith(_MODULE) else _user_frame(n)) for n in names]
+        pth = [as_int(e.get("tid", 0)) for e in ev]
+        # (thread, start, -end, kind, index): frames (kind 0) open before ops (kind 1) that start with them
+        items = sorted([(pth[i], pst[i], -pen[i], 0, i) for i in range(len(ev))] +
+                       [(int(thread[i]), int(start[i]), -int(end[i]), 1, i) for i in range(self.n_host)])
+        depth = [0] * len(ev)
+        src = list(c["source"]) if not isinstance(c["source"], list) else c["source"]
+        mod = list(c["module"]) if not isinstance(c["module"], list) else c["module"]
+        flops, nbytes = list(flops), list(c["bytes"])
+        stack: list = []        # (end, user source, module path, frames open, an enclosing op has FLOPs)
+        cur = None
+        for th, s, neg_e, kind, i in items:
+            e = -neg_e
+            if th != cur:
+                stack.clear()
+                cur = th
+            while stack and stack[-1][0] <= s and not (stack[-1][0] == s and e == s):
+                stack.pop()
+            top = stack[-1] if stack else (None, None, None, 0, False)
+            if kind == 0:
+                user, frame = parsed[i]
+                name = names[i]
+                module = top[2]
+                if isinstance(name, str) and name.startswith(_MODULE):
+                    module = name[len(_MODULE):] if module is None else f"{module}.{name[len(_MODULE):]}"
+                depth[i] = top[3]
+                stack.append((e, user or top[1], module, top[3] + 1, top[4]))
+            else:
+                if src[i] is None:
+                    src[i] = top[1]
+                if mod[i] is None:
+                    mod[i] = top[2]
+                has = flops[i] is not None
+                if has and top[4]:                  # counted once, on the outermost op of the family
+                    flops[i] = nbytes[i] = None
+                stack.append((e, top[1], top[2], top[3], top[4] or has))
+        c["source"], c["module"], c["flops"], c["bytes"] = src, mod, flops, nbytes
+        self.stack_rows = (pst, pen, pth, depth, [f for _, f in parsed]) if ev else None
+
+    def _memory(self, thread, start, end) -> None:
+        """[memory] instants: live bytes after each allocation or free, at the innermost op around it."""
+        from .kineto import _innermost
+        rows, queries = [], {}
+        for i, e in self.nonx:
+            if e.get("name") != "[memory]" or e.get("ph") not in ("i", "I"):
+                continue
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            t, _ = span_ns(dict(e, dur=0), where_of(self.source, i, e.get("name")))
+            dev = as_int(args.get("Device Type", 0))
+            kind = _DEVICE_TYPES.get(dev, f"device{dev}")
+            backend = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(args.get('Device Id', 0))}"
+            delta = args.get("Bytes")
+            delta = delta if isinstance(delta, (int, float)) and not isinstance(delta, bool) else 0
+            live = count(args.get("Total Allocated"))
+            row = len(rows)
+            rows.append([t, backend, live, count(delta) or 0, count(-delta) or 0, None])
+            queries.setdefault(as_int(e.get("tid", 0)), []).append((t, row))
+            self._keep(kind_of(e), "memory")
+        if queries:
+            ops: dict = {}
+            for r, (th, s, en) in enumerate(zip(thread.tolist(), start.tolist(), end.tolist())):
+                if th in queries:
+                    ops.setdefault(th, []).append((s, en, r))
+            for th, q in queries.items():
+                for row, op_row in _innermost(ops.get(th, []), q).items():
+                    rows[row][5] = op_row
+        self.memory = rows
+
+    def _lanes(self, table, host_events, gpu_events) -> dict:
+        """(pid, tid) as written -> the track (backend, device, thread) its events went to."""
+        c = table.cols
+        lanes: dict = {}
+        for off, evs in ((0, host_events), (self.n_host, gpu_events)):
+            for r, e in enumerate(evs):
+                k = (key(e.get("pid", 0)), key(e.get("tid", 0)))
+                if k not in lanes:
+                    lanes[k] = (c["backend"][off + r], c["device"][off + r], int(c["thread"][off + r]))
+        return lanes
+
+    def _flows(self, lanes, host_events, gpu_events, start) -> None:
+        """Flow events paired by (category, id): 's' leaves, 'f' (or 't') arrives."""
+        at: dict = {}            # (pid, tid, start ns) -> op row, to name the events an arrow joins
+        for off, evs in ((0, host_events), (self.n_host, gpu_events)):
+            for r, e in enumerate(evs):
+                at.setdefault((key(e.get("pid", 0)), key(e.get("tid", 0)), int(start[off + r])), off + r)
+        ends: dict = {}
+        for i, e in self.nonx:
+            side = _FLOW_PHS.get(e.get("ph"))
+            if side is None or "id" not in e:
+                continue
+            t, _ = span_ns(dict(e, dur=0), where_of(self.source, i, e.get("name")))
+            ends.setdefault((kind_of(e), key(e.get("id"))), [None, None])[side] = (e, t)
+        for (kind, fid), (a, b) in ends.items():
+            if a is None or b is None:
+                continue                 # half an arrow: counted as dropped
+            row = [kind, text(fid) if not isinstance(fid, str) else fid]
+            for e, t in (a, b):
+                k = (key(e.get("pid", 0)), key(e.get("tid", 0)))
+                track = lanes.get(k) or (None, f"pid {k[0]}", as_int(k[1]))
+                row += [*track, t, at.get((*k, t))]
+            self.flows.append(row)
+            self._keep(kind, "flows", 2)
+
+    def _kernels(self, gpu_events) -> None:
+        for r, e in enumerate(gpu_events):
+            args = e.get("args")
+            if not isinstance(args, dict) or not args:
+                continue
+            grid, block = args.get("grid"), args.get("block")
+            self.kernel_rows.append((self.n_host + r, text(grid) if grid is not None else None,
+                                     text(block) if block is not None else None,
+                                     count(args.get("registers per thread")), count(args.get("shared memory")),
+                                     _float(args.get("blocks per SM")), _float(args.get("warps per SM")),
+                                     _float(args.get("est. achieved occupancy %")), count(args.get("correlation")),
+                                     text(args)))
+
+    def _tracks(self, lanes) -> None:
+        """Track names: a GPU stream is 'stream N' (what Kineto's thread_name says), a host thread its thread
+        name; metadata that names nothing imported is counted as dropped."""
+        names = {}
+        for i, e in self.nonx:
+            if e.get("ph") != "M":
+                continue
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if e.get("name") == "thread_name" and isinstance(args.get("name"), str):
+                names[(key(e.get("pid", 0)), key(e.get("tid", 0)))] = args["name"].strip()
+            self._keep(kind_of(e), "tracks")
+        seen = set()
+        for k, (backend, device, thread) in lanes.items():
+            if (backend, device, thread) in seen:
+                continue
+            seen.add((backend, device, thread))
+            host = backend == "torch:cpu"
+            self.tracks.append({"backend": backend, "device": device, "thread": thread,
+                                "kind": "thread" if host else "stream",
+                                "name": names.get(k) or f"thread {thread}" if host else f"stream {thread}"})
+
+    # --- writing -------------------------------------------------------------------------------------
+    def config(self, total: Counter, op_kinds: Counter) -> dict:
+        kept = self.kept + op_kinds
+        stored = {k: sorted(v) for k, v in self.stored_as.items()}
+        for k in op_kinds:
+            stored[k] = sorted(set(stored.get(k, [])) | {"events"})
+        return {"kinds_kept": dict(kept), "kinds_dropped": dict(total - kept), "stored_as": stored,
+                "tracks": self.tracks}
+
+    def write(self, store, run_id: str, cols: dict, step_spans, con) -> None:
+        step, seq = cols["step"], cols["seq"]
+
+        def at(rows):
+            r = np.asarray([-1 if x is None else x for x in rows], dtype=np.int64)
+            ok = r >= 0
+            r = np.where(ok, r, 0)
+            return (np.ma.masked_array(step[r] if len(step) else r, mask=~ok),
+                    np.ma.masked_array(seq[r] if len(seq) else r, mask=~ok))
+
+        if self.stack_rows is not None:
+            t, e, th, d, f = self.stack_rows
+            store.add_stacks(run_id, list(zip(t, (np.asarray(e) - np.asarray(t)).tolist(), th, d, f)), con=con)
+        ev, st, en, kinds = self.spans
+        if ev:
+            s = np.asarray(st, dtype=np.int64)
+            e = np.asarray(en, dtype=np.int64)
+            tracks = [self._span_track(x) for x in ev]
+            lane_ids: dict = {}
+            lane = np.asarray([lane_ids.setdefault(t, len(lane_ids)) for t in tracks], dtype=np.int64)
+            store.add_spans(run_id, {
+                "kind": _obj(kinds), "name": _obj([text(x.get("name")) if x.get("name") is not None else None
+                                                   for x in ev]),
+                "backend": _obj([t[0] for t in tracks]), "device": _obj([t[1] for t in tracks]),
+                "thread": np.asarray([t[2] for t in tracks], dtype=np.int64),
+                "depth": nesting_depth(lane, s, e), "step": _steps_at(step_spans, s), "start_ns": s, "end_ns": e,
+                "args": _obj([text(x.get("args")) if isinstance(x.get("args"), dict) else None for x in ev])},
+                con=con)
+        if self.memory:
+            t, backend, live, alloc, free, rows = zip(*self.memory)
+            # at the op around the allocation; one outside every op keeps the step its time falls in
+            fallback = _steps_at(step_spans, np.asarray(t, dtype=np.int64)).tolist()
+            mstep = [int(step[r]) if r is not None else s for r, s in zip(rows, fallback)]
+            mseq = [int(seq[r]) if r is not None else None for r in rows]
+            store.add_memory(run_id, list(zip(mstep, mseq, t, backend, live, alloc, free)), con=con)
+        if self.flows:
+            f = list(zip(*self.flows))
+            fs, fq = at(f[6])
+            ts, tq = at(f[11])
+            store.add_flows(run_id, {
+                "kind": _obj(f[0]), "flow_id": _obj(f[1]), "from_backend": _obj(f[2]), "from_device": _obj(f[3]),
+                "from_thread": np.asarray(f[4], dtype=np.int64), "from_ns": np.asarray(f[5], dtype=np.int64),
+                "from_step": fs, "from_seq": fq, "to_backend": _obj(f[7]), "to_device": _obj(f[8]),
+                "to_thread": np.asarray(f[9], dtype=np.int64), "to_ns": np.asarray(f[10], dtype=np.int64),
+                "to_step": ts, "to_seq": tq}, con=con)
+        if self.kernel_rows:
+            k = list(zip(*self.kernel_rows))
+            ks, kq = at(k[0])
+            store.add_kernel_args(run_id, {
+                "step": ks, "seq": kq, "grid": _obj(k[1]), "block": _obj(k[2]), "registers": _masked_int(k[3]),
+                "shared_memory": _masked_int(k[4]), "blocks_per_sm": _float_col(k[5]),
+                "warps_per_sm": _float_col(k[6]), "occupancy": _float_col(k[7]), "correlation": _masked_int(k[8]),
+                "args": _obj(k[9])}, con=con)
+
+    def _span_track(self, ev: dict):
+        """A span goes on the track of the ops written with the same pid and tid; a GPU annotation on its stream."""
+        k = (key(ev.get("pid", 0)), key(ev.get("tid", 0)))
+        if k in self.lanes:
+            return self.lanes[k]
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if args.get("stream") is not None:
+            stream = as_int(args.get("stream"))
+            for t in self.tracks:
+                if t["kind"] == "stream" and t["thread"] == stream:
+                    return t["backend"], t["device"], t["thread"]
+        return "torch:cpu", "cpu", as_int(k[1])
+
+
+def _steps_at(step_spans, t: np.ndarray) -> np.ndarray:
+    if not step_spans:
+        return np.zeros(len(t), dtype=np.int64)
+    starts = np.asarray(sorted(s for s, _ in step_spans), dtype=np.int64)
+    return np.maximum(np.searchsorted(starts, t, side="right") - 1, 0)
+
+
+def _obj(values) -> np.ndarray:
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = list(values)
+    return arr
+
+
+def _float(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) else None
+
+
+def _float_col(values) -> np.ma.MaskedArray:
+    return np.ma.masked_array([0.0 if v is None else v for v in values], mask=[v is None for v in values],
+                              dtype=np.float64)
+
+
+def _masked_int(values) -> np.ma.MaskedArray:
+    return np.ma.masked_array([0 if v is None else v for v in values], mask=[v is None for v in values],
+                              dtype=np.int64)
