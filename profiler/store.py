@@ -587,7 +587,9 @@ def _unmask(v) -> np.ndarray:
     if not isinstance(v, np.ma.MaskedArray):
         return np.asarray(v)
     if v.dtype == object:
-        return v.filled(None)
+        out = v.data.copy()                 # NOTE: filled(None) means "the default fill" ('?'), not None
+        out[np.ma.getmaskarray(v)] = None
+        return out
     if v.dtype.kind == "f":
         return v.filled(np.nan)
     return v.filled(0)

@@ -258,3 +258,15 @@ def test_hybrid_strategy_drives_the_same_training_from_python():
     report = train("demo:mlp", HybridStrategy(ratios={"numpy": 0.25, "sim:npu-a1": 0.75}), steps=2)
     assert report["steps"][0]["rows"] == [8, 24] and report["identical_parameters"]
     assert np.max(np.abs(np.array(report["losses"]) - np.array(_eager_losses("demo:mlp", 2)))) <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_opscope_train_hybrid_from_the_cli(cli):
+    """`opscope train MODEL --hybrid A=x,B=y` is the same engine, one line per step, ranks identical."""
+    r = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "2", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json as _json
+    doc = _json.loads(r.stdout)
+    assert doc["run_id"] and doc["world_size"] == 2 and doc["backends"] == ["torch:cpu", "numpy"]
+    assert len(doc["steps"]) == 2 and all(s["identical"] for s in doc["steps"]) and doc["identical_parameters"]

@@ -61,7 +61,7 @@ def import_main(args) -> int:
     if args.json:
         emit_json({"run_id": run_id, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
-                   "skipped": cfg.get("skipped", {})})
+                   "skipped": cfg.get("skipped", {}), "import": cfg.get("import")})
         return 0
     # the id alone on stdout, so RUN=$(opscope trace import f.json) works; the story on stderr
     print(run_id)

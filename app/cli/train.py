@@ -15,11 +15,16 @@ def register(sub) -> None:
     p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="optimizer (default sgd, momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
     p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
+    from opscope.runtime.dist.cli_support import add_hybrid_arguments
+    add_hybrid_arguments(p)
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    if args.hybrid:                      # data-parallel over several backends, one process per share
+        from opscope.runtime.dist.cli_support import train_hybrid
+        return train_hybrid(args)
     from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, compare_with_eager
 
     if args.steps < 1:
