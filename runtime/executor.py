@@ -15,6 +15,10 @@ A hook is any object with some of these methods (all optional):
 
 This is the API the profiler and the debugger build on.
 
+Passes (runtime/passes) run inside compile_plan: `compile_plan(graph, backend, passes=["fuse", "memplan"])`,
+or the description's `[passes]` table when `passes` is None; `plan.pass_log` says what they changed and
+`plan.memory_plan` the planned peak (with `memplan`, the accounting hooks see follows the planned buffers).
+
 Training carries state across runs on the device: `compile_plan(graph, backend, carry={c: o})`
 makes output slot `o` of one run the value of constant slot `c` in the next (new parameters,
 optimizer state, batch-norm statistics), with no host round trip (runtime/train builds on it).
@@ -89,6 +93,9 @@ class Plan:
     output_refs: list
     carry: dict = field(default_factory=dict)   # constant slot -> output slot that replaces it after a run
     constant_backend: dict = field(default_factory=dict)   # constant slot -> backend holding it
+    passes: list = field(default_factory=list)              # pass names run on the graph, in order
+    pass_log: list = field(default_factory=list)            # PassLog entries: what each pass changed
+    memory_plan: dict | None = None                         # memplan: planned and unplanned peak, reuses
 
     @property
     def peak_bytes(self) -> int:
@@ -113,7 +120,17 @@ class Plan:
         return list(seen.values()) or [self.backend]
 
 
-def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True, carry: dict | None = None) -> Plan:
+def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True, carry: dict | None = None,
+                 passes=None, pass_options: dict | None = None) -> Plan:
+    """Place `graph` on `backend` and bind kernels. `passes`: names (or "all"/"none") to run first;
+    None runs those the backend's description switches on."""
+    names, log = [], []
+    if passes is not None or getattr(backend.description, "passes", None):
+        from . import passes as _passes
+        names = _passes.pass_names(passes) if passes is not None else _passes.described(backend.description)
+        if names:
+            graph, plog = _passes.optimize(graph, backend, names, volatile=set(carry or {}), options=pass_options)
+            log = plog.entries
     placement = place(graph, backend, allow_fallback=allow_fallback)
     last_read: dict[int, int] = {}
     for i, (node, _) in enumerate(placement.assignments):
@@ -150,7 +167,24 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True,
         free_bytes = sum(graph.slot_meta[s].nbytes for s in frees if s in graph.slot_meta and s not in views)
         steps.append(Step(node, b, kernel, node.args, node.kwargs, None if nested else flat, node.outputs, frees,
                           alloc, free_bytes, bool(getattr(node, "fallback", False))))
-    return Plan(graph, backend, steps, placement, constants, graph.output_refs, dict(carry or {}), constant_backend)
+    plan = Plan(graph, backend, steps, placement, constants, graph.output_refs, dict(carry or {}), constant_backend,
+                names, log)
+    if "memplan" in names:
+        apply_memory_plan(plan)
+    return plan
+
+
+def apply_memory_plan(plan: Plan) -> None:
+    """Steps follow the memory plan: outputs written into dying inputs, buffers freed after their last alias."""
+    from .passes.memplan import inplace_kernel, plan_memory
+    keep = {r.slot for r in plan.graph.output_refs if isinstance(r, Ref)}
+    unplanned = plan.peak_bytes
+    mp = plan_memory(plan.placement.assignments, plan.graph, keep | set(plan.carry.values()))
+    for st, alloc, free, drops, reuse in zip(plan.steps, mp.alloc, mp.free, mp.free_after, mp.reuse):
+        st.alloc_bytes, st.free_bytes, st.free_after = alloc, free, drops
+        if reuse:
+            st.kernel = inplace_kernel(st.kernel, reuse, st.node.multi_output, st.backend.memory.copy)
+    plan.memory_plan = {**mp.summary(), "unplanned_peak_bytes": unplanned}
 
 
 def _has_ref(v) -> bool:

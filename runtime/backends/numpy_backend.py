@@ -39,6 +39,12 @@ def numpy_kernel(node, backend):
     opdef = OPS.get(node.op)
     if opdef is None:
         return None
+    if node.op == "fused":             # one generated function for the whole chain (runtime/passes/fuse.py)
+        return _fused_kernel(node, backend)
+    if node.attrs.get("layout") == "nhwc":     # NHWC values in and out (runtime/passes/layout.py)
+        from ..passes.layout import LayoutCall
+        inner = numpy_kernel(_nchw_view(node), backend)
+        return LayoutCall(inner, node.attrs["nhwc_args"]) if inner is not None else None
     if accepts(node) is not True:      # the kernel cannot take these arguments: refuse, so the node falls back
         return None
     fn = opdef.numpy
@@ -67,6 +73,32 @@ def numpy_kernel(node, backend):
         return out
 
     return run
+
+
+def _fused_kernel(node, backend):
+    from ..passes.codegen import fused_numpy_kernel
+    from ..passes.fuse import members
+    kernels = {}
+    for m in members(node):
+        k = numpy_kernel(m, backend)
+        if k is None:
+            return None
+        kernels[id(m)] = backend.prepare(m, k)
+    return fused_numpy_kernel(node, lambda m: kernels[id(m)])
+
+
+def _nchw_view(node):
+    """The node as capture saw it (NCHW metadata), for choosing and checking its reference kernel."""
+    import copy
+
+    from ..passes.layout import TO_NCHW
+    n = copy.copy(node)
+    n.attrs = {k: v for k, v in node.attrs.items() if k not in ("layout", "nhwc_args")}
+    perm = lambda m: type(m)(tuple(m.shape[d] for d in TO_NCHW), m.dtype) if m is not None and len(m.shape) == 4 else m  # noqa: E731
+    nhwc_slots = {node.args[i].slot for i in node.attrs["nhwc_args"]}
+    n.input_meta = [perm(m) if s in nhwc_slots else m for s, m in zip(node.inputs, node.input_meta)]
+    n.output_meta = [perm(m) for m in node.output_meta]
+    return n
 
 
 class NumpyBackend(Backend):

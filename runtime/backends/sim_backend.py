@@ -35,12 +35,23 @@ class SimClock(HostClock):
         return self.now
 
     def stop(self, node, start):
-        end = start + int(node_seconds(node, self.desc) * 1e9)
+        end = start + int((node_seconds(node, self.desc) + layout_seconds(node, self.desc)) * 1e9)
         self.now = end
         return start, end
 
     def flush(self):
         self.now = 0          # the next step anchors to the host again
+
+
+def layout_seconds(node, desc: Description) -> float:
+    """A convolution handed NCHW values on a chip that prefers NHWC converts its input and output
+    (read and write each: 2x its bytes), as the advisor's layout analysis estimates; the layout
+    pass (runtime/passes/layout.py) marks the convolutions it keeps in NHWC."""
+    if desc.preferred_layout != "nhwc" or node.op not in ("conv2d", "convolution") or not desc.memory_bandwidth:
+        return 0.0
+    if node.attrs.get("layout") == "nhwc" or not node.input_meta or len(node.input_meta[0].shape) != 4:
+        return 0.0
+    return 2 * node.bytes_moved / desc.memory_bandwidth
 
 
 class FollowClock(HostClock):

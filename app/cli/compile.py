@@ -1,0 +1,42 @@
+"""`opscope compile MODEL -b B [--train] [--passes ...] -o model.opsplan`: optimize and place once, save the plan."""
+from __future__ import annotations
+
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile", help="optimize and place a model once, save the execution plan (.opsplan)")
+    add_model_and_backend(p)
+    p.add_argument("--output", "-o", required=True, metavar="FILE.opsplan", help="where to write the plan")
+    p.add_argument("--train", action="store_true", help="compile the training step (forward, backward, optimizer)")
+    p.add_argument("--passes", metavar="NAMES",
+                   help="comma-separated passes (dce, fold, cse, layout, fuse, memplan), all or none; default: "
+                        "every pass the backend description does not switch off in its [passes] table")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from opscope.runtime.passes import pass_names
+    from opscope.runtime.passes.plan_file import compile_to_file
+    if args.passes is not None:
+        pass_names(args.passes)                    # an unknown name fails before the model loads
+    if not args.output.strip():
+        raise UsageError("--output needs a file name, e.g. -o model.opsplan")
+    info = compile_to_file(args.output, args.model, args.backend, passes=args.passes, train=args.train)
+    if args.json:
+        emit_json(info)
+        return 0
+    t = info["timing"]
+    mp = info.get("memory_plan") or {}
+    console.print(f"[bold]{args.model}[/] on [bold]{info['backend']['name']}[/]: {info['nodes']} ops after "
+                  f"{', '.join(info['passes']) or 'no passes'}; capture {t['capture_seconds'] * 1e3:.0f} ms, passes and "
+                  f"placement {t['compile_seconds'] * 1e3:.0f} ms; saved to {args.output}"
+                  + (f"; planned peak {fmt_bytes(mp['peak_bytes'])}" if mp else ""))
+    console.print(table("passes", ["pass", "changes", "ops before", "ops after", "first change"],
+                        [[e["pass"], len(e["changes"]), e["nodes_before"], e["nodes_after"],
+                          (e["changes"] or [""])[0][:90]] for e in info["pass_log"]],
+                        justify_right={"changes", "ops before", "ops after"}))
+    return 0

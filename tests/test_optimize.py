@@ -1,0 +1,60 @@
+"""`opscope optimize`: baseline, cycles that apply the best applicable advice as a pass, keep what
+helped; ends no worse than the baseline and writes a plan that loads. Advice -> pass mapping."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opscope.runtime import backends
+from opscope.runtime.passes.advice import backend_with_passes, passes_for
+
+
+def test_advice_maps_to_passes_and_a_backend_spec_switches_them_on():
+    assert passes_for("fuse-elementwise") == ["fuse"] and passes_for("npu-conv-layout:x") == ["layout"]
+    assert passes_for("reduced-precision") is None
+    spec = backend_with_passes("sim:npu-a1", ["fuse", "memplan"])
+    b = backends.resolve(spec)
+    assert b.name == "sim:npu-a1" and b.description.passes["fuse"] and not b.description.passes["layout"]
+    assert b.description.unsupported == backends.resolve("sim:npu-a1").description.unsupported
+    n = backends.resolve(backend_with_passes("numpy", ["fuse"]))
+    assert n.name == "numpy" and n.description.passes["fuse"]
+
+
+@pytest.mark.slow
+def test_optimize_gpt_on_sim_ends_no_worse_and_writes_a_plan_run_accepts(cli, tmp_path):
+    out = tmp_path / "gpt.opsplan"
+    r = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "-o", out, "--json", timeout=900)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["final"]["step_seconds"] <= doc["baseline"]["step_seconds"]
+    assert 1 <= len(doc["cycles"]) <= 3 and doc["final"]["max_abs_err"] <= 1e-4
+    fuse = next(c for c in doc["cycles"] if c["pass"] == "fuse")
+    assert fuse["kept"] and fuse["measured_seconds"] == pytest.approx(fuse["estimated_seconds"], rel=1e-3)
+    assert all(c["why"] and c["run_id"] for c in doc["cycles"])
+    from opscope.runtime.passes.plan_file import open_plan_session
+    s = open_plan_session(out, "demo:gpt")
+    assert s.extra["plan"]["passes"] == doc["passes"]
+    from opscope.profiler import RunStore
+    cfg = RunStore().get_run(doc["run_id"])["config"]
+    cfg = json.loads(cfg) if isinstance(cfg, str) else cfg
+    assert [c["pass"] for c in cfg["optimize"]["cycles"]] == [c["pass"] for c in doc["cycles"]]
+
+
+def test_optimize_bad_input_is_one_line_exit_2(cli, tmp_path):
+    r = cli("optimize", "demo:mlp", "--cycles", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    r = cli("optimize", "demo:mlp", "--suite", tmp_path / "nope.txt")
+    assert r.returncode == 2 and "suite file" in r.stderr
+
+
+@pytest.mark.slow
+def test_optimize_suite_on_numpy(cli, tmp_path):
+    suite = tmp_path / "suite.txt"
+    suite.write_text("# small models\ndemo:mlp\ndemo:cnn\n")
+    r = cli("optimize", "x", "-b", "sim:npu-a1", "--suite", suite, "--cycles", "2", "-o", tmp_path / "p", "--json",
+            timeout=900)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [m["model"] for m in doc["models"]] == ["demo:mlp", "demo:cnn"]
+    assert all(m["final"]["step_seconds"] <= m["baseline"]["step_seconds"] for m in doc["models"])
