@@ -189,3 +189,17 @@ def test_fuzz_well_formed_archives_with_odd_json_are_refused_in_one_line(mlp_doc
     elif isinstance(node, list) and isinstance(last, int) and last < len(node):
         node[last] = value
     _load_or_refuse(tmp_path, _zip(json.dumps(doc).encode()), model, inputs)
+
+
+def test_run_plan_from_the_cli_matches_eager_and_refuses_another_backend(cli, gpt_plan):
+    """`opscope run MODEL --plan FILE`: the plan's backend unless -b says otherwise; -b of another backend refused."""
+    path, _ = gpt_plan
+    r = cli("run", "demo:gpt", "--plan", path, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["max_abs_err"] < 1e-4 and doc["plan"]["startup_seconds"] >= 0
+    other = "numpy" if doc["backend"] != "numpy" else "torch:cpu"
+    r = cli("run", "demo:gpt", "--plan", path, "-b", other)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("run", "demo:gpt", "--plan", path, "--capture", "dynamo")
+    assert r.returncode == 2 and "--plan" in r.stderr

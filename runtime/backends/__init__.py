@@ -48,10 +48,17 @@ def resolve(spec: str, *, with_fallback: bool = True, _seen=()) -> Backend:
             raise UsageError(f"unknown sim backend {name!r}: known are {', '.join(sorted(paths)) or 'none'}; "
                              "or give a path to a .toml description")
         return from_description(_description.load(paths[name]), spec, with_fallback, _seen)
-    if spec.endswith(".toml") or Path(spec).is_file():
+    if spec.endswith(".toml") or _is_file(spec):
         return from_description(_description.load(spec), spec, with_fallback, _seen)
     raise UsageError(f"unknown backend {spec!r}: use numpy, torch:cpu, torch:cuda:0, sim:NAME or a path to a "
                      ".toml description (`opscope backends` lists them)")
+
+
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):          # a name too long for the file system, a NUL byte: not a file
+        return False
 
 
 def from_description(desc, spec: str, with_fallback: bool = True, _seen=()):
