@@ -14,6 +14,7 @@
   var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked", FIND = "timeline-find";
   var T = null;           // the mounted timeline; null on other pages
   var STEP_KEY = -3;      // key0 of a span on the step track (app/web/timeline.py)
+  var PHASE_KEY = -4;     // key0 of a span on a training run's phase band (key1: step * 8 + phase)
 
   function prefix() {
     try { return JSON.parse(document.getElementById("_dash-config").textContent).requests_pathname_prefix || "/"; }
@@ -717,6 +718,7 @@
     }
     var s = d.spans, k = s.label[h.i], name = esc(d.names[k]), dur = fmtDur(s.end[h.i] - s.start[h.i]);
     if (s.key0[h.i] === STEP_KEY) return "<b>" + name + "</b><br>" + dur + " from its first op to its last";
+    if (s.key0[h.i] === PHASE_KEY) return "<b>" + name + "</b><br>" + dur + " · step " + Math.floor(s.key1[h.i] / 8);
     if (k >= d.frames_from) return "<b>" + name + "</b><br>" + dur + " · python frame";
     var group = d.groups[k] !== d.names[k] ? esc(d.groups[k]) + " · " : "";
     return "<b>" + name + "</b><br>" + group + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];
@@ -772,6 +774,38 @@
                    mark: T.mark || null};
     },
     setView: function (t0, t1) { if (T && T.data) setView(t0, t1); },
+    // The names of the spans drawn on the track labelled `track` (tests: the phase band, a lane of annotations).
+    namesOn: function (track) {
+      var d = T && T.data, s = d && d.spans, k = d ? d.tracks.indexOf(track) : -1, out = {};
+      for (var i = 0; k >= 0 && i < s.n; i++) if (s.track[i] === k) out[d.names[s.label[i]]] = 1;
+      return Object.keys(out).sort();
+    },
+    tracks: function () { return T && T.data ? T.data.tracks.slice() : []; },
+    // Where the drawn span with this key lies on the axis (ns since the first span), or null.
+    spanAt: function (key0, key1) {
+      var d = T && T.data, s = d && d.spans;
+      for (var i = 0; s && i < s.n; i++) if (s.key0[i] === key0 && s.key1[i] === key1) return {start: s.start[i], end: s.end[i]};
+      return null;
+    },
+    // The client point at the middle of the drawn span with this key (step, seq), or null (for a real click).
+    pointOf: function (key0, key1) {
+      var d = T && T.data, s = d && d.spans;
+      for (var i = 0; s && i < s.n; i++) {
+        if (s.key0[i] !== key0 || s.key1[i] !== key1) continue;
+        var r = T.over.getBoundingClientRect(), a = Math.max(0, toPx(s.start[i])), z = Math.min(T.px, toPx(s.end[i]));
+        return {x: r.left + GUTTER + (a + z) / 2, y: r.top + TOP + s.track[i] * ROW + ROW / 2};
+      }
+      return null;
+    },
+    // Select a span by its key and center it (the details panel's "backward of NODE" link)
+    select: function (target) {
+      if (!T || !T.data || !target) return;
+      var pad = Math.max((target.end - target.start) * 4, (T.t1 - T.t0) / 8);
+      setView(Math.max(0, target.start - pad), target.end + pad);
+      T.picked = target.key;
+      T.mark = {start: target.start, end: target.end, find: T.data.find || "", key: target.key};
+      if (window.dash_clientside && window.dash_clientside.set_props) window.dash_clientside.set_props(PICKED, {data: target.key});
+    },
     // The client point at the middle of the widest span drawn (skipping Python frames), for a real click.
     widestSpanPoint: function () {
       var d = T && T.data, s = d && d.spans, best = -1, bw = -1;

@@ -84,6 +84,43 @@ def kineto_gpu_run() -> str:
     return import_trace(path)
 
 
+def train_run() -> str:
+    """demo:gpt trained 2 steps on the NPU simulator (`opscope profile demo:gpt --train --steps 2`): phases,
+    backward-to-forward links and memory by category."""
+    from opscope.profiler import profile
+    return profile("demo:gpt", "sim:npu-a1", steps=2, train={"optimizer": "sgd"})
+
+
+def click_point(driver, pt):
+    """A real mouse click at a client point of the timeline's canvas."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    over = driver.find_element("css selector", "#timeline-graph .tl-over")
+    r = driver.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];",
+                              over)
+    ActionChains(driver).move_to_element_with_offset(over, pt["x"] - r[0] - r[2] / 2, pt["y"] - r[1] - r[3] / 2) \
+        .pause(0.2).click().perform()
+
+
+def click_backward(run_id, op="gelu_backward"):
+    """Click a backward op of step 1 (the widest of `op`), as a user asks "what does this differentiate?"."""
+    def do(driver):
+        from opscope.profiler.store import RunStore
+        rows = RunStore().query("SELECT step, seq FROM events WHERE run_id = ? AND step = 1 AND phase = 'backward' "
+                                "AND fwd_node <> '' ORDER BY op = ? DESC, end_ns - start_ns DESC LIMIT 1", [run_id, op])
+        # zoom to step 1's backward phase (its span on the phase band), where a backward op is wide enough to click
+        band = driver.execute_script("return window.opscopeTimeline.spanAt(-4, 9);")
+        if band:
+            driver.execute_script("window.opscopeTimeline.setView(arguments[0], arguments[1]);",
+                                  band["start"] - (band["end"] - band["start"]) * 0.1, band["end"] * 1.0005)
+            time.sleep(2.0)
+            settle(driver)
+        pt = rows and driver.execute_script("return window.opscopeTimeline.pointOf(arguments[0], arguments[1]);",
+                                            *rows[0])
+        if pt:
+            click_point(driver, pt)
+    return do
+
+
 def chromium(width=1500, height=1000):
     from opscope.app.web.browser import headless_chromium
     return headless_chromium(width=width, height=height, extra=("--hide-scrollbars", "--force-device-scale-factor=1"))
@@ -123,15 +160,9 @@ def shoot(driver, url, name, before=None):
 
 def click_span(driver):
     """Click the middle of the widest span drawn (what a user does first), with a real mouse."""
-    from selenium.webdriver.common.action_chains import ActionChains
     pt = driver.execute_script("return window.opscopeTimeline && window.opscopeTimeline.widestSpanPoint();")
-    if not pt:
-        return
-    over = driver.find_element("css selector", "#timeline-graph .tl-over")
-    r = driver.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];",
-                              over)
-    ActionChains(driver).move_to_element_with_offset(over, pt["x"] - r[0] - r[2] / 2, pt["y"] - r[1] - r[3] / 2) \
-        .pause(0.2).click().perform()
+    if pt:
+        click_point(driver, pt)
 
 
 def find_next(times=2):
@@ -159,21 +190,33 @@ def click_cell(table_id, row=0, col=0):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reuse", action="store_true", help="use the runs already in $OPSCOPE_HOME")
+    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, import")
     args = ap.parse_args(argv)
+    only = set(filter(None, args.only.split(","))) or {"pages", "train", "import"}
     if not args.reuse:
         os.environ["OPSCOPE_HOME"] = tempfile.mkdtemp(prefix="opscope-shots-")
     from opscope.app.web.server import create_app, start_in_thread
     from opscope.profiler.store import RunStore
-    if args.reuse:
-        runs = [r for r in RunStore().list_runs() if r["status"] == "ok"]
-        a, b = runs[-1]["run_id"], runs[-2]["run_id"] if len(runs) > 1 else runs[-1]["run_id"]
-    else:
-        a, b = make_runs()
-    gpu = kineto_gpu_run()
+    if "pages" in only:
+        if args.reuse:
+            runs = [r for r in RunStore().list_runs() if r["status"] == "ok" and r["engine"] != "import"]
+            a, b = runs[-1]["run_id"], runs[-2]["run_id"] if len(runs) > 1 else runs[-1]["run_id"]
+        else:
+            a, b = make_runs()
+        gpu = kineto_gpu_run()
+    if "train" in only:
+        done = [r["run_id"] for r in RunStore().list_runs() if r["status"] == "ok"
+                and (r.get("config") or {}).get("train", {}).get("memory_timeline")] if args.reuse else []
+        trained = done[0] if done else train_run()
     app = create_app()
     srv, url = start_in_thread(app)
     driver = chromium()
     try:
+        if "train" in only:
+            shoot(driver, f"{url}/timeline?run={trained}&step=1", "train-timeline", click_backward(trained))
+            shoot(driver, f"{url}/memory?run={trained}", "train-memory")
+        if "pages" not in only:
+            return 0
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
         shoot(driver, f"{url}/timeline?run={a}&step=1", "timeline", click_span)    # one step: ops, not idle
         shoot(driver, f"{url}/timeline?run={a}&find=linear", "timeline-find", find_next())

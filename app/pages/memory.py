@@ -9,16 +9,22 @@ import numpy as np
 from dash import Input, Output, dcc, html
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, inputs, theme
+from opscope.app.web import ids, inputs, phases, theme
 
 PATH = "/memory"
 NAME = "Memory"
 _LINE = ["#2563eb", "#dc2626", "#059669", "#7c3aed", "#d97706"]
 PEAKS = "memory-peaks"        # under the chart: each backend's peak, the op that held it, a link to it on the timeline
+CATEGORIES = "memory-categories"      # a training run: bytes by category (parameter, gradient, ...) stacked over time
+CAT_GRAPH = "memory-categories-graph"
+CAT_PEAK = "memory-categories-peak"   # the peak's owner (the category holding most of it) and the op it follows
 
 
 def layout(**_query):
     return html.Div([
+        html.Div(id=CATEGORIES, style={"display": "none"}, children=ui.card(
+            "Training step memory by category", dcc.Graph(id=CAT_GRAPH, figure=theme.empty_figure("loading…"),
+                                                          config={"displaylogo": False}), html.Div(id=CAT_PEAK))),
         ui.card("Live bytes", dcc.Graph(id=ids.MEM_GRAPH, figure=theme.empty_figure("loading…"),
                                         config={"displaylogo": False}), html.Div(id=PEAKS)),
         ui.card("Ops that allocate most", html.Div(id="memory-table-box", children=ui.table(
@@ -48,6 +54,17 @@ def register(app, data):
                  "peak": ui.fmt_bytes(t["peak_live"])} for t in top]
         peaks = data.memory_peaks(run) if series else []
         return figure(series, axis), ui.op_swatch_rows(rows), _peak_links(run, peaks, axis)
+
+    @app.callback(Output(CAT_GRAPH, "figure"), Output(CAT_PEAK, "children"), Output(CATEGORIES, "style"),
+                  Input(ids.RUN_STATUS, "data"))
+    def render_categories(status):
+        run = inputs.status_run(data, status)
+        cats = phases.memory_categories(data, run) if run else None
+        if not cats:
+            return theme.empty_figure(""), None, {"display": "none"}
+        windows = data.step_windows(run["run_id"], run)
+        axis = (min(a for _, a, _ in windows), max(b for _, _, b in windows))
+        return category_figure(cats, axis), _category_peak(run, cats, axis), {}
 
 
 def _peak_links(run, peaks, axis):
@@ -91,3 +108,45 @@ def figure(series: dict, axis: tuple[int, int] | None = None) -> dict:
         xaxis=dict(title=dict(text="time since the run's first op (ms), the timeline's axis"),
                    **({"range": [0, (axis[1] - axis[0]) / 1e6]} if axis else {})),
         yaxis=dict(title=dict(text="live MiB"), rangemode="tozero"))}
+
+
+def category_figure(cats: dict, axis: tuple[int, int]) -> dict:
+    """Bytes by category stacked over time (torch.profiler's memory timeline), the peak marked."""
+    t = ((np.asarray(cats["t"], np.float64) - axis[0]) / 1e6).tolist()
+    traces = [dict(type="scatter", mode="lines", x=t, y=(np.asarray(cats[c], np.float64) / 2**20).tolist(),
+                   name=c.replace("_", " "), stackgroup="one", line=dict(width=0.5, shape="hv",
+                                                                          color=phases.CATEGORY_COLORS[c]),
+                   hovertemplate="%{y:.2f} MiB at %{x:.3f} ms<extra>" + c.replace("_", " ") + "</extra>")
+              for c in phases.CATEGORIES if any(cats[c])]
+    p, ann = cats["peak"], []
+    if p.get("t") is not None:
+        x, y = (p["t"] - axis[0]) / 1e6, p["bytes"] / 2**20
+        traces.append(dict(type="scatter", mode="markers", x=[x], y=[y], showlegend=False, name="peak",
+                           marker=dict(symbol="triangle-down", size=14, color=theme.INK),
+                           hovertemplate=f"peak {ui.fmt_bytes(p['bytes'])}<extra></extra>"))
+        ann.append(dict(x=x, y=y, text=f"peak {ui.fmt_bytes(p['bytes'])}: mostly {_cat(p.get('owner'))}",
+                        showarrow=False, yshift=16, xanchor="right", font=dict(size=12, color=theme.INK)))
+    return {"data": traces, "layout": theme.layout(
+        height=360, annotations=ann, hovermode="x unified", legend=dict(orientation="h", y=1.12),
+        xaxis=dict(title=dict(text="time since the run's first op (ms), the timeline's axis"),
+                   range=[0, (axis[1] - axis[0]) / 1e6]),
+        yaxis=dict(title=dict(text="MiB"), rangemode="tozero"))}
+
+
+def _cat(name) -> str:
+    return str(name or "?").replace("_", " ")
+
+
+def _category_peak(run, cats, axis):
+    """The peak's owner (the category holding most of it), what each category held there, and its op."""
+    p = cats["peak"]
+    parts = ", ".join(f"{_cat(c)} {ui.fmt_bytes(p.get(c) or 0)}" for c in phases.CATEGORIES if p.get(c))
+    at = f" at {ui.fmt_ns(p['t'] - axis[0])}" if p.get("t") is not None else ""
+    children = [f"Peak {ui.fmt_bytes(p.get('bytes') or 0)}{at}, owner: ", html.B(_cat(p.get("owner")),
+                                                                                  className="peak-owner"),
+                f" ({parts}); held after ", html.B(p.get("node") or "?"),
+                f" ({p.get('module') or 'top level'}, step {p['step']} · #{p.get('seq')}; every step repeats it) "]
+    if p.get("op"):
+        href = f"/timeline?{urlencode({'run': run['run_id'], 'step': p['step'], 'find': p['op']})}"
+        children.append(dcc.Link("show it on the timeline →", href=href))
+    return html.P(children, className="category-peak")

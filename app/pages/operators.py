@@ -7,7 +7,7 @@ import numpy as np
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from opscope.app.web import components as ui
-from opscope.app.web import ids, inputs, theme
+from opscope.app.web import ids, inputs, phases, theme
 
 PATH = "/operators"
 NAME = "Operators"
@@ -18,8 +18,10 @@ _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_n
             ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
             ("pct_peak", "% of peak", _F1), ("fallback", "fell back")]
 _SORT = ("self_ns", "desc")
-GROUPS = ("op", "module", "node")
+GROUPS = ("op", "module", "node", "phase")
 BUSY = "ops-busy"          # the line that says what the shares are shares of
+FWD_BWD = "ops-fwd-bwd"    # a training run: forward against backward time per module (card, shown when it has them)
+FWD_BWD_TABLE = "ops-fwd-bwd-table"
 
 
 def layout(**_query):
@@ -28,10 +30,16 @@ def layout(**_query):
             html.Label("group by", className="label"),
             dcc.RadioItems(id=ids.OPS_GROUP, options=[{"label": "op type", "value": "op"},
                                                        {"label": "module (rolled up)", "value": "module"},
-                                                       {"label": "node", "value": "node"}],
+                                                       {"label": "node", "value": "node"},
+                                                       {"label": "phase", "value": "phase"}],
                            value="op", inline=True, className="radio"),
             html.Span(id=BUSY, className="muted info")]),
                 ui.table(ids.OPS_TABLE, columns("op"), [], page_size=20, select="row", sort_by=_SORT)),
+        html.Div(id=FWD_BWD, style={"display": "none"}, children=ui.card(
+            "Forward vs backward, per module", ui.table(FWD_BWD_TABLE, [
+                ("module", "module"), ("forward_ns", "forward", ui.DURATION), ("backward_ns", "backward", ui.DURATION),
+                ("ratio", "backward / forward", ui.num(".2f"))], [], page_size=12, sort_by=("backward_ns", "desc")),
+            html.P("A backward op counts for the module of the forward op it differentiates.", className="muted"))),
         html.Div(className="grid-2", children=[
             ui.card("Roofline", dcc.Graph(id=ids.OPS_ROOFLINE, figure=theme.empty_figure("loading…"),
                                           config={"displaylogo": False})),
@@ -55,7 +63,7 @@ def register(app, data):
         run = inputs.status_run(data, status)
         if not run:
             return [], ui.column_defs(columns(by), _SORT), theme.empty_figure("No runs yet."), "", *clear
-        stats = data.op_table(run, by)
+        stats = _stats(data, run, by)
         rows = ui.op_swatch_rows([_row(s) for s in stats])
         if not regrouped and ctx.triggered_id == ids.OPS_TABLE:
             # a click only moves the roofline's highlight: the table is already drawn
@@ -71,7 +79,7 @@ def register(app, data):
         run = inputs.status_run(data, status)
         if ctx.triggered_id == ids.OPS_GROUP:
             key = None
-        r = next((x for x in (_row(s) for s in data.op_table(run, by)) if x["id"] == key), None) \
+        r = next((x for x in (_row(s) for s in _stats(data, run, by)) if x["id"] == key), None) \
             if key and run else None
         if r is None:
             return ui.note("Click a row for the op's numbers.")
@@ -92,10 +100,30 @@ def register(app, data):
                                           className="button")])
 
 
+    @app.callback(Output(FWD_BWD_TABLE, "rowData"), Output(FWD_BWD, "style"), Input(ids.RUN_STATUS, "data"))
+    def forward_backward(status):
+        run = inputs.status_run(data, status)
+        if not run or not phases.is_training(data, run):
+            return [], {"display": "none"}
+        return [{"id": r["module"], **r} for r in phases.module_phases(data, run)], {}
+
+
+def _stats(data, run, by):
+    """The table's rows: the store's breakdown per op, module or node; per phase, the training run's phases."""
+    if by != "phase":
+        return data.op_table(run, by)
+    peak, _ = data.roofs(run)
+    rows = phases.phase_rows(data, run)
+    for r in rows:
+        r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
+        r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
+    return rows
+
+
 def columns(by):
     """The columns grouped by op type, module or node: the op type's color on the op column."""
     rest = _COLUMNS[1:]
-    if by in ("module", "node"):
+    if by in ("module", "node", "phase"):
         return [("name", by), ("op", "op type", ui.SWATCH), *rest]
     return [("name", "op", ui.SWATCH), *rest]
 

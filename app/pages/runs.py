@@ -71,7 +71,17 @@ def register(app, data):
             a, b = selected[-2], selected[-1]
             links.append(dcc.Link(f"Compare {a[:8]} with {b[:8]}", href=f"/compare?{urlencode({'run': a, 'b': b})}",
                                   className="button primary", id="compare-link"))
-        return links, steps_card(data, run)
+        dropped = _not_imported(run)
+        return links + ([dropped] if dropped else []), steps_card(data, run)
+
+
+def _not_imported(run):
+    """An imported trace's event kinds that no page shows, with how many of each (import.kinds_dropped)."""
+    kinds = ((run.get("config") or {}).get("import") or {}).get("kinds_dropped") or {}
+    if not kinds:
+        return None
+    listed = ", ".join(f"{k} ({int(n):,})" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return html.Div(f"Not imported from the trace: {listed}", className="muted not-imported", id="runs-not-imported")
 
 
 def steps_card(data, run):

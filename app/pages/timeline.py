@@ -25,7 +25,14 @@ NAME = "Timeline"
 ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
 VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step, find}; timeline.js follows it
 PICKED = "timeline-picked"        # dcc.Store: the clicked span [key0, key1, us] (timeline.js sets it)
+FORWARD = "timeline-forward"      # the details' "backward of NODE" link: a click selects the forward op
+FORWARD_TARGET = "timeline-forward-target"   # dcc.Store: that op's {key, start, end} on the canvas's axis
 _MAX_OFFSET = 2.0 ** 53           # t0, t1, at past this would overflow int64 ns once the run's clock is added
+
+_SELECT_JS = """function (n, target) {
+  if (n && window.opscopeTimeline) window.opscopeTimeline.select(target);
+  return window.dash_clientside.no_update;
+}"""
 
 # The browser's canvas follows VIEW: a new stamp (more events, a new status) redraws the same zoom window,
 # a new step or run starts from that step's or run's whole window.
@@ -58,7 +65,7 @@ def layout(run=None, step=None, find=None, **_query):
                       className="hint"),
         ]), html.Div(id=ids.TL_GRAPH, className="timeline-canvas",
                      children=ui.note(_missing(run)) if shown is None else None),
-                dcc.Store(id=VIEW, data=view), dcc.Store(id=PICKED)),
+                dcc.Store(id=VIEW, data=view), dcc.Store(id=PICKED), dcc.Store(id=FORWARD_TARGET)),
         ui.card("Span", html.Div(ui.note("Click a span to see its op, shapes, dtypes, FLOPs, module and source."),
                                  id=ids.TL_DETAILS)),
     ])
@@ -198,10 +205,16 @@ def register(app, data):
         return _step_options(data.step_windows(rid)), new
 
     app.clientside_callback(_FOLLOW_JS, Output(VIEW, "id"), Input(VIEW, "data"))
+    app.clientside_callback(_SELECT_JS, Output(FORWARD, "title"), Input(FORWARD, "n_clicks"),
+                            State(FORWARD_TARGET, "data"), prevent_initial_call=True)
 
-    @app.callback(Output(ids.TL_DETAILS, "children"), Input(PICKED, "data"), State(ids.RUN_STATUS, "data"),
-                  prevent_initial_call=True)
+    @app.callback(Output(ids.TL_DETAILS, "children"), Output(FORWARD_TARGET, "data"), Input(PICKED, "data"),
+                  State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def details(cd, status):
+        shown = _details(cd, status)
+        return shown if isinstance(shown, tuple) else (shown, no_update)
+
+    def _details(cd, status):
         status = inputs.run_status(status)
         if cd is not None and not isinstance(cd, list):
             raise inputs.BadInput("the picked span is [step, seq, microseconds]")
@@ -220,6 +233,12 @@ def register(app, data):
             return _fields([("step", key1), ("from first op to last", ui.fmt_ns(row["span_ns"])),
                             ("busy (any track)", ui.fmt_ns(row["busy_ns"])), ("host busy", ui.fmt_ns(row["host_ns"])),
                             ("device busy", ui.fmt_ns(row["device_ns"])), ("top-level ops", f"{row['ops']:,}")])
+        if key0 == lod.PHASE_KEY:
+            step, phase = divmod(key1, 8)
+            if not 0 <= phase < len(lod.PHASES):
+                raise inputs.BadInput("the picked phase is step * 8 + phase")
+            return _fields([("phase", lod.PHASES[phase]), ("step", step),
+                            ("from its first op to its last", ui.fmt_ns(cd[2] * 1e3))])
         if key0 == lod.STACK_KEY:
             f = data.stack_frame(status["run"], key1)
             return _fields([("Python frame", f["frame"]), ("depth", f["depth"]), ("thread", f["thread"]),
@@ -228,10 +247,12 @@ def register(app, data):
         if ev is None:
             return ui.note("That event is no longer in the store.", "warn")
         dur = max(1, ev["end_ns"] - ev["start_ns"])
+        link, target = _forward_link(data, status["run"], ev)
         return html.Div(className="span-details", children=[
             html.H4([html.Span(className="swatch", style={"background": theme.span_color(ev["node"], ev["op"])}),
                      ev["op"],
                      html.Span(f"  {ui.fmt_ns(dur)}", className="muted")]),
+            link,
             _fields([
                 ("node", ev["node"]),
                 ("launched by", ev["module"] or "unknown") if ev["op"] in DEVICE_OPS else
@@ -245,7 +266,51 @@ def register(app, data):
                 ("achieved", ui.fmt_flops((ev["flops"] or 0) / (dur / 1e9))),
                 ("fell back", "yes: the backend has no kernel for it" if ev["fallback"] else "no"),
                 ("live bytes after", ui.fmt_bytes(ev["live_bytes"]) if ev["live_bytes"] is not None else "n/a"),
-            ])])
+                *_kernel_args(data, status["run"], ev),
+            ])]), target
+
+
+def _kernel_args(data, run_id: str, ev: dict) -> list[tuple[str, str]]:
+    """An imported kernel's launch configuration (the trace's grid, block, registers, shared memory, occupancy)."""
+    try:
+        rows = data.store.query("SELECT grid, block, registers, shared_memory, occupancy FROM kernel_args "
+                                "WHERE run_id = ? AND step = ? AND seq = ? LIMIT 1", [run_id, ev["step"], ev["seq"]])
+    except Exception:            # a store from before the table, opened where it cannot be upgraded
+        return []
+    if not rows:
+        return []
+    grid, block, regs, smem, occ = rows[0]
+    pairs = [("grid", _pretty(grid)), ("block", _pretty(block)),
+             ("registers per thread", regs), ("shared memory", ui.fmt_bytes(smem) if smem is not None else None),
+             ("est. achieved occupancy", f"{occ:g} %" if occ is not None else None)]
+    return [(k, v) for k, v in pairs if v not in (None, "", "—")]
+
+
+def _forward_link(data, run_id: str, ev: dict):
+    """A training op's phase, and for a backward op the forward op it differentiates: "backward of NODE
+    (module, source)", NODE a link that selects that op (its step's, else any step's). (element, target)."""
+    rows = data.store.query("SELECT phase, fwd_node FROM events WHERE run_id = ? AND step = ? AND seq = ? LIMIT 1",
+                            [run_id, ev["step"], ev["seq"]])
+    phase, fwd = rows[0] if rows else (None, None)
+    if phase not in ("backward", "optimizer"):      # a forward op of an inference run says nothing more
+        return None, None
+    if not fwd:
+        return html.P(f"phase: {phase}", className="phase-line"), None
+    found = data.store.query(
+        """SELECT step, seq, module, source, start_ns, end_ns FROM events
+           WHERE run_id = ? AND node = ? AND phase = 'forward' ORDER BY step = ? DESC, step LIMIT 1""",
+        [run_id, fwd, ev["step"]])
+    if not found:
+        return html.P(f"backward of {fwd} (not recorded in this run)", className="phase-line"), None
+    step, seq, module, source, a, b = found[0]
+    run = data.run(run_id)
+    shift = data.step_shifts(run).get(step, 0)
+    origin = data.spans(run).t_min
+    target = {"key": [step, seq, (b - a) / 1e3], "start": a - shift - origin, "end": b - shift - origin}
+    where = ", ".join(x for x in (module or "(top level)", source or "source line unknown"))
+    return html.P(className="phase-line", children=[
+        "backward of ", html.Button(fwd, id=FORWARD, className="link-button", title=f"select {fwd}"),
+        f" ({where})"]), target
 
 
 def _pretty(text):

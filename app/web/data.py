@@ -204,7 +204,8 @@ class WebData:
                         k AS (SELECT b, d, t, p, (row_number() OVER (ORDER BY b, d, t, p)) - 1 AS track
                               FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, {lane} AS p
                                     FROM events WHERE run_id = $r))
-                   SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track
+                   SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track,
+                          {timeline.phase_sql("e.")}::TINYINT AS phase
                    FROM events e JOIN o ON o.o = {_span_name_sql("e.")}
                    JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
                          AND k.t IS NOT DISTINCT FROM e.thread AND k.p = {lane_e}
@@ -221,12 +222,14 @@ class WebData:
                     ORDER BY t_ns""", [rid]).fetchall()
         threads = {(b, d, t) for b, d, t, _ in tracks}
         by_thread = len({(b, d) for b, d, _ in threads}) < len(threads)   # name threads only when they differ
-        # the step track comes first: the op tracks are numbered from 1
-        labels = ["steps"] + [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
-        clocks = [None] + [_clock(d) for _b, d, _t, _p in tracks]
+        # the step track comes first, then a training run's phase band: the op tracks are numbered after them
+        phase = np.asarray(cols["phase"], np.int64)
+        bands = ["steps"] + (["phases"] if (phase > 0).any() else [])
+        labels = bands + [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
+        clocks = [None] * len(bands) + [_clock(d) for _b, d, _t, _p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
         end = np.asarray(cols["end_ns"], np.int64)
-        track = np.asarray(cols["track"], np.int64) + 1
+        track = np.asarray(cols["track"], np.int64) + len(bands)
         label = np.asarray(cols["op_code"], np.int64)
         key0 = np.asarray(cols["step"], np.int64)
         key1 = np.asarray(cols["seq"], np.int64)
@@ -268,9 +271,22 @@ class WebData:
             label = np.concatenate([label, first + np.arange(len(steps))])
             key0 = np.concatenate([key0, np.full(len(steps), timeline.STEP_KEY)])
             key1 = np.concatenate([key1, steps])
+        if len(bands) > 1:      # one span per stretch of a phase in a step (key1: step * 8 + phase)
+            ev = slice(0, len(cols["step"]))
+            segs = timeline.phase_segments(start[ev], end[ev], key0[ev], phase)
+            first = len(names)
+            names = names + list(timeline.PHASES)
+            groups = groups + ["phase"] * len(timeline.PHASES)
+            start = np.concatenate([start, [a for _, a, _, _ in segs]]).astype(np.int64)
+            end = np.concatenate([end, [b for _, _, b, _ in segs]]).astype(np.int64)
+            track = np.concatenate([track, np.ones(len(segs), np.int64)])
+            label = np.concatenate([label, [first + p for _, _, _, p in segs]]).astype(np.int64)
+            key0 = np.concatenate([key0, np.full(len(segs), timeline.PHASE_KEY)])
+            key1 = np.concatenate([key1, [s * 8 + p for s, _, _, p in segs]]).astype(np.int64)
         spans = timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
         spans.clocks = clocks
-        spans.step_spans = int((key0 == timeline.STEP_KEY).sum())
+        spans.bands = len(bands)
+        spans.step_spans = int(np.isin(key0, (timeline.STEP_KEY, timeline.PHASE_KEY)).sum())
         return spans
 
     def counters(self, run: dict) -> list[dict]:

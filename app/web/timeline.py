@@ -19,6 +19,10 @@ PX = 1400              # buckets across the window: about the plot's width in pi
 MAX_SPANS = 2000       # individually drawn spans per track at any zoom
 STACK_KEY = -2         # key0 of a Python-stack span (events use key0 = step >= 0)
 STEP_KEY = -3          # key0 of a span on the step track (key1: the step)
+PHASE_KEY = -4         # key0 of a span on the phase band of a training run (key1: step * 8 + phase code)
+PHASES = ("forward", "backward", "optimizer")
+# the phase band's colors: the forward pass cool, the backward warm, the optimizer neutral (as HTA/TensorBoard)
+PHASE_COLORS = {"forward": "#60a5fa", "backward": "#f59e0b", "optimizer": "#a78bfa"}
 
 
 @dataclass
@@ -38,7 +42,8 @@ class Spans:
     t_min: int
     t_max: int
     clocks: list | None = None  # per track: "simulated", "wall", or None (the step track)
-    step_spans: int = 0         # spans on the step track (track 0 when there is one): not counted as spans
+    step_spans: int = 0         # spans on the band tracks (steps, phases): not counted as spans
+    bands: int = 0              # the first `bands` tracks are bands (steps, phases), not ops
 
     @property
     def count(self) -> int:
@@ -80,6 +85,28 @@ class Lod:
     hits: int = 0              # spans in the window that match the search
 
 
+def phase_sql(t: str = "") -> str:
+    """An event's phase as its index in PHASES (-1 for a transfer or no phase): a small int, not a string per event."""
+    return "CASE " + " ".join(f"WHEN {t}phase = '{p}' THEN {i}" for i, p in enumerate(PHASES)) + " ELSE -1 END"
+
+
+def phase_segments(start, end, step, phase) -> list[tuple[int, int, int, int]]:
+    """A training run's phase band: (step, start, end, phase index) for each stretch of one phase in a step.
+
+    A stretch runs from its first op's start to its last op's end, in time order; a transfer (phase -1)
+    between two ops of one phase does not break it."""
+    start, end, step, phase = (np.asarray(a, np.int64) for a in (start, end, step, phase))
+    keep = phase >= 0
+    start, end, step, phase = start[keep], end[keep], step[keep], phase[keep]
+    if not len(start):
+        return []
+    order = np.lexsort((start, step))
+    start, end, step, phase = start[order], end[order], step[order], phase[order]
+    cut = np.flatnonzero((step[1:] != step[:-1]) | (phase[1:] != phase[:-1])) + 1
+    firsts, lasts = np.r_[0, cut], np.r_[cut, len(start)]
+    return [(int(step[a]), int(start[a]), int(end[a:b].max()), int(phase[a])) for a, b in zip(firsts, lasts)]
+
+
 def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int = MAX_SPANS,
                     match: np.ndarray | None = None) -> Lod:
     """match: per name (label code), whether it matches the user's search; its spans too small to draw
@@ -90,7 +117,7 @@ def level_of_detail(spans: Spans, t0: int, t1: int, px: int = PX, max_spans: int
     visible = hits = 0
     for k in range(len(spans.tracks)):
         idx = _overlapping(spans, k, t0, t1)
-        if not (spans.step_spans and k == 0):
+        if k >= spans.bands:
             visible += len(idx)
         if match is not None:
             hits += int(match[spans.label[idx]].sum())
@@ -176,9 +203,10 @@ def payload(spans: Spans, lod: Lod) -> dict:
     origin = spans.t_min
     shown = lod.shown
     rel = (lambda a: (np.asarray(a, np.int64) - origin).astype(np.float64))
-    colors = [theme.span_color(n, g) for n, g in zip(spans.names, spans.groups)]
-    # the legend names a kernel itself (each has its own color), anything else by its op
-    legend = [n if g == "kernel" else g for n, g in zip(spans.names, spans.groups)]
+    colors = [PHASE_COLORS.get(n, "#94a3b8") if g == "phase" else theme.span_color(n, g)
+              for n, g in zip(spans.names, spans.groups)]
+    # the legend names a kernel and a phase itself (each has its own color), anything else by its op
+    legend = [n if g in ("kernel", "phase") else g for n, g in zip(spans.names, spans.groups)]
     top = in_window(spans, lod.t0, lod.t1)
     return {
         "origin": str(origin), "t0": lod.t0 - origin, "t1": lod.t1 - origin, "end": spans.t_max - origin,
