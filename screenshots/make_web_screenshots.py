@@ -238,3 +238,35 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def shoot_ranks_and_optimize() -> None:
+    """web-ranks.png (a 2-rank hybrid training run over gloo) and web-optimize.png (`opscope optimize` cycles),
+    each made with the CLI a user types, in a temporary OPSCOPE_HOME. main() does not call this yet:
+
+        python -c "import sys; sys.path.insert(0, 'screenshots'); import make_web_screenshots as m; \\
+                   m.shoot_ranks_and_optimize()"
+    """
+    import json
+    import subprocess
+    os.environ["OPSCOPE_HOME"] = home = tempfile.mkdtemp(prefix="opscope-shots-")
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "opscope.app", *args, "--json"], capture_output=True, text=True,
+                             check=True, cwd=home)
+        return json.loads(out.stdout)["run_id"]
+
+    ranks = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "4")
+    optimized = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "--steps", "1")
+    from opscope.app.web.server import create_app, start_in_thread
+    srv, url = start_in_thread(create_app())
+    driver = chromium()
+    try:
+        shoot(driver, f"{url}/ranks?run={ranks}", "ranks")
+        shoot(driver, f"{url}/optimize?run={optimized}", "optimize")
+        for e in driver.get_log("browser"):
+            if e.get("level") == "SEVERE":
+                print("browser error:", e["message"], file=sys.stderr)
+    finally:
+        driver.quit()
+        srv.shutdown()

@@ -11,7 +11,8 @@ from opscope.app.cli.common import fmt_bytes, fmt_flops, fmt_ns
 
 from . import theme
 
-__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "run_title", "duration",
+__all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "alert_banner", "run_title",
+           "duration", "bar_figure",
            "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num"]
 
 
@@ -43,7 +44,7 @@ def duration(run: dict) -> str:
 
 def run_badge(run: dict, arrived: int):
     """The header's summary of the shown run: id, model/backend, status, events arrived / dropped."""
-    parts = [html.Code(run["run_id"][:12], className="run-id"), html.Span(run_title(run), className="run-title"),
+    parts = [html.Code(run["run_id"][:12], className="run-id"), html.Span(run_title(run), className="run-title", title=run_title(run)),
              status_pill(run.get("status")),
              html.Span(f"{arrived:,} events", className="count", id="events-arrived"),
              html.Span(f"{int(run.get('dropped') or 0):,} dropped",
@@ -51,6 +52,36 @@ def run_badge(run: dict, arrived: int):
     if run.get("status") == "failed" and run.get("error"):
         parts.append(html.Span(str(run["error"]).splitlines()[0][:160], className="run-error", title=str(run["error"])))
     return parts
+
+
+SEVERITY_ORDER = ("critical", "warning", "info")     # profiler/alerts/rules.py's severities, worst first
+
+
+def most_severe(alerts: list[dict]) -> dict | None:
+    """The alert a banner shows: the worst severity, the latest of those."""
+    def rank(a):
+        sev = a.get("severity")
+        return (SEVERITY_ORDER.index(sev) if sev in SEVERITY_ORDER else len(SEVERITY_ORDER),
+                -float(a.get("time") or 0) if isinstance(a.get("time"), (int, float)) else 0)
+    return min(alerts, key=rank) if alerts else None
+
+
+def alert_banner(alerts: list[dict], where: str = ""):
+    """The header's banner for a run's alerts (`opscope monitor --run` stores them in the run's config): the most
+    severe with its message, and how many more there are (all of them in the tooltip). None when there are none."""
+    alerts = [a for a in alerts if isinstance(a, dict)]
+    worst = most_severe(alerts)
+    if worst is None:
+        return None
+    sev = str(worst.get("severity") or "warning")
+    more = len(alerts) - 1
+    every = "\n".join(f"{a.get('severity')} {a.get('rule')}: {a.get('message')}" for a in alerts[-50:])
+    return html.Div(className=f"alert alert-{sev}", title=every, children=[
+        html.Span(sev, className=f"pill pill-{sev}"),
+        html.Strong(str(worst.get("rule") or "alert"), className="alert-rule"),
+        html.Span(str(worst.get("message") or ""), className="alert-message"),
+        html.Span(where, className="muted") if where else None,
+        html.Span(f"+{more} more alert{'s' if more > 1 else ''}", className="muted") if more else None])
 
 
 # The grid's look, from the theme's constants: the page font, a quiet header, compact 30 px rows, no
@@ -132,3 +163,41 @@ def op_swatch_rows(rows: list[dict]) -> list[dict]:
     for r in rows:
         r["swatch"] = theme.op_color(r["op"]) if r.get("op") else None
     return rows
+
+
+def bar_figure(labels: list[str], series: list[dict], *, stacked: bool, y_title: str, height: int = 340) -> dict:
+    """Bars, stacked or side by side, as a plotly figure drawn with filled scatter polygons.
+
+    NOTE: the pages load a partial plotly.js (assets/vendor/README.md) that has no bar trace; a filled polygon
+    per bar is the same picture, and an invisible marker at each bar's middle carries its hover text.
+    series: [{name, color, y: one value per label, hover: one text per label (optional)}].
+    """
+    n, width = len(labels), 0.7
+    traces, base = [], [0.0] * n
+    for k, s in enumerate(series):
+        xs, ys, mx, my = [], [], [], []
+        for i, v in enumerate(s["y"]):
+            v = float(v or 0.0)
+            if stacked:
+                x0, x1, y0, y1 = i - width / 2, i + width / 2, base[i], base[i] + v
+                base[i] = y1
+            else:
+                w = width / max(len(series), 1)
+                x0 = i - width / 2 + k * w
+                x1, y0, y1 = x0 + w * 0.92, 0.0, v
+            xs += [x0, x0, x1, x1, x0, None]
+            ys += [y0, y1, y1, y0, y0, None]
+            mx.append((x0 + x1) / 2)
+            my.append((y0 + y1) / 2)
+        traces.append(dict(type="scatter", mode="lines", name=s["name"], x=xs, y=ys, fill="toself",
+                           fillcolor=s["color"], line=dict(width=0.5, color="white"), hoverinfo="skip",
+                           legendgroup=s["name"]))
+        traces.append(dict(type="scatter", mode="markers", x=mx, y=my, showlegend=False, legendgroup=s["name"],
+                           marker=dict(size=16, opacity=0, color=s["color"]), name=s["name"],
+                           customdata=s.get("hover") or [f"{s['name']}: {float(v or 0):.4g}" for v in s["y"]],
+                           hovertemplate="%{customdata}<extra></extra>"))
+    layout = theme.layout(height=height, margin=dict(l=60, r=10, t=10, b=70), hovermode="closest",
+                          xaxis=dict(tickvals=list(range(n)), ticktext=labels, range=[-0.6, n - 0.4], showgrid=False,
+                                     zeroline=False),
+                          yaxis=dict(title=dict(text=y_title), zeroline=True, rangemode="tozero" if stacked else "normal"))
+    return {"data": traces, "layout": layout}

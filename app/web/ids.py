@@ -51,3 +51,14 @@ HW_GRAPH = "hardware-graph"
 # advisor
 ADV_LIST = "advisor-list"
 RUN_STATUS = "run-status"            # dcc.Store: {run, status, events, dropped} of the shown run; pages listen
+
+# header: the alert banner (the most severe alert of the shown run, or of the live run)
+ALERT_BANNER = "alert-banner"
+
+# ranks
+RANKS_SUMMARY = "ranks-summary"      # world size, the slow rank, per-rank totals
+RANKS_GRAPH = "ranks-graph"          # per rank and step: compute / overlap / communication / idle, stacked
+
+# optimize
+OPT_CHART = "optimize-chart"         # per cycle: estimated vs measured gain
+OPT_CYCLES = "optimize-cycles"       # per cycle: the pass, why it was kept or not, a link to its run

@@ -32,7 +32,7 @@ from .data import WebData
 ASSETS = next((p for p in (Path(__file__).resolve().parents[2] / "assets",
                            Path(__file__).resolve().parents[1] / "assets") if p.is_dir()),
               Path(__file__).resolve().parents[2] / "assets")
-PAGES = ["runs", "timeline", "operators", "memory", "compare", "tensors", "hardware", "advisor"]
+PAGES = ["runs", "timeline", "operators", "memory", "ranks", "compare", "tensors", "hardware", "advisor", "optimize"]
 LIVE_POLL_MS = 1000
 
 
@@ -167,6 +167,7 @@ def _shell(modules):
             html.Nav(id=ids.NAV, className="nav", children=_nav(modules, "/", "")),
             html.Div(id=ids.RUN_BADGE, className="run-badge"),
         ]),
+        html.Div(id=ids.ALERT_BANNER, className="alert-banner"),
         html.Main(className="page", children=[html.Div(id=ids.PAGE_ERROR, className="page-error"),
                                               dash.page_container]),
     ])
@@ -206,6 +207,18 @@ def _register_shell(app, data: WebData, modules):
         run = {**run, "status": status.get("status"), "dropped": status.get("dropped", 0)}
         return ui.run_badge(run, int(status.get("events") or 0)), status.get("status") != "running"
 
+    # Alerts live in the run's config (`opscope monitor --run`): read afresh on every status change, since the
+    # monitor writes them while the run's own row (what run_info memoizes) stays the same.
+    @app.callback(Output(ids.ALERT_BANNER, "children"), Input(ids.RUN_STATUS, "data"))
+    def alerts(status):
+        run = inputs.status_run(data, status)
+        shown = ui.alert_banner(_alerts(run)) if run else None
+        if shown is None and data.live and (run is None or run["run_id"] != data.live):
+            live = data.run(data.live)          # the live run's alerts show on every page, whichever run is open
+            if live is not None:
+                shown = ui.alert_banner(_alerts(live), where=f"(live run {live['run_id'][:12]})")
+        return shown
+
     # The poll: a cheap endpoint (the live run's counters live in memory), and RUN_STATUS changes only when
     # the run did, so pages redraw when there is something new, not on every tick.
     app.clientside_callback(_POLL_JS % {"endpoint": json.dumps(LIVE_ENDPOINT.lstrip("/")),
@@ -225,6 +238,11 @@ def _register_shell(app, data: WebData, modules):
                         mimetype="application/json", headers={"Cache-Control": "no-store"})
 
     app.server.add_url_rule(LIVE_ENDPOINT, "opscope_live", live_endpoint)
+
+
+def _alerts(run: dict) -> list[dict]:
+    found = (run.get("config") or {}).get("alerts")
+    return found if isinstance(found, list) else []
 
 
 _POLL_JS = """function (_n, status) {
