@@ -13,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from opscope.runtime.home import opscope_home
+from opscope.runtime.errors import UsageError
+from opscope.runtime.home import HOME_ENV, opscope_home
 
 
 def cache_path() -> Path:
@@ -55,11 +56,14 @@ def cache_key(desc, graph, dtype: str, versions: dict | None = None) -> tuple[st
 
 def _read() -> dict:
     p = cache_path()
-    if not p.is_file():
+    try:
+        if not p.is_file():
+            return {}
+    except OSError:
         return {}
     try:
         data = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         return {}          # a damaged cache only costs a re-measurement
     return data if isinstance(data, dict) else {}
 
@@ -73,9 +77,13 @@ def put(key: str, entry: dict) -> None:
     data = _read()
     data[key] = entry
     p = cache_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # write-then-rename: two tuners finishing together never leave half a file
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".cache-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, p)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # write-then-rename: two tuners finishing together never leave half a file
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".cache-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True, default=str)
+        os.replace(tmp, p)
+    except OSError as e:               # OPSCOPE_HOME is a file, read-only, or cannot be created
+        raise UsageError(f"cannot write the tuning cache at {p}: {e.strerror or e}; set {HOME_ENV} to a writable "
+                         "folder") from None

@@ -29,6 +29,13 @@ from .errors import UsageError
 from .executor import Executor, compile_plan
 
 
+SUM_TOLERANCE = 1e-6
+
+
+def _shares(ratios: dict) -> str:
+    return ",".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v!r}" for k, v in ratios.items())
+
+
 @dataclass
 class HybridStrategy:
     ratios: dict = field(default_factory=dict)      # backend spec -> share of the batch
@@ -45,9 +52,15 @@ class HybridStrategy:
             self.ratios[self.npu] = self.npu_ratio
         if not self.ratios:
             raise UsageError("HybridStrategy needs ratios, e.g. {'torch:cpu': 0.7, 'sim:npu-a1': 0.3}")
+        if not all(isinstance(r, (int, float)) and math.isfinite(r) and r >= 0 for r in self.ratios.values()):
+            raise UsageError(f"hybrid shares must be numbers >= 0, got {_shares(self.ratios)}")
         total = sum(self.ratios.values())
-        if not all(math.isfinite(r) and r >= 0 for r in self.ratios.values()) or total <= 0:
-            raise UsageError(f"HybridStrategy ratios must be finite, >= 0 and sum to more than 0, got {self.ratios}")
+        # NOTE: shares that do not add up to 1 are a typo more often than a wish: 0.7 + 0.5 is refused,
+        # not silently read as 58%/42%. Only rounding (0.33 * 3 within 1e-6) is normalised away.
+        if abs(total - 1.0) > SUM_TOLERANCE:
+            raise UsageError(f"hybrid shares {_shares(self.ratios)} sum to {total:g}: they must sum to 1")
+        if self.switch_threshold < 0:
+            raise UsageError(f"switch_threshold {self.switch_threshold}: give 0 or more")
         self.ratios = {k: v / total for k, v in self.ratios.items()}
 
     @classmethod
@@ -79,6 +92,21 @@ class HybridStrategy:
             counts[i] += 1
         return [(s, c) for s, c in zip(specs, counts) if c > 0]
 
+    def split_note(self, rows: int, length: int) -> str | None:
+        """What the split did when it could not honour the ratios (None when it did, within one row)."""
+        parts = self.split(rows, length)
+        if len(self.ratios) > 1 and len(parts) == 1:
+            why = (f"the sequence ({length}) is shorter than the switch threshold ({self.switch_threshold})"
+                   if length < self.switch_threshold else f"a batch of {rows} row(s) cannot be split")
+            return f"{why}: all {rows} row(s) ran on {parts[0][0]}"
+        got = dict(parts)
+        if all(abs(got.get(s, 0) - r * rows) < 1e-9 for s, r in self.ratios.items()):
+            return None
+        return (f"a batch of {rows} rows splits in whole rows: "
+                f"{'/'.join(str(got.get(s, 0)) for s in self.ratios)} rows "
+                f"({'/'.join(f'{got.get(s, 0) / rows:.2f}' for s in self.ratios)}) for shares "
+                f"{'/'.join(f'{r:.2f}' for r in self.ratios.values())}")
+
 
 class _Timer:
     """Device time of one share: the sum of its ops' durations on the backend's own clock."""
@@ -96,6 +124,7 @@ class HybridResult:
     outputs: list
     shares: list[dict]            # backend, rows, seconds, ops, fallback ops
     step_seconds: float           # the slowest share (devices run concurrently)
+    note: str | None = None       # what the split did when it could not honour the ratios
 
 
 def run_hybrid(model: torch.nn.Module, inputs: tuple, strategy: HybridStrategy, *, _cache=None) -> HybridResult:
@@ -124,4 +153,4 @@ def run_hybrid(model: torch.nn.Module, inputs: tuple, strategy: HybridStrategy, 
                        "fallback_ops": [f["op"] for f in rep["fallback_ops"]]})
     merged = [np.concatenate([o[i] for o in outputs], axis=0) if len(outputs) > 1 else outputs[0][i]
               for i in range(len(outputs[0]))]
-    return HybridResult(merged, shares, max(s["seconds"] for s in shares))
+    return HybridResult(merged, shares, max(s["seconds"] for s in shares), strategy.split_note(rows, length))

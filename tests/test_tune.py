@@ -66,3 +66,58 @@ launch_overhead = 1.0e-7
     r = tune("demo:mlp", str(chip), budget=2, repeats=1)
     assert r["knobs"] == {"dtype": ["float32", "float16"]}
     assert r["best"]["config"] == {"dtype": "float16"} and r["speedup"] > 2
+
+
+def _entry(config: dict, speedup: float, default: dict | None = None) -> dict:
+    return {"default": {"config": default or {"chunks": 1}, "seconds": 1.0},
+            "best": {"config": config, "seconds": 1.0 / speedup}, "speedup": speedup}
+
+
+def _mlp_key(backend="numpy"):
+    from opscope.runtime import open_session
+    s = open_session("demo:mlp", backend)
+    return tuning_cache.cache_key(s.backend.description, s.graph, "float32")[0]
+
+
+def test_no_cache_never_replaces_a_better_cached_winner_with_a_worse_one():
+    key = _mlp_key()
+    tuning_cache.put(key, _entry({"chunks": 4}, 17.73))
+    r = tune("demo:mlp", "numpy", budget=2, repeats=1, use_cache=False)
+    assert r["cache_hit"] is False and r["trials_run"] >= 1
+    assert r["kept_cached"] is True and "keeps its winner" in r["note"]
+    assert tuning_cache.get(key)["speedup"] == 17.73 and tuning_cache.get(key)["best"]["config"] == {"chunks": 4}
+
+
+class _Noisy:
+    """A tuner whose configurations measure from a script: a flips ahead of b once, then settles."""
+
+    def __init__(self, script):
+        self.script = {k: list(v) for k, v in script.items()}
+
+    def measure(self, config):
+        return self.script[config["name"]].pop(0), []
+
+
+def test_trials_are_measured_again_until_their_ranking_is_stable():
+    from opscope.profiler.tune import settle
+    trials = [{"number": 0, "config": {"name": "default"}, "seconds": 3.0, "status": "ok"},
+              {"number": 1, "config": {"name": "a"}, "seconds": 1.0, "status": "ok"},     # a lucky first sample
+              {"number": 2, "config": {"name": "b"}, "seconds": 1.5, "status": "ok"},
+              {"number": 3, "config": {"name": "c"}, "seconds": None, "status": "rejected"}]
+    tuner = _Noisy({"default": [3.0, 3.0, 3.0, 3.0], "a": [2.0, 2.0, 2.0, 2.0], "b": [1.4, 1.4, 1.4, 1.4]})
+    rounds = settle(tuner, trials)
+    assert rounds >= 2                               # the ranking changed once, then held
+    assert trials[2]["seconds"] < trials[1]["seconds"]           # b is the winner once medians settle
+    assert trials[1]["measurements"] == rounds + 1 and "measurements" not in trials[3]
+
+
+@pytest.mark.slow
+def test_run_uses_the_cached_winner_and_says_so(cli):
+    tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
+    r = cli("run", "demo:mlp", "--backend", "numpy")
+    assert r.returncode == 0, r.stderr
+    assert "using the tuned configuration chunks=2 (3.00x in `opscope tune`" in " ".join(r.stdout.split())
+    doc = json.loads(cli("run", "demo:mlp", "--backend", "numpy", "--json").stdout)
+    assert doc["tuned"]["config"] == {"chunks": 2} and doc["max_abs_err"] <= 1e-5     # chunked, same numbers
+    plain = cli("run", "demo:mlp", "--backend", "numpy", "--no-tune", "--json")
+    assert json.loads(plain.stdout)["tuned"] is None

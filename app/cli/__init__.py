@@ -1,5 +1,10 @@
 """The `opscope` command line. One module per command group under app/cli/; each has
-`register(subparsers)` and sets `func(args) -> int` on its parsers."""
+`register(subparsers)` and sets `func(args) -> int` on its parsers.
+
+main() is the one place that turns what escapes a command into an exit code and one line:
+OpscopeError -> its exit code; Ctrl-C -> 130; a closed pipe (`| head`) -> 0; anything else -> 1 with
+the user's own file:line when the model raised. OPSCOPE_DEBUG=1 shows the traceback instead.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +13,9 @@ import importlib.util
 import os
 import sys
 
-from opscope.runtime.errors import OpscopeError
+from opscope.runtime.errors import OpscopeError, first_line
+
+DEBUG_ENV = "OPSCOPE_DEBUG"
 
 # command -> (module under app/cli, one line for `opscope --help`), in the order --help lists them.
 # NOTE: only the module of the command being run is imported, so `opscope migrate scan` and every
@@ -36,6 +43,31 @@ COMMANDS = {
     "monitor": ("monitor", "watch devices (and a live run) against alert rules"),
 }
 
+# command -> the examples its --help ends with (a command's own epilog wins). Every command named
+# here must parse: tests/test_cli_messages.py checks them with this parser.
+EXAMPLES = {
+    "run": ["opscope run demo:gpt --backend sim:npu-a1", "opscope run model.py:factory --backend numpy --json",
+            "opscope run demo:mlp --hybrid torch:cpu=0.5,sim:npu-a1=0.5"],
+    "train": ["opscope train demo:mlp --backend numpy --steps 5", "opscope train demo:gpt --optimizer adamw --json"],
+    "backends": ["opscope backends", "opscope backends --json"],
+    "backend": ["opscope backend check numpy", "opscope backend check sim:npu-a1 --ops linear,gelu"],
+    "ops": ["opscope ops", "opscope ops --backend sim:npu-a1", "opscope ops --json"],
+    "profile": ["opscope profile demo:gpt --backend torch:cpu --steps 3 --warmup 1",
+                "opscope profile demo:mlp --backend sim:npu-a1 --web", "opscope profile demo:gpt --values --json"],
+    "runs": ["opscope runs", "opscope runs --json"],
+    "show": ["opscope show RUN --by module", "opscope show RUN --step 0 --top 10"],
+    "compare": ["opscope compare RUN_A RUN_B", "opscope compare RUN_A RUN_B --json"],
+    "trace": ["opscope trace export RUN -o run.json", "opscope trace import trace.json"],
+    "serve": ["opscope serve", "opscope serve --port 8060 --open"],
+    "debug": ["opscope debug demo:gpt --backend sim:npu-a1", "opscope debug demo:mlp --reference numpy --break-on-nan"],
+    "diff": ["opscope diff demo:gpt --backend sim:npu-a1 --reference numpy"],
+    "advise": ["opscope advise RUN", "opscope advise RUN --apply 1"],
+    "tune": ["opscope tune demo:gpt --backend torch:cpu", "opscope tune demo:mlp --backend numpy --budget 4 --json"],
+    "migrate": ["opscope migrate scan path/to/project", "opscope migrate apply path/to/project --diff",
+                "opscope migrate check model.py:factory --backend sim:npu-a1"],
+}
+HOME_NOTE = "Runs are stored under $OPSCOPE_HOME (default ~/.opscope); OPSCOPE_DEBUG=1 shows tracebacks."
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -45,49 +77,197 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Examples keep their lines; every option that has a default says it, unless its help already does."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if (action.option_strings and text and "default" not in text.lower() and "%(default)" not in text
+                and not any(d is x for x in (None, False, True, argparse.SUPPRESS)) and d not in ([], "")):
+            text += " (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2, as DESIGN.md asks
         self.exit(2, f"opscope: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _epilog(name: str) -> str:
+    lines = [f"  {e}" for e in EXAMPLES.get(name, [])]
+    return ("examples:\n" + "\n".join(lines) + "\n\n" if lines else "") + HOME_NOTE
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The whole parser for the command named in `argv`; the others get a placeholder with their help line."""
     parser = _Parser(prog="opscope", description="Run, profile, debug and port models on any registered backend.",
-                     epilog="Models: demo:mlp, demo:cnn, demo:gpt or path/to/file.py:factory. Backends: numpy, "
-                            "torch:cpu, torch:cuda:0, sim:NAME or a .toml description. Runs are stored under "
-                            "$OPSCOPE_HOME (default ~/.opscope). `opscope COMMAND --help` for each command.")
+                     epilog="examples:\n  opscope run demo:gpt --backend sim:npu-a1\n  opscope profile demo:gpt "
+                            "--backend torch:cpu\n  opscope serve\n\nModels: demo:mlp, demo:cnn, demo:gpt or "
+                            "path/to/file.py:factory. Backends: numpy, torch:cpu, torch:cuda:0, sim:NAME or a .toml "
+                            "description. " + HOME_NOTE + " `opscope COMMAND --help` for each command.")
     parser.add_argument("--version", action="version", version=f"opscope {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if not a.startswith("-")), None)
     registered = set()
     for name, (module_name, summary) in COMMANDS.items():
-        if name in registered:
-            continue
+        if name in registered or importlib.util.find_spec(f"opscope.app.cli.{module_name}") is None:
+            continue                            # a command whose module has not landed yet is not offered
         if name == chosen or COMMANDS.get(chosen, (None,))[0] == module_name:
             module = importlib.import_module(f"opscope.app.cli.{module_name}")
             module.register(sub)
-            registered |= {n for n, (m, _) in COMMANDS.items() if m == module_name}
-        elif importlib.util.find_spec(f"opscope.app.cli.{module_name}") is not None:
+            names = {n for n, (m, _) in COMMANDS.items() if m == module_name}
+            registered |= names
+            for n in names & set(sub.choices):
+                if not sub.choices[n].epilog:
+                    sub.choices[n].epilog = _epilog(n)
+        else:
             sub.add_parser(name, help=summary)
     return parser
 
 
 def main(argv=None) -> int:
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """The console script. Never returns: exits with the command's code."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        code = args.func(args)
-    except OpscopeError as e:
-        print(f"opscope: error: {e}", file=sys.stderr)
-        code = e.exit_code
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            code = 2
+        else:
+            code = args.func(args) or 0
+        sys.stdout.flush()                   # a closed pipe shows here, inside the try, not at exit
+    except SystemExit as e:                  # argparse: --help, --version, usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        _flush_or_quiet()
     except KeyboardInterrupt:
-        print("opscope: interrupted", file=sys.stderr)
-        code = 130
+        _interrupted()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()                      # `opscope runs | head`: the reader had enough; that is success
         code = 0
-    sys.exit(code or 0)
+    except OpscopeError as e:
+        if debug:
+            raise
+        print(f"opscope: error: {e}{_where(e)}", file=sys.stderr)
+        code = e.exit_code
+    except Exception as e:                   # a bug, a model's own exception, a library's: one line, no traceback
+        if debug:
+            raise
+        print(f"opscope: error: {type(e).__name__}: {first_line(e)}{_where(e)} "
+              f"(OPSCOPE_DEBUG=1 shows the traceback)", file=sys.stderr)
+        code = 1
+    if code == 130:
+        _interrupted(announce=False)         # the command said it was interrupted; end the same way
+    sys.exit(code)
+
+
+def _flush_or_quiet() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's own flush at exit does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _where(e: BaseException) -> str:
+    """' (at file.py:12: code)': the innermost frame of the user's own code, when the message lacks it.
+
+    torch.export and opscope wrap a model's exception (`raise ModelError(...) from e`); the frame the
+    user wants is deep in the chain, under torch's internals. Only looked for when torch is loaded:
+    without it no model ran (and the debugger's frame filter imports torch)."""
+    if "torch" not in sys.modules or " (at " in str(e) or getattr(e, "exit_code", 1) == 2:
+        return ""
+    try:
+        f = user_frame(e)
+    except Exception:                        # finding the frame must never hide the error itself
+        return ""
+    return f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})" if f is not None else ""
+
+
+def user_frame(e: BaseException):
+    """The innermost traceback frame, over `e` and what caused it, that is neither torch's, opscope's,
+    the standard library's nor an installed package's: the model file's own line."""
+    import sysconfig
+    import traceback
+
+    from opscope.debugger.pystack import internal
+    libs = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()[k] for k in ("stdlib", "purelib",
+                                                                                      "platlib")})
+    best, seen = None, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        for fs in traceback.extract_tb(e.__traceback__):
+            if not internal(fs.filename) and not os.path.realpath(fs.filename).startswith(libs):
+                best = fs                    # later frames are deeper
+        e = e.__cause__ or e.__context__
+    return best
+
+
+def _interrupted(announce: bool = True) -> None:
+    """Ctrl-C: keep what was recorded, say so in one line, exit 130 -- without interpreter shutdown.
+
+    NOTE: a plain sys.exit here aborted 3 times in 5 (exit 134, "terminate called after throwing an
+    instance of ''" / "FATAL: exception not rethrown"). At shutdown CPython ends every daemon thread
+    that wakes up wanting the GIL with pthread_exit(), a forced unwind; a thread then inside C++ (the
+    collector in DuckDB, torch's pool via pybind11) that catches it with catch(...) and does not
+    rethrow makes the C++ runtime call terminate(). So: let the runs close, flush, and os._exit.
+    """
+    import signal
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not break the cleanup
+    except ValueError:                                    # not the main thread (tests calling main())
+        pass
+    kept = _close_live_runs()
+    if announce:
+        where = "; kept " + ", ".join(f"run {r} (`opscope show {r}`)" for r in kept) if kept else ""
+        try:
+            sys.stderr.write(f"opscope: interrupted{where}\n")
+        except OSError:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
+
+
+def _close_live_runs(timeout: float = 15.0) -> list[str]:
+    """Stop the runner processes this command started and wait until each run is closed in the store
+    (profiler/live.py: every LiveRun has a watcher thread named `opscope-run-<id>` that finishes the
+    run, events kept, once its runner is gone). Returns the ids of the runs that were closed."""
+    import threading
+    import time
+    watchers = [t for t in threading.enumerate() if t.name.startswith("opscope-run-") and t.is_alive()]
+    if not watchers:
+        return []
+    try:
+        import psutil
+        for child in psutil.Process().children():
+            try:
+                if "opscope.profiler.runner" in " ".join(child.cmdline()):
+                    child.kill()      # SIGINT reached it too from a terminal; a lone `kill -INT` did not
+            except psutil.Error:
+                pass
+    except ImportError:
+        pass
+    deadline = time.monotonic() + timeout
+    for t in watchers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name[len("opscope-run-"):] for t in watchers if not t.is_alive()]

@@ -1,8 +1,6 @@
 """`opscope backends`: every registered backend, whether it runs here, and why not."""
 from __future__ import annotations
 
-from opscope.runtime.backends import list_backends
-
 from .common import add_json, console, emit_json, table
 
 
@@ -13,6 +11,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from opscope.runtime.backends import list_backends     # imports torch: not for --help
     rows = list_backends()
     if args.json:
         emit_json({"backends": rows})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 from rich.console import Console
@@ -11,8 +12,19 @@ from rich.table import Table
 from rich.text import Text
 
 # Piped output (a file, `less`, CI logs) gets a wide console: rich's 80-column default would
-# wrap every number of a per-op table over two lines.
-console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+# wrap every number of a per-op table over two lines. $COLUMNS, when set, wins (a terminal's width).
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`opscope runs | head`: rich would exit 1; the CLI's main() treats a closed pipe as success."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = _Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160)
+
+# Columns a table must never squeeze to "…": the row's name and where it is in the user's code.
+KEY_COLUMNS = {"file:line", "location", "where", "line", "file", "path", "spec", "op", "run", "node", "module"}
 
 
 MODEL_HELP = "demo:NAME or path/to/file.py:factory"
@@ -53,13 +65,55 @@ def emit_json(data) -> None:
 
 
 def table(title: str, columns: list[str], rows: list[list], justify_right=None) -> Table:
+    """A rich table that fits the console (100 columns included) without dropping a column: the first
+    column, the KEY_COLUMNS (file:line, op, ...), numbers and short text keep their width; long text
+    columns share what is left and wrap. (Left to rich, a wide text column squeezed `file:line` to "…".)"""
+    right = set(justify_right or ())
+    cells = [[x if isinstance(x, Text) else Text(str(x)) for x in r] for r in rows]
+    widths = [max([len(c)] + [r[i].cell_len for r in cells if i < len(r)]) for i, c in enumerate(columns)]
+    # short columns (a kind, a status) gain nothing from wrapping: only long text wraps
+    fixed = {i for i, c in enumerate(columns) if i == 0 or c in KEY_COLUMNS or c in right or widths[i] <= 16}
+    room = console.width - (3 * len(columns) + 1) - sum(min(widths[i], 48) for i in fixed)
+    flexible = [i for i in range(len(columns)) if i not in fixed]
+    want = sum(widths[i] for i in flexible)
+    give = {}
+    if flexible and want > room:         # share the room in proportion to what each column wants
+        for i in flexible:
+            give[i] = max(min(widths[i], max(len(columns[i]), 12)), int(room * widths[i] / want))
     t = Table(title=title, title_justify="left", header_style="bold")
-    for c in columns:
-        t.add_column(c, justify="right" if justify_right and c in justify_right else "left", no_wrap=True,
-                     overflow="ellipsis")
-    for r in rows:      # cells are data, never markup: "[operators]" must print as written
-        t.add_row(*[x if isinstance(x, Text) else Text(str(x)) for x in r])
+    for i, c in enumerate(columns):
+        wraps = i in give
+        t.add_column(c, justify="right" if c in right else "left", no_wrap=not wraps,
+                     overflow="fold" if wraps else "ellipsis", width=give.get(i),
+                     min_width=min(widths[i], 48) if i in fixed else None)
+    for r in cells:     # cells are data, never markup: "[operators]" must print as written
+        t.add_row(*r)
     return t
+
+
+def fmt_ratio(x: float | None) -> str:
+    """B/A as '1.23x', '0.0042x', '1.2e-05x': never '0.00x' for a ratio that is not zero."""
+    if x is None or not math.isfinite(x):
+        return "-" if x is None else f"{x}x"
+    if x == 0 or abs(x) >= 0.01:
+        return f"{x:.2f}x"
+    return f"{x:.2g}x" if abs(x) >= 1e-4 else f"{x:.1e}x"
+
+
+def count_arg(flag: str, minimum: int = 1):
+    """argparse type for a count such as --top or --max-bytes: an int >= `minimum`, else a one-line usage error."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"{n}: give {minimum} or more")
+        return n
+    parse.__name__ = flag
+    return parse
 
 
 def fmt_ns(ns: float) -> str:

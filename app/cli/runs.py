@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import datetime
 
-from .common import add_json, console, emit_json, fmt_flops, fmt_ns, table
+from opscope.runtime.errors import UsageError
+
+from .common import add_json, console, emit_json, fmt_bytes, fmt_flops, fmt_ns, fmt_ratio, table
 
 
 def register(sub) -> None:
@@ -11,6 +13,15 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, default=50, help="runs to list (default 50)")
     add_json(p)
     p.set_defaults(func=main_runs)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    rm = verbs.add_parser("rm", help="delete runs: by id, older than an age, or all but the newest N",
+                          epilog="examples:\n  opscope runs rm 3f2a9c\n  opscope runs rm --older-than 7d\n"
+                                 "  opscope runs rm --keep 20")
+    rm.add_argument("runs", nargs="*", metavar="RUN", help="run ids (a unique prefix is enough)")
+    rm.add_argument("--older-than", metavar="AGE", help="runs started longer ago than AGE: 30m, 12h, 7d, 2w")
+    rm.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs, delete the rest")
+    add_json(rm)
+    rm.set_defaults(func=main_rm)
 
     p = sub.add_parser("show", help="per-op table of one run")
     p.add_argument("run", help="run id (a unique prefix is enough)")
@@ -48,10 +59,15 @@ def print_op_table(run: dict, stats: list[dict], title: str, by: str = "op") -> 
 
 def main_runs(args) -> int:
     from opscope.profiler import RunStore
-    runs = RunStore().list_runs()[:max(args.limit, 0)]
+    if args.limit < 0:
+        raise UsageError(f"--limit {args.limit}: give the number of runs to list, 0 or more")
+    store = RunStore()
+    runs = store.list_runs()[:args.limit]
+    size = store_bytes(store)
     if args.json:
-        emit_json({"runs": runs})
+        emit_json({"runs": runs, "store": {"path": str(store.path), "bytes": size}})
         return 0
+    console.print(f"run store {store.path}: {fmt_bytes(size)} (`opscope runs rm --older-than 7d` frees space)")
     if not runs:
         console.print("no runs yet: `opscope profile demo:gpt --backend torch:cpu` records one")
         return 0
@@ -62,10 +78,75 @@ def main_runs(args) -> int:
     return 0
 
 
+def store_bytes(store) -> int:
+    """The run store's size on disk: the database and its write-ahead log."""
+    total = 0
+    for p in (store.path, store.path.with_name(store.path.name + ".wal")):
+        try:
+            total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> float:
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
+    if not m:
+        raise UsageError(f"--older-than {text!r}: give an age such as 30m, 12h, 7d or 2w")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def main_rm(args) -> int:
+    import time
+
+    from opscope.profiler import RunStore
+    chosen = [bool(args.runs), args.older_than is not None, args.keep is not None]
+    if sum(chosen) != 1:
+        raise UsageError("opscope runs rm: give run ids, or --older-than AGE, or --keep N (one of them)")
+    if args.keep is not None and args.keep < 0:
+        raise UsageError(f"--keep {args.keep}: give the number of newest runs to keep, 0 or more")
+    store = RunStore()
+    before = store_bytes(store)
+    if args.runs:
+        doomed = [store.get_run(r) for r in args.runs]        # an unknown id fails before anything is deleted
+    else:
+        runs = store.list_runs()                               # newest first
+        if args.keep is not None:
+            doomed = runs[args.keep:]
+        else:
+            cutoff = time.time() - _age(args.older_than)
+            doomed = [r for r in runs if (r["started_at"] or 0) < cutoff]
+    running = [r["run_id"] for r in doomed if r["status"] == "running"]
+    if running and args.runs:
+        raise UsageError(f"run {running[0]} is still running: stop it first")
+    doomed = [r for r in doomed if r["status"] != "running"]   # --keep/--older-than never touch a live run
+    for r in doomed:
+        store.delete_run(r["run_id"])
+    after = store_bytes(store)
+    doc = {"deleted": [r["run_id"] for r in doomed], "store": {"path": str(store.path), "bytes": after},
+           "bytes_before": before}
+    if args.json:
+        emit_json(doc)
+        return 0
+    console.print(f"deleted {len(doomed)} run(s); run store {fmt_bytes(after)}"
+                  + (" (DuckDB reuses the freed pages; the file shrinks on its next checkpoint)" if doomed else ""))
+    return 0
+
+
 def main_show(args) -> int:
     from opscope.profiler import RunStore
     store = RunStore()
     run = store.get_run(args.run)
+    if args.top < 0:
+        raise UsageError(f"--top {args.top}: give the number of rows to show, 1 or more (0: all)")
+    steps = run.get("steps") or 0
+    if args.step is not None and not 0 <= args.step < max(steps, 1):
+        raise UsageError(f"--step {args.step}: run {run['run_id']} recorded {steps} step(s), numbered 0 to "
+                         f"{max(steps - 1, 0)}")
     stats = store.op_stats(run["run_id"], by=args.by, step=args.step)
     if args.top > 0:
         stats = stats[:args.top]
@@ -93,10 +174,8 @@ def main_compare(args) -> int:
     r = doc["ratio"]
     console.print(f"A {a['run_id']} ({a['model']} on {a['backend']}) vs B {b['run_id']} ({b['model']} on "
                   f"{b['backend']}): {fmt_ns(doc['total_a_ns'])} vs {fmt_ns(doc['total_b_ns'])} per step"
-                  + (f", B/A = {r:.2f}x" if r else "") + f"; {doc['matched']} nodes matched")
-
-    def ratio(x):
-        return f"{x:.2f}x" if x is not None else "-"
+                  + (f", B/A = {fmt_ratio(r)}" if r else "") + f"; {doc['matched']} nodes matched")
+    ratio = fmt_ratio
     console.print(table("per op (matched nodes)", ["op", "nodes", "A", "B", "B/A"],
                         [[o["op"], o["nodes"], fmt_ns(o["a_ns"]), fmt_ns(o["b_ns"]), ratio(o["ratio"])]
                          for o in doc["ops"]], justify_right={"nodes", "A", "B", "B/A"}))

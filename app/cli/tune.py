@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, fmt_ratio, table
 
 
 def register(sub) -> None:
@@ -15,12 +12,16 @@ def register(sub) -> None:
     add_model_and_backend(p)
     p.add_argument("--budget", type=int, default=8, help="trials to measure, the default configuration included")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per trial (the median counts)")
-    p.add_argument("--no-cache", action="store_true", help="measure even when the cache has an answer")
+    p.add_argument("--no-cache", action="store_true",
+                   help="measure even when the cache has an answer (a worse result never replaces a better cached one)")
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from opscope.profiler.tune import tune
 
     err = Console(stderr=True, highlight=False)
@@ -46,7 +47,14 @@ def main(args) -> int:
     d, b = result["default"], result["best"]
     console.print(f"default {_cfg(d['config'])}: {fmt_ns(d['seconds'] * 1e9)}")
     console.print(f"[green]best    {_cfg(b['config'])}: {fmt_ns(b['seconds'] * 1e9)} "
-                  f"({result['speedup']:.2f}x)[/]")
+                  f"({fmt_ratio(result['speedup'])})[/]")
+    e = b.get("error")
+    if e:                                   # what the speed costs in accuracy (bfloat16 is not free)
+        console.print(f"        outputs vs the default's: max abs err {e['max_abs']:.2e}, cosine {e['cosine']:.6f}")
+    if result.get("note"):
+        console.print(f"[yellow]{result['note']}[/]")
+    elif result["cache_hit"] or result["speedup"] > 1.0:
+        console.print("`opscope run` and `opscope profile` use the best configuration (--no-tune to opt out)")
     return 0
 
 

@@ -1,0 +1,52 @@
+"""CPU time of `opscope --help` and of every `opscope COMMAND --help`, and whether each imported torch.
+
+    python benchmarks/bench_cli.py [--repeat 3]
+
+Each measurement is a fresh interpreter (what a user's shell starts); CPU time (user + system of
+the child) rather than wall time, so a busy machine does not inflate it. The goal (issue 17) is
+under 0.3 s of CPU each; `python -c pass` is printed as the floor no command can go below.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+
+PROBE = ("import sys; sys.argv = ['opscope', *sys.argv[1:]]\n"
+         "from opscope.app.cli import main\n"
+         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+         "sys.stderr.write('TORCH=%s\\n' % ('torch' in sys.modules))")
+
+
+def cpu_of(argv: list[str]) -> tuple[float, bool]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, "TORCH=True" in r.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept")
+    a = ap.parse_args()
+    from opscope.app.cli import COMMANDS
+    floor = min(cpu_of([sys.executable, "-c", "pass"])[0] for _ in range(a.repeat))
+    print(f"{'command':<28}{'CPU s':>8}{'over floor':>12}  torch")
+    print(f"{'python -c pass (floor)':<28}{floor:>8.3f}{'':>12}")
+    worst = 0.0
+    for name in [None, *COMMANDS]:
+        argv = [name, "--help"] if name else ["--help"]
+        runs = [cpu_of([sys.executable, "-c", PROBE, *argv]) for _ in range(a.repeat)]
+        cpu = min(c for c, _ in runs)
+        torch_loaded = any(t for _, t in runs)
+        worst = max(worst, cpu)
+        label = "opscope " + " ".join(argv)
+        print(f"{label:<28}{cpu:>8.3f}{cpu - floor:>12.3f}  {'YES' if torch_loaded else 'no'}")
+    print(f"worst: {worst:.3f} s CPU (goal: under 0.3 s); {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
