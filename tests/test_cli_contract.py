@@ -64,13 +64,7 @@ except SystemExit as e:
 print(code, "torch" in sys.modules, len(out.getvalue()))
 """
 
-# NOTE: app/cli/backend.py (not this suite's) imports the conformance suite at module level.
-SLOW_HELP = {"backend"}
-
-
-@pytest.mark.parametrize("command", [None, *[pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, reason="app/cli/backend.py imports torch at module level")) if c in SLOW_HELP else c
-    for c in COMMANDS]])
+@pytest.mark.parametrize("command", [None, *COMMANDS])
 def test_help_does_not_import_torch(command):
     argv = [command, "--help"] if command else ["--help"]
     r = subprocess.run([sys.executable, "-c", HELP_PROBE, *argv], capture_output=True, text=True, timeout=120)
@@ -296,3 +290,9 @@ def test_runs_rm_by_id_age_and_keep_and_the_store_size(cli):
                 ["runs", "rm", "no-such-run"], ["runs", "rm", ids[2], "--keep", "1"]):
         r = cli(*bad)
         assert r.returncode == 2 and one_line(r), (bad, r.stderr)
+
+
+def test_backend_check_default_dtypes_match_the_conformance_suite():
+    from opscope.app.cli.backend import DEFAULT_DTYPES
+    from opscope.runtime.conformance import DEFAULT_DTYPES as SUITE
+    assert tuple(DEFAULT_DTYPES) == tuple(SUITE)

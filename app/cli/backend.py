@@ -3,17 +3,13 @@ PyTorch's CPU kernels in float64 (runtime/conformance.py); with `--opinfo`, PyTo
 samples and tolerances for every OpInfo whose ops the backend claims (runtime/opinfo.py)."""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
-from opscope.runtime.backends import resolve
-from opscope.runtime.conformance import DEFAULT_DTYPES, check, plan_cells
-from opscope.runtime.dtypes import ITEMSIZE
 from opscope.runtime.errors import UsageError
 
 from .common import add_json, console, emit_json, table
+
+# NOTE: torch, the runtime and rich's widgets are imported inside the functions, so `backend --help` is quick.
+# The same default as runtime/conformance.DEFAULT_DTYPES (tests/test_cli_contract.py checks they agree).
+DEFAULT_DTYPES = ("float32", "float16", "float64", "int64")
 
 
 def register(sub) -> None:
@@ -34,6 +30,13 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from opscope.runtime.backends import resolve
+    from opscope.runtime.conformance import check, plan_cells
+    from opscope.runtime.dtypes import ITEMSIZE
+
     if args.opinfo or args.opinfos:
         return _main_opinfo(args)
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
@@ -61,6 +64,8 @@ def main(args) -> int:
 
 
 def _print(report, dtypes) -> None:
+    from rich.markup import escape
+
     cols = [d for d in dtypes if any(c.dtype == d for c in report.cells)]
     if any(c.dtype == "-" for c in report.cells):
         cols.append("-")
@@ -82,6 +87,10 @@ def _print(report, dtypes) -> None:
 
 
 def _main_opinfo(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from opscope.runtime.backends import resolve
     from opscope.runtime.opinfo import check_opinfo, select
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
     backend = resolve(args.backend)
@@ -102,6 +111,9 @@ _OPINFO_STYLE = {"pass": "green", "fallback": "yellow", "wrong": "red", "crash":
 
 
 def _print_opinfo(report) -> None:
+    from rich.markup import escape
+    from rich.text import Text
+
     rows = [[r.name, ", ".join(r.ops), Text(r.status if r.status != "fallback" else "fell back",
                                              style=_OPINFO_STYLE.get(r.status, "")), str(r.samples)]
             for r in report.claimed]
@@ -115,7 +127,9 @@ def _print_opinfo(report) -> None:
         console.print(f"[red]{r.status.upper()}[/] {escape(r.name)}: {escape(r.message)}", markup=True)
 
 
-def _cell(c) -> Text:
+def _cell(c) -> "Text":
+    from rich.text import Text
+
     # `table` prints strings as written; a Text carries its own style.
     if c.status == "pass":
         return Text("pass", style="green")
