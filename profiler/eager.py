@@ -292,8 +292,7 @@ class EagerProfiler(TorchDispatchMode):
     def _info(self, func) -> tuple[str, str]:
         info = self._funcs.get(func)
         if info is None:
-            name = func.overloadpacket.__name__
-            info = self._funcs[func] = (op_for_target(func) or op_name(func), name)
+            info = self._funcs[func] = op_info(func)
         return info
 
     def _new_site(self, key, info, module, ins, outs, k, src, phase="forward", fwd="") -> int:
@@ -301,26 +300,24 @@ class EagerProfiler(TorchDispatchMode):
         self._sites[key] = site
         op, name = info
         self._node_of.append(name if k == 0 else f"{name}_{k}")
-        in_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in ins]
-        out_meta = [TensorMeta(tuple(s), _dtype(d)) for s, d in outs]
-        node = SimpleNamespace(op=op, input_meta=in_meta, output_meta=out_meta, attrs={}, args=(), kwargs={})
-        try:
-            flops = int(flops_of(node)) if op in OPS else 0
-        except Exception:        # a cost model that needs more than shapes: no FLOPs, not no event
-            flops = 0
-        try:
-            nbytes = int(bytes_of(node))
-        except Exception:
-            nbytes = 0
-        sep = (",", ":")
-        self._new_sites.append((
-            site, op, self._node_of[site], module, src, self.backend, self.device, 0,
-            json.dumps([list(m.shape) for m in in_meta], separators=sep),
-            json.dumps([m.dtype for m in in_meta], separators=sep),
-            json.dumps([list(m.shape) for m in out_meta], separators=sep),
-            json.dumps([m.dtype for m in out_meta], separators=sep),
-            nbytes, flops, False, 0, 0, phase, fwd))
+        self._new_sites.append(site_row(site, op, self._node_of[site], module, src, self.backend, self.device,
+                                        [(tuple(s), _dtype(d)) for s, d in ins],
+                                        [(tuple(s), _dtype(d)) for s, d in outs], phase, fwd))
         return site
+
+    # --- the interface script.py drives (the native engine has the same) -------------------
+    def step_ops(self) -> int:
+        """Ops recorded in the current step so far."""
+        return len(self._calls)
+
+    def leave_in_child(self) -> None:
+        """In a forked child (a DataLoader worker): stop recording there."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+        try:
+            while any(m is self for m in _get_current_dispatch_mode_stack()):
+                _pop_mode()
+        except Exception:    # torch internals moved: the child then records into a sink nobody reads
+            pass
 
     def _summaries(self, seq, out) -> None:
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -344,6 +341,36 @@ class EagerProfiler(TorchDispatchMode):
             self._new_sites = []       # sites go again with the next batch until one gets through
         if not self.cuda:
             self._deadline = _ns() + FLUSH_INTERVAL_NS
+
+
+def op_info(func) -> tuple[str, str]:
+    """(opscope op name, overload packet name) of an ATen OpOverload: `aten:NAME` when no opscope op maps it."""
+    return op_for_target(func) or op_name(func), func.overloadpacket.__name__
+
+
+def site_row(site: int, op: str, node: str, module: str, src: str, backend: str, device: str, ins: list, outs: list,
+             phase: str = "forward", fwd: str = "") -> tuple:
+    """A site in batch.SITE_COLUMNS order from (shape, dtype name) pairs; FLOPs and bytes from opscope's
+    cost model on those shapes (both engines, eager and native, make their sites here)."""
+    in_meta = [TensorMeta(tuple(s), d) if s is not None else None for s, d in ins]
+    out_meta = [TensorMeta(tuple(s), d) if s is not None else None for s, d in outs]
+    node_ns = SimpleNamespace(op=op, input_meta=[m for m in in_meta if m is not None],
+                              output_meta=[m for m in out_meta if m is not None], attrs={}, args=(), kwargs={})
+    try:
+        flops = int(flops_of(node_ns)) if op in OPS else 0
+    except Exception:        # a cost model that needs more than shapes: no FLOPs, not no event
+        flops = 0
+    try:
+        nbytes = int(bytes_of(node_ns))
+    except Exception:
+        nbytes = 0
+    sep = (",", ":")
+    return (site, op, node, module, src, backend, device, 0,
+            json.dumps([list(m.shape) if m else None for m in in_meta], separators=sep),
+            json.dumps([m.dtype if m else None for m in in_meta], separators=sep),
+            json.dumps([list(m.shape) if m else None for m in out_meta], separators=sep),
+            json.dumps([m.dtype if m else None for m in out_meta], separators=sep),
+            nbytes, flops, False, 0, 0, phase, fwd)
 
 
 def _user_source() -> str:

@@ -36,12 +36,13 @@ class RunFailed(ModelError):
         self.run_id = run_id
 
 
-def _check(model_spec, backend_spec, steps, warmup, engine, train=None):
+def _check(model_spec, backend_spec, steps, warmup, engine, train=None, capture="export"):
     """Bad input fails here, before a run or a process exists."""
     from opscope.runtime import backends, models
-    from .runner import ENGINES, check_eager_backend
+    from .runner import ENGINES, check_capture, check_eager_backend
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    check_capture(capture, engine, train)
     if train is not None:
         from opscope.runtime.train import OptimizerSpec
         OptimizerSpec(train.get("optimizer") or "sgd", lr=train.get("lr") or 1.0)     # unknown optimizer, bad lr
@@ -149,18 +150,24 @@ class LiveRun:
         if kind == "hello" and self._want_py_spy:
             from .pyspy import PySpy
             self._py_spy = PySpy(head["pid"]).start()
+        elif kind == "train" and set(head["info"]) == {"capture"}:     # torch.compile's regions (runner.py)
+            self.store.update_run(self.run_id, config={"capture": head["info"]["capture"]})
         elif kind == "train":
             info = head["info"]
             steps = {"steps": info["steps"]} if info.get("script") and type(info.get("steps")) is int else {}
+            if info.get("script") and info.get("engine") in ("native", "eager"):
+                steps["engine"] = info["engine"]      # the engine that ran (native falls back to eager)
             self.store.update_run(self.run_id, config={"train": info}, **steps)
         elif kind == "meta":
             self.meta = {k: v for k, v in head.items() if k not in ("kind", "dropped")}
             desc = self.meta.get("description") or {}
             import json
+            config = {"placement": self.meta.get("placement"), "nodes": self.meta.get("nodes")}
+            if self.meta.get("capture"):          # torch.compile: regions, graph breaks and their reasons
+                config["capture"] = self.meta["capture"]
             self.store.update_run(self.run_id, device=self.meta.get("device") or "",
                                   description_hash=desc.get("digest"),
-                                  description=json.dumps(desc, sort_keys=True, default=str),
-                                  config={"placement": self.meta.get("placement"), "nodes": self.meta.get("nodes")})
+                                  description=json.dumps(desc, sort_keys=True, default=str), config=config)
 
     def _finish(self) -> None:
         with self._finishing:
@@ -250,20 +257,24 @@ def _pump(src, log, echo) -> None:
 
 def start_script(command: list[str], backend_spec: str = "torch:cpu", *, values: bool = False, py_spy: bool = False,
                  store: RunStore | None = None, hwm: int = DEFAULT_HWM, hardware: bool = True,
-                 echo=None) -> LiveRun:
-    """Profile `python script.py ARGS` as written; returns at once. Steps: the script's optimizer steps."""
+                 echo=None, engine: str = "native") -> LiveRun:
+    """Profile `python script.py ARGS` as written; returns at once. Steps: the script's optimizer steps.
+    engine: native (a C++ RecordFunction observer; the eager engine where it cannot build) or eager."""
     from opscope.runtime import backends
     from .runner import check_eager_backend
-    from .script import parse_command
+    from .script import SCRIPT_ENGINES, parse_command
+    if engine not in SCRIPT_ENGINES:
+        raise UsageError(f"unknown engine {engine!r} for a script: use {' or '.join(SCRIPT_ENGINES)}")
     kind, target, args = parse_command(command)          # bad input: before a run or a process exists
     backend = backends.resolve(backend_spec)
     check_eager_backend(backend, backend_spec)
     store = store or RunStore()
     shown = " ".join(["python", "-m" if kind == "module" else "", target, *args]).replace("  ", " ")
-    run_id = store.create_run(model=shown, backend=backend.name, device=backend.device, engine="eager",
+    run_id = store.create_run(model=shown, backend=backend.name, device=backend.device, engine=engine,
                               description=backend.description.as_dict(), steps=0, warmup=0,
                               config={"values": values, "py_spy": py_spy, "command": list(command)})
-    argv = ["--backend", backend_spec, "--script", *(["--values"] if values else []), "--", *command]
+    argv = ["--backend", backend_spec, "--script", "--engine", engine, *(["--values"] if values else []), "--",
+            *command]
     return LiveRun(store, run_id, argv=argv, hwm=hwm, py_spy=py_spy, hardware=hardware,
                    echo=echo if echo is not None else sys.stdout)
 
@@ -281,17 +292,20 @@ def _death(code: int | None) -> str:
 def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
                   engine: str = "graph", py_spy: bool = False, config: dict | None = None,
                   store: RunStore | None = None, allow_fallback: bool = True, parent_run: str | None = None,
-                  hwm: int = DEFAULT_HWM, hardware: bool = True, train: dict | None = None) -> LiveRun:
-    backend = _check(model_spec, backend_spec, steps, warmup, engine, train)
+                  hwm: int = DEFAULT_HWM, hardware: bool = True, train: dict | None = None,
+                  capture: str = "export") -> LiveRun:
+    backend = _check(model_spec, backend_spec, steps, warmup, engine, train, capture)
     store = store or RunStore()
     cfg = {"values": values, "py_spy": py_spy, "allow_fallback": allow_fallback, **(config or {})}
+    if capture != "export":
+        cfg["capture"] = {"kind": capture}
     if train is not None:
         cfg["train"] = dict(train)
     run_id = store.create_run(model=model_spec, backend=backend.name, device=backend.device, engine=engine,
                               description=backend.description.as_dict(), steps=steps, warmup=warmup, config=cfg,
                               parent_run=parent_run)
     argv = ["--model", model_spec, "--backend", backend_spec, "--steps", str(steps), "--warmup", str(warmup),
-            "--engine", engine]
+            "--engine", engine, "--capture", capture]
     if values:
         argv.append("--values")
     if not allow_fallback:
@@ -306,8 +320,9 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
 def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", py_spy: bool = False, config: dict | None = None, store: RunStore | None = None,
             model=None, inputs=None, allow_fallback: bool = True, parent_run: str | None = None,
-            hwm: int = DEFAULT_HWM, train: dict | None = None) -> str:
+            hwm: int = DEFAULT_HWM, train: dict | None = None, capture: str = "export") -> str:
     """Profile and return the run id. Runs in a runner process unless model/inputs objects are given.
+    capture="dynamo": through torch.compile with the opscope backend, every region's ops recorded.
 
     Raises UsageError for bad input, RunFailed (a ModelError, with .run_id) when the model fails.
     """
@@ -315,7 +330,7 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
     if model is None:
         live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                              py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
-                             parent_run=parent_run, hwm=hwm, train=train)
+                             parent_run=parent_run, hwm=hwm, train=train, capture=capture)
         if live.wait() not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
             if live.error_kind == "usage":
                 raise UsageError(live.error)
@@ -323,16 +338,17 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
         return live.run_id
     return _profile_here(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                          py_spy=py_spy, config=config, store=store, model=model, inputs=inputs,
-                         allow_fallback=allow_fallback, parent_run=parent_run, train=train)
+                         allow_fallback=allow_fallback, parent_run=parent_run, train=train, capture=capture)
 
 
 def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py_spy, config, store, model, inputs,
-                  allow_fallback, parent_run, train=None) -> str:
+                  allow_fallback, parent_run, train=None, capture="export") -> str:
     from opscope.runtime import backends
     from .batch import StoreSink
-    from .runner import ENGINES
+    from .runner import ENGINES, check_capture
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    check_capture(capture, engine, train)
     backend = backends.resolve(backend_spec)
     cfg = {"values": values, "allow_fallback": allow_fallback, "in_process": True, **(config or {})}
     if train is not None:
@@ -344,10 +360,16 @@ def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py
                               config=cfg, parent_run=parent_run)
     sink = StoreSink(store, run_id)
     from .runner import execute
+
+    def on_meta(meta):
+        if meta.get("capture"):
+            store.update_run(run_id, config={"capture": meta["capture"], "placement": meta.get("placement"),
+                                             "nodes": meta.get("nodes")})
     try:
         execute(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup, values=values,
                 engine=engine, allow_fallback=allow_fallback, model=model, inputs=inputs, train=train,
-                on_train=lambda info: store.update_run(run_id, config={"train": info}))
+                on_train=lambda info: store.update_run(run_id, config={"train": info}), capture=capture,
+                on_meta=on_meta)
     except Exception as e:
         from opscope.runtime.errors import OpscopeError
         msg = str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {e}"

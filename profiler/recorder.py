@@ -7,9 +7,21 @@
 The hot path appends one small tuple per op; everything static about an op (names, shapes,
 FLOPs, bytes) is computed once per plan as a *site* (see batch.py). On CUDA the executor hands
 over PendingTimings; they are resolved once per step against one anchor event.
+
+torch.compile (runtime/dynamo.py) runs a step as many region runs, each with its own plan and
+`call.seq` from 0; there the caller ends steps:
+
+    rec = Recorder(sink, regions=True)
+    with session.hooked(rec):              # a DynamoSession: every region's executor
+        session.run(); rec.end_step()
+
+Sites are keyed by plan (each plan gets a block of site ids), event seqs count on across the
+step's region runs, and node names carry their region (`region2.backward/mm`), so two regions'
+`addmm` stay apart and a backward node names its forward node in the same terms.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -22,9 +34,25 @@ FLUSH_EVENTS = 4096
 FLUSH_INTERVAL_NS = 100_000_000   # a live view sees events at least this often on a slow model
 
 
-def plan_sites(plan) -> list[tuple]:
-    """One site per plan step (site id = seq)."""
+_REGION = re.compile(r"region (\d+) (inference|forward|backward)$")
+
+
+def region_prefix(model_name: str, kind: str | None = None) -> str:
+    """`Net region 2 backward` -> `region2.backward/` (`region2/` for an inference graph); `kind`
+    names another graph of the same region (a backward node's forward node lives in `forward`)."""
+    m = _REGION.search(model_name)
+    if m is None:
+        return f"{model_name}/" if model_name else ""
+    kind = kind or m.group(2)
+    return f"region{m.group(1)}/" if kind == "inference" else f"region{m.group(1)}.{kind}/"
+
+
+def plan_sites(plan, base: int = 0, region: bool = False) -> list[tuple]:
+    """One site per plan step (site id = base + seq); with `region`, node names carry the region."""
     from opscope.runtime.train.joint import forward_of, phase_of
+    name = plan.graph.model_name
+    prefix = region_prefix(name) if region else ""
+    fwd_prefix = region_prefix(name, "forward") if region else ""
     sites = []
     phases = [phase_of(st.node) for st in plan.steps]
     for seq in range(len(phases) - 2, -1, -1):   # a transfer the placement inserted: its consumer's phase
@@ -42,22 +70,29 @@ def plan_sites(plan) -> list[tuple]:
             nbytes = int(n.bytes_moved)
         except Exception:
             nbytes = 0
-        sites.append((seq, n.op, n.name, n.module_path or "", n.source or "", st.backend.name, st.backend.device,
-                      0, ish, idt, osh, odt, nbytes, flops, bool(st.fallback), int(st.alloc_bytes),
-                      int(st.free_bytes), phases[seq], forward_of(n)))
+        fwd = forward_of(n)
+        sites.append((base + seq, n.op, prefix + n.name, n.module_path or "", n.source or "", st.backend.name,
+                      st.backend.device, 0, ish, idt, osh, odt, nbytes, flops, bool(st.fallback),
+                      int(st.alloc_bytes), int(st.free_bytes), phases[seq], fwd_prefix + fwd if fwd else ""))
     return sites
 
 
 class Recorder:
-    def __init__(self, sink, *, values: bool = False, flush_events: int = FLUSH_EVENTS,
+    def __init__(self, sink, *, values: bool = False, regions: bool = False, flush_events: int = FLUSH_EVENTS,
                  flush_interval_ns: int = FLUSH_INTERVAL_NS):
         self.sink = sink
         self.values = values
+        self.regions = regions         # torch.compile regions: end_step() ends steps, not each run
         self.flush_events = flush_events
         self.flush_interval_ns = flush_interval_ns
         self.step = 0                  # active steps recorded so far (warm-up steps are not hooked)
         self.events = 0
         self._plan = None
+        self._bases: dict = {}         # id(plan) -> (plan, first site id); the plan is kept so its id stays its own
+        self._next_site = 0
+        self._base = 0                 # site id of seq 0 of the plan running now
+        self._seq0 = 0                 # event seq of its seq 0 (regions count on across a step)
+        self._backends: list = []
         self._new_sites: list = []
         self._buf: list = []
         self._pending: list = []       # (index in _buf, PendingTiming)
@@ -69,9 +104,16 @@ class Recorder:
 
     # --- executor hooks ------------------------------------------------------------------
     def on_run_start(self, info) -> None:
-        if info.plan is not self._plan:
-            self._plan = info.plan
-            self._new_sites = plan_sites(info.plan)
+        plan = info.plan
+        if plan is not self._plan:
+            self._plan = plan
+            known = self._bases.get(id(plan))
+            if known is None:
+                known = self._bases[id(plan)] = (plan, self._next_site)
+                self._next_site += len(plan.steps)
+                self._new_sites += plan_sites(plan, known[1], self.regions)
+            self._base = known[1]
+        self._backends = plan.backends
         self._thread = threading.get_native_id()
         self._last_flush = time.perf_counter_ns()
         self._anchor = None
@@ -83,7 +125,8 @@ class Recorder:
 
     def after_op(self, call) -> None:
         buf = self._buf
-        buf.append((call.seq, call.start_ns, call.end_ns, call.live_bytes))
+        seq = call.seq
+        buf.append((self._base + seq, self._seq0 + seq, call.start_ns, call.end_ns, call.live_bytes))
         if self.values:
             self._summaries(call)
         if call.timing is not None:
@@ -95,12 +138,19 @@ class Recorder:
     def on_run_end(self, info, error) -> None:
         if self._pending:
             self._resolve()
+        if self.regions:               # one region of the step: the step goes on
+            self._seq0 += len(info.plan.steps)
+            return
+        self.end_step()
+
+    def end_step(self) -> None:
         now = time.perf_counter_ns()
-        for b in info.plan.backends:   # the backend's own accounting, once per step (seq -1)
+        for b in self._backends:       # the backend's own accounting, once per step (seq -1)
             st = b.memory.stats()
             self._memory.append((self.step, -1, now, b.name, int(st.live_bytes), 0, 0))
         self.flush()
         self.step += 1
+        self._seq0 = 0
 
     # --- batches -------------------------------------------------------------------------
     def _resolve(self) -> None:
@@ -108,8 +158,8 @@ class Recorder:
         buf = self._buf
         for i, timing in self._pending:
             s, e = timing.resolve(self._anchor, self._anchor_ns)
-            seq, _, _, live = buf[i]
-            buf[i] = (seq, s, e, live)
+            site, seq, _, _, live = buf[i]
+            buf[i] = (site, seq, s, e, live)
         self._pending = []
 
     def flush(self) -> None:
@@ -118,13 +168,7 @@ class Recorder:
         buf, self._buf = self._buf, []
         if not buf and not self._tensors and not self._new_sites and not self._memory:
             return
-        if buf:
-            a = np.array(buf, dtype=np.int64)
-            ev = np.empty((len(a), 5), np.int64)
-            ev[:, 0] = a[:, 0]         # site id = seq for the graph engine
-            ev[:, 1:] = a
-        else:
-            ev = None
+        ev = np.array(buf, dtype=np.int64) if buf else None
         batch = Batch(self.step, self._thread, self._new_sites, ev, self._tensors, self._memory)
         self._tensors, self._memory = [], []
         if self.sink.send(batch):
@@ -144,4 +188,4 @@ class Recorder:
                 continue
             row = summarize(arr)
             if row is not None:
-                self._tensors.append((self.step, call.seq, f"out{i}", *row))
+                self._tensors.append((self.step, self._seq0 + call.seq, f"out{i}", *row))

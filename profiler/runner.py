@@ -22,6 +22,7 @@ import traceback
 from opscope.runtime.errors import UsageError
 
 ENGINES = ("graph", "eager")
+CAPTURES = ("export", "dynamo")         # how the graph engine gets its graph: torch.export, or torch.compile regions
 KEY_ENV = "OPSCOPE_STREAM_KEY"          # hex of the per-run stream key (stream.py says why the environment)
 PARENT_ENV = "OPSCOPE_PARENT_PID"       # the collecting process: when it dies, so does the runner
 PDEATHSIG_ENV = "OPSCOPE_PDEATHSIG"     # "1": the parent spawned us from its main thread (see die_with_parent)
@@ -34,14 +35,29 @@ def check_eager_backend(backend, backend_spec: str) -> None:
                          "use --backend torch:cpu or torch:cuda:0")
 
 
+def check_capture(capture: str, engine: str, train) -> None:
+    if capture not in CAPTURES:
+        raise UsageError(f"unknown capture {capture!r}: use {' or '.join(CAPTURES)}")
+    if capture == "dynamo" and (engine != "graph" or train is not None):
+        raise UsageError("--capture dynamo records the regions torch.compile runs on the backend: it goes with "
+                         "--engine graph and without --train (a compiled training loop: profile its script)")
+
+
 def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", allow_fallback: bool = True, model=None, inputs=None, on_meta=None,
-            train: dict | None = None, on_train=None) -> int:
+            train: dict | None = None, on_train=None, capture: str = "export") -> int:
     """Warm up (unrecorded), then record `steps` steps into `sink`; returns events recorded.
 
     train = {"optimizer": "sgd", "lr": 0.01}: every step is a training step (forward, backward and the
     optimizer, one plan); on_train gets what the run keeps about it (phases, losses, memory by category).
+    capture = "dynamo": the model runs through torch.compile with the opscope backend; a step is one call
+    of the model, recorded across every region it ran (runtime/dynamo.py).
     """
+    check_capture(capture, engine, train)
+    if capture == "dynamo":
+        return _execute_dynamo(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup,
+                               values=values, allow_fallback=allow_fallback, model=model, inputs=inputs,
+                               on_meta=on_meta)
     if train is not None:
         return _execute_train(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup,
                               values=values, engine=engine, allow_fallback=allow_fallback, model=model,
@@ -71,6 +87,34 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
     with s.executor.hooked(rec):
         for _ in range(steps):
             s.run()
+    return rec.events
+
+
+def _execute_dynamo(sink, *, model_spec, backend_spec, steps, warmup, values, allow_fallback, model, inputs,
+                    on_meta) -> int:
+    import logging
+
+    from opscope.runtime.dynamo import open_dynamo_session
+    from .recorder import Recorder
+    logging.getLogger("torch._dynamo").setLevel(logging.ERROR)   # graph breaks: the run's meta lists them
+    s = open_dynamo_session(model_spec, backend_spec, allow_fallback=allow_fallback, model=model,
+                            inputs=inputs)                    # compiles: the first call runs here
+    for _ in range(warmup):
+        s.run()
+    rec = Recorder(sink, values=values, regions=True)
+    try:
+        with s.hooked(rec):
+            for _ in range(steps):
+                s.run()
+                rec.end_step()
+    finally:
+        if on_meta:                   # after the steps: a region compiled late (a new shape) counts too
+            stats = s.dynamo.stats()
+            on_meta({"backend": s.backend.name, "device": s.backend.device, "nodes": stats["nodes"],
+                     "description": s.backend.description.as_dict(), "placement": stats["placement"],
+                     "capture": {"kind": "dynamo", **{k: stats[k] for k in ("regions", "graph_breaks",
+                                                                           "break_reasons", "graphs")},
+                                 "capture_seconds": s.capture_seconds}})
     return rec.events
 
 
@@ -115,7 +159,18 @@ def _execute_script(sink, a) -> None:
     sink.control("meta", backend=backend.name, device=backend.device, nodes=None, placement=None,
                  description=backend.description.as_dict())
     run_script(sink, a.command, backend=backend.name, device=backend.device, values=a.values,
-               on_info=lambda info: sink.control("train", info=info))
+               on_info=lambda info: sink.control("train", info=info),
+               engine="eager" if a.engine == "eager" else "native")
+
+
+def _send_meta(sink, meta: dict) -> None:
+    meta = {"nodes": None, "placement": None, **meta}
+    capture = meta.pop("capture", None)
+    sink.control("meta", **meta)
+    if capture:
+        # NOTE: the wire's meta message has a closed set of fields; the run-info message ("train", a free-form
+        # dict) carries what torch.compile reported, and live.py files it under config["capture"]
+        sink.control("train", info={"capture": capture})
 
 
 def _args(argv):
@@ -126,7 +181,8 @@ def _args(argv):
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--values", action="store_true")
-    p.add_argument("--engine", choices=ENGINES, default="graph")
+    p.add_argument("--engine", choices=(*ENGINES, "native"), default="graph")   # native: scripts only
+    p.add_argument("--capture", choices=CAPTURES, default="export")
     p.add_argument("--no-fallback", action="store_true")
     p.add_argument("--hwm", type=int, default=64)
     p.add_argument("--train", action="store_true")
@@ -192,9 +248,9 @@ def main(argv=None) -> int:
         else:
             execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
                     values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
-                    on_meta=lambda meta: sink.control("meta", **{"nodes": None, "placement": None, **meta}),
+                    on_meta=lambda meta: _send_meta(sink, meta),
                     train={"optimizer": a.optimizer, "lr": a.lr} if a.train else None,
-                    on_train=lambda info: sink.control("train", info=info))
+                    on_train=lambda info: sink.control("train", info=info), capture=a.capture)
         sink.end("ok")
     except Exception as e:
         from opscope.runtime.errors import OpscopeError

@@ -3,8 +3,9 @@
     python -m opscope.profiler.runner --endpoint E --script train.py -- ARGS     # what live.py starts
     import opscope.profiler; opscope.profiler.step()                           # optional step marks
 
-The runner installs the eager engine (eager.py, or the native observer where it builds) before the
-script's first line and runs the script as `__main__`, the way `python train.py` would. Global module
+The runner installs an engine before the script's first line: the native one (native/, a C++
+RecordFunction observer, the default where it builds) or the eager one (eager.py, a Python dispatch
+mode: `--engine eager`, and always with `--values` or on CUDA). It and runs the script as `__main__`, the way `python train.py` would. Global module
 hooks give every op its module path (the first root module called is "", later roots are named by
 their class: `CrossEntropyLoss`); autograd's current node marks backward ops and links each to the
 forward call that made its node; torch.optim's global step hooks mark the optimizer phase.
@@ -25,6 +26,7 @@ from pathlib import Path
 from opscope.runtime.errors import ModelError, UsageError
 
 _active: "ScriptProfile | None" = None
+SCRIPT_ENGINES = ("native", "eager")
 
 
 def step() -> None:
@@ -59,12 +61,31 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
     return "path", str(path), rest[1:]
 
 
-class ScriptProfile:
-    """The eager engine, installed for a whole script; steps come from optimizer steps or marks."""
+def make_engine(sink, engine: str = "native", *, backend: str = "torch:cpu", device: str = "cpu",
+                values: bool = False, quiet: bool = True):
+    """(engine object, its name, a note when the native engine was asked for and the eager one runs)."""
+    if engine not in SCRIPT_ENGINES:
+        raise UsageError(f"unknown engine {engine!r} for a script: use {' or '.join(SCRIPT_ENGINES)}")
+    note = None
+    if engine == "native":
+        if values:
+            note = "--values reads tensors from Python"
+        else:
+            from .native import native_engine
+            eng, note = native_engine(sink, backend=backend, device=device, quiet=quiet)
+            if eng is not None:
+                return eng, "native", None
+    from .eager import EagerProfiler
+    return EagerProfiler(sink, backend=backend, device=device, values=values), "eager", note
 
-    def __init__(self, sink, *, backend: str = "torch:cpu", device: str = "cpu", values: bool = False):
-        from .eager import EagerProfiler
-        self.engine = EagerProfiler(sink, backend=backend, device=device, values=values)
+
+class ScriptProfile:
+    """An engine installed for a whole script; steps come from optimizer steps or marks."""
+
+    def __init__(self, sink, *, backend: str = "torch:cpu", device: str = "cpu", values: bool = False,
+                 engine: str = "native", quiet: bool = True):
+        self.engine, self.engine_name, self.engine_note = make_engine(sink, engine, backend=backend, device=device,
+                                                                      values=values, quiet=quiet)
         self.explicit = False           # the script calls opscope.profiler.step(): only those mark steps
         self.optimizer_steps = 0
         self.marks = 0
@@ -132,15 +153,18 @@ class ScriptProfile:
         if _active is self:
             _active = None
             self.engine.__exit__(None, None, None)
-            tail = len(self.engine._calls)
+            tail = self.engine.step_ops()
             self.engine.end_step()
             for h in self._handles:
                 h.remove()
             self._handles = []
             self.tail = tail
-        return {"script": True, "steps": self.marks, "optimizer_steps": self.optimizer_steps,
+        info = {"script": True, "steps": self.marks, "optimizer_steps": self.optimizer_steps,
                 "marked_by": "opscope.profiler.step()" if self.explicit else "optimizer.step()",
-                "tail": {"step": self.marks, "ops": getattr(self, "tail", 0)}}
+                "tail": {"step": self.marks, "ops": getattr(self, "tail", 0)}, "engine": self.engine_name}
+        if self.engine_note:
+            info["engine_note"] = self.engine_note
+        return info
 
 
 def _leave_in_child() -> None:
@@ -149,12 +173,7 @@ def _leave_in_child() -> None:
     prof, _active = _active, None
     if prof is None:
         return
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
-    try:
-        while any(m is prof.engine for m in _get_current_dispatch_mode_stack()):
-            _pop_mode()
-    except Exception:        # torch internals moved: the child then records into a sink nobody reads
-        pass
+    prof.engine.leave_in_child()
     for h in prof._handles:
         h.remove()
     prof.engine.sink = _Nowhere()
@@ -166,11 +185,13 @@ class _Nowhere:
 
 
 def run_script(sink, command: list[str], *, backend: str = "torch:cpu", device: str = "cpu", values: bool = False,
-               on_info=None) -> dict:
-    """Run the script as __main__ with the engine installed; the info the run keeps (steps, tail).
+               on_info=None, engine: str = "native") -> dict:
+    """Run the script as __main__ with the engine installed; the info the run keeps (steps, tail, engine).
     Raises ScriptFailed when the script raises or exits non-zero (after its events are flushed)."""
     kind, target, args = parse_command(command)
-    prof = ScriptProfile(sink, backend=backend, device=device, values=values)
+    prof = ScriptProfile(sink, backend=backend, device=device, values=values, engine=engine, quiet=False)
+    if prof.engine_note and engine == "native":
+        print(f"opscope: note: {prof.engine_note}; the eager engine records this run", file=sys.stderr, flush=True)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
     if kind == "path":

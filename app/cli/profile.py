@@ -1,6 +1,7 @@
 """`opscope profile MODEL --backend B`: record every op of a model into a run and print the top ops.
 
     opscope profile demo:gpt --train --steps 2          # training steps: forward, backward, optimizer
+    opscope profile model.py:factory --capture dynamo   # through torch.compile: every region's ops
     opscope profile -- python train.py ARGS             # a training script as written (like nsys profile)
 """
 from __future__ import annotations
@@ -28,8 +29,15 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=0, help="steps run first, unrecorded (default 0)")
     p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"
                    "histogram); costs time")
-    p.add_argument("--engine", choices=["graph", "eager"], default="graph",
-                   help="graph: the captured graph on the backend; eager: the model as written, every ATen op")
+    p.add_argument("--engine", choices=["graph", "eager", "native"], default=None,
+                   help="graph (default for a model): the captured graph on the backend; eager: the model or script "
+                        "as written, every ATen op (a Python dispatch mode); native (default for a script): the "
+                        "same ops from a C++ observer at a fraction of the cost, built once (the eager engine where "
+                        "no compiler is found)")
+    p.add_argument("--capture", choices=["export", "dynamo"], default="export",
+                   help="export: one graph through torch.export (default); dynamo: torch.compile with the opscope "
+                        "backend, for models torch.export cannot capture (every region's ops, node names "
+                        "prefixed by their region)")
     p.add_argument("--py-spy", action="store_true", help="sample the runner's Python stacks with py-spy")
     p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported ops elsewhere")
     p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
@@ -52,8 +60,12 @@ def main(args) -> int:
         return _script(args, command, store)
     if not args.model:
         raise UsageError("nothing to profile: give a model (demo:NAME or file.py:factory) or a command after --")
+    if args.engine == "native":
+        raise UsageError("--engine native records a script: opscope profile --engine native -- python train.py; "
+                         "for a model use --engine graph or eager")
+    args.engine = args.engine or "graph"
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
-                allow_fallback=not args.no_fallback, store=store)
+                allow_fallback=not args.no_fallback, store=store, capture=args.capture)
     if args.train:
         opts["train"] = {"optimizer": args.optimizer, "lr": args.lr}
     if args.web:
@@ -101,6 +113,8 @@ def main(args) -> int:
                "top_ops": stats_doc(stats[:args.top], run)}
         if args.train:
             doc["phases"] = phases(store, run_id)
+        if isinstance(run.get("config"), dict) and isinstance(run["config"].get("capture"), dict):
+            doc["capture"] = run["config"]["capture"]
         if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
             doc["py_spy"] = run["config"]["py_spy"]
         if run["status"] == "incomplete":
@@ -112,6 +126,9 @@ def main(args) -> int:
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
     if args.train:
         print_phases(doc_phases)
+    cap = run["config"].get("capture") if isinstance(run.get("config"), dict) else None
+    if isinstance(cap, dict) and "regions" in cap:
+        console.print(f"through torch.compile: {cap['regions']} regions, {cap['graph_breaks']} graph breaks")
     extra = f", {run['dropped']} dropped" if run["dropped"] else ""
     console.print(f"run [bold]{run_id}[/]: {run['events']} events over {run['steps']} step(s){extra}. "
                   f"`opscope show {run_id}` for all ops")
@@ -130,11 +147,12 @@ def _command(args) -> list[str] | None:
 
 def _script(args, command: list[str], store) -> int:
     from opscope.profiler import start_script
-    if args.train or args.web or args.steps != 1 or args.warmup or args.engine != "graph":
-        raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --engine and "
-                         "--web apply to a model spec, not to `-- python script.py`")
+    if args.train or args.web or args.steps != 1 or args.warmup or args.engine == "graph" \
+            or args.capture != "export":
+        raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --capture, "
+                         "--engine graph and --web apply to a model spec, not to `-- python script.py`")
     live = start_script(command, args.backend, values=args.values, py_spy=args.py_spy, store=store,
-                        echo=sys.stderr if args.json else sys.stdout)
+                        echo=sys.stderr if args.json else sys.stdout, engine=args.engine or "native")
     try:
         status = live.wait()
     except KeyboardInterrupt:
@@ -163,7 +181,7 @@ def _script(args, command: list[str], store) -> int:
             doc["error"] = run["error"]
         emit_json(doc)
         return _incomplete(run)
-    print_op_table(run, stats[:args.top], f"top ops of {run['model']}")
+    print_op_table(run, stats[:args.top], f"top ops of {run['model']} ({run['engine']} engine)")
     print_phases(doc_phases)
     console.print(f"run [bold]{run['run_id']}[/]: {run['events']} events over {run['steps']} step(s) "
                   f"(optimizer steps). `opscope show {run['run_id']}` for all ops")
