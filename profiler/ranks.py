@@ -4,7 +4,7 @@ run and returns a table (a list of row dicts) a page, the CLI or a test can use 
     ranks = Ranks.of_run(store, run_id)          # or Ranks(frame) for any {column: array} frame
     ranks.temporal_breakdown()    # per rank and step: compute / communication / idle seconds, overlap
     ranks.overlap()               # per rank: share of communication hidden under compute
-    ranks.slow_rank()             # per step: the slowest rank, its lag behind the median
+    ranks.slow_rank()             # per step: the rank the others wait for, and how long they wait
 
 An event is communication when its op is a collective (all_reduce, all_gather, broadcast, ...,
 as opscope names them, or a gloo/nccl/c10d kernel from an imported trace); every other event is
@@ -21,6 +21,16 @@ import numpy as np
 _COMM = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|send|recv|"
                    r"nccl|gloo|c10d)", re.IGNORECASE)
 COLUMNS = ["rank", "step", "op", "start_ns", "end_ns"]
+
+
+def clock_of(run: dict) -> str:
+    """"simulated" for a hybrid run with a described (sim) chip: its compute spans last the simulated time
+    while its collectives are measured on the host, so waiting says nothing about which chip is slower;
+    "wall" for everything else (profiled or imported: every span measured)."""
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    backends = cfg.get("backends") or (cfg.get("dist") or {}).get("backends") or []
+    sim = [b for b in backends if isinstance(b, str) and (b.startswith("sim:") or b.endswith(".toml"))]
+    return "simulated" if run.get("engine") == "dist" and sim else "wall"
 
 
 def is_communication(op: str) -> bool:
@@ -57,16 +67,17 @@ def _intersection(a, b) -> int:
 class Ranks:
     """The facade: the analyses below over one frame of events (columns as in COLUMNS)."""
 
-    def __init__(self, frame: dict):
+    def __init__(self, frame: dict, clock: str = "wall"):
         missing = [c for c in COLUMNS if c not in frame]
         if missing:
             raise ValueError(f"rank analysis needs the event columns {', '.join(missing)}")
         self.frame = frame
+        self.clock = clock
         self._breakdown = None
 
     @classmethod
     def of_run(cls, store, run_id: str) -> "Ranks":
-        return cls(store.events_frame(run_id, columns=COLUMNS))
+        return cls(store.events_frame(run_id, columns=COLUMNS), clock_of(store.get_run(run_id)))
 
     def temporal_breakdown(self) -> list[dict]:
         if self._breakdown is None:
@@ -100,16 +111,25 @@ class Ranks:
         return [out[k] for k in sorted(out)]
 
     def slow_rank(self) -> list[dict]:
-        """Per step: the rank with the most compute (the one the others wait for in the collective)."""
+        """Per step: the rank the others wait for. A collective ends when its last rank arrives, so the slow
+        rank is the one that waits least in communication (exposed communication: not hidden under its own
+        compute) -- whatever made it late, compute or time outside any op (a sleep, a stall, the host).
+        `lag_s`: how much longer the rank that waited most waited than it did. Steps without communication,
+        and runs on a simulated clock (see clock_of): the rank with the most compute."""
         by_step: dict[int, list[dict]] = {}
         for r in self.temporal_breakdown():
             by_step.setdefault(r["step"], []).append(r)
         rows = []
         for step, rs in sorted(by_step.items()):
-            slow = max(rs, key=lambda r: r["compute_s"])
-            median = statistics.median(r["compute_s"] for r in rs)
+            if self.clock == "wall" and any(r["communication_s"] for r in rs):
+                slow = min(rs, key=lambda r: (r["exposed_communication_s"], -r["compute_s"]))
+            else:
+                slow = max(rs, key=lambda r: r["compute_s"])
+            waits = [r["exposed_communication_s"] for r in rs]
             rows.append({"step": step, "slow_rank": slow["rank"], "compute_s": slow["compute_s"],
-                         "median_compute_s": median, "lag": slow["compute_s"] / median - 1 if median else 0.0})
+                         "median_compute_s": statistics.median(r["compute_s"] for r in rs),
+                         "wait_s": slow["exposed_communication_s"],
+                         "lag_s": max(waits) - slow["exposed_communication_s"]})
         return rows
 
     def summary(self) -> dict:

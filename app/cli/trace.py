@@ -22,8 +22,10 @@ def register(sub) -> None:
     add_json(e)
     e.set_defaults(func=export_main)
 
-    i = tsub.add_parser("import", help="a torch.profiler (Kineto) / Chrome trace or ONNX Runtime profile -> a run")
-    i.add_argument("file", help="trace JSON (.json or .json.gz)")
+    i = tsub.add_parser("import", help="a torch.profiler (Kineto) / Chrome trace or ONNX Runtime profile -> a run; "
+                                       "a folder of per-rank torch.profiler traces -> one multi-rank run")
+    i.add_argument("file", help="trace JSON (.json or .json.gz), or a folder holding one torch.profiler trace per "
+                                "rank (each with distributedInfo, as torch.distributed jobs write them)")
     i.add_argument("--max-bytes", type=int, default=None,
                    help="refuse files larger than this (default 2 GiB, or $OPSCOPE_IMPORT_MAX_BYTES)")
     add_json(i)
@@ -61,10 +63,12 @@ def import_main(args) -> int:
     if args.json:
         emit_json({"run_id": run_id, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
-                   "skipped": cfg.get("skipped", {}), "import": cfg.get("import")})
+                   "skipped": cfg.get("skipped", {}), "import": cfg.get("import"),
+                   "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock")})
         return 0
     # the id alone on stdout, so RUN=$(opscope trace import f.json) works; the story on stderr
     print(run_id)
-    print(f"imported {run.get('events')} op events ({cfg.get('format')}, {run.get('steps')} step(s)) from "
+    ranks = f", {cfg['world_size']} ranks on one clock ({cfg.get('clock')})" if cfg.get("world_size") else ""
+    print(f"imported {run.get('events')} op events ({cfg.get('format')}, {run.get('steps')} step(s){ranks}) from "
           f"{args.file} as run {run_id}", file=sys.stderr)
     return 0

@@ -2,7 +2,7 @@
 
 `analyze(run, events, description)` returns a plain dict of sections (`time`, `roofline`,
 `overhead`, `fallback`, `transfers`, `dtype`, `layout`, `memory`, `gaps`, `fusion`, `dominant`,
-`whatif`, `device`, `hw`, `run`); rule expressions name its values (`fallback.seconds`, `hw.kind`).
+`whatif`, `device`, `train`, `ranks`, `hw`, `run`); rule expressions name its values (`fallback.seconds`, `hw.kind`).
 All times are seconds per step; shares are fractions of the step's busy time.
 
 Imported torch.profiler traces nest ops (aten::linear holds aten::addmm) and carry what the GPU ran
@@ -26,7 +26,7 @@ from . import whatif
 
 # the sections every analysis dict has: rule files are checked against these names at load time
 SECTIONS = ("run", "hw", "time", "roofline", "overhead", "fallback", "transfers", "dtype", "layout", "memory",
-            "gaps", "fusion", "dominant", "whatif", "device", "train")
+            "gaps", "fusion", "dominant", "whatif", "device", "train", "ranks")
 
 _FUSABLE = ("elementwise", "activation")
 _CONV = ("conv2d", "conv1d", "conv3d", "convolution", "conv_transpose2d")
@@ -47,7 +47,7 @@ def load(run_id: str, store=None) -> RunData:
     store = store or RunStore()
     run = store.get_run(run_id)
     cols = ["step", "seq", "op", "node", "backend", "device", "depth", "start_ns", "end_ns", "input_dtypes",
-            "output_dtypes", "bytes", "flops", "fallback", "live_bytes", "phase"]
+            "output_dtypes", "bytes", "flops", "fallback", "live_bytes", "phase", "rank"]
     frame = store.events_frame(run["run_id"], columns=cols)
     return from_frame(run, frame)
 
@@ -67,7 +67,8 @@ def from_frame(run: dict, frame: dict) -> RunData:
             "depth": _int(frame["depth"][i]) if "depth" in frame else 0,
             "device": str(frame["device"][i]) if "device" in frame else "",
             "on_device": str(frame["op"][i]) in DEVICE_OPS,
-            "phase": str(frame["phase"][i]) if "phase" in frame else "forward"})
+            "phase": str(frame["phase"][i]) if "phase" in frame else "forward",
+            "rank": _int(frame["rank"][i]) if "rank" in frame else 0})
     steps = len({e["step"] for e in events}) or 1
     return RunData(run, events, description_of(run), steps)
 
@@ -128,6 +129,7 @@ def analyze(data: RunData) -> dict:
     a["whatif"] = _whatif(evs, d, busy, steps)
     a["device"] = _device(kernels, evs, steps)
     a["train"] = _train(evs, run, busy, steps)
+    a["ranks"] = _ranks(data.events, run)
     return a
 
 
@@ -464,3 +466,91 @@ def _whatif(evs, d, busy, steps) -> dict:
                    best_unsupported=b["unsupported"], best_gain_seconds=max(busy - b["seconds"], 0.0))
     out.setdefault("best_gain_seconds", 0.0)
     return out
+
+
+def _ranks(evs, run) -> dict:
+    """A multi-rank run (hybrid training, an imported folder of per-rank traces), read by profiler/ranks.py.
+
+    Imbalance: a rank's work is the step minus the communication it waited in (the rest of the step it
+    computed or stalled on its own); the others wait for the slowest (profiler/ranks.py's slow rank).
+    With each rank's share of the batch (the hybrid run's ratios; equal shares otherwise) its speed is
+    share / work, and shares proportional to speed give every rank the same work: 1 / sum(speeds). The
+    expected step is today's minus what that saves (work assumed linear in the share; fixed costs such as
+    the optimizer make it optimistic).
+    Exposed communication: the least any rank spends in collectives outside compute (the slowest rank's:
+    the collectives themselves, no waiting); hiding it under the backward (all-reduce per gradient bucket
+    as gradients are ready) saves up to that rank's compute time.
+    Medians over steps: a first step that warms up does not decide."""
+    from opscope.profiler.ranks import Ranks, clock_of
+    out = {"world_size": len({e["rank"] for e in evs}) or 1, "hybrid": False, "clock": "wall", "slowest_rank": -1,
+           "step_seconds": 0.0, "work_seconds": [], "wait_seconds": [], "ratios": [], "new_ratios": [],
+           "backends": [], "current_hybrid": "", "new_hybrid": "", "balanced_seconds": 0.0,
+           "expected_step_seconds": 0.0, "gain_seconds": 0.0, "imbalance": 0.0, "slowest_lag": 0.0,
+           "exposed_communication_seconds": 0.0, "exposed_communication_share": 0.0, "overlap_ratio": 0.0,
+           "overlap_gain_seconds": 0.0, "per_rank": [], "work_text": "", "ratios_text": "", "new_ratios_text": ""}
+    if out["world_size"] < 2:
+        return out
+    ranks = Ranks({"rank": [e["rank"] for e in evs], "step": [e["step"] for e in evs],
+                   "op": [e["op"] for e in evs], "start_ns": [e["start"] for e in evs],
+                   "end_ns": [e["end"] for e in evs]}, clock_of(run))
+    rows = ranks.temporal_breakdown()
+    ids = sorted({r["rank"] for r in rows})
+    per = {k: [r for r in rows if r["rank"] == k] for k in ids}
+    # the ranks meet in every step's collectives, so a step lasts as long on each: its longest window (a rank's
+    # own window misses time before its first op, e.g. a stall at the top of the step)
+    windows: dict[int, float] = {}
+    for r in rows:
+        windows[r["step"]] = max(windows.get(r["step"], 0.0), r["window_s"])
+    if ranks.clock == "simulated":
+        # compute lasts the chips' simulated time, the host's own time is noise: a step is the slowest rank's
+        # compute and the collectives themselves (the least any rank spent in them: no waiting)
+        by_step: dict[int, list] = {}
+        for r in rows:
+            by_step.setdefault(r["step"], []).append(r)
+        windows = {k: max(r["compute_s"] for r in rs) + min(r["communication_s"] for r in rs)
+                   for k, rs in by_step.items()}
+        work = [float(np.median([r["compute_s"] for r in per[k]])) for k in ids]
+    else:
+        work = [float(np.median([windows[r["step"]] - r["exposed_communication_s"] for r in per[k]])) for k in ids]
+    step = float(np.median(list(windows.values())))
+    wait = [float(np.median([r["exposed_communication_s"] for r in per[k]])) for k in ids]
+    compute = [float(np.median([r["compute_s"] for r in per[k]])) for k in ids]
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    dist = cfg.get("dist") if isinstance(cfg.get("dist"), dict) else {}
+    backends = [str(b) for b in dist.get("backends") or []]
+    last = (dist.get("steps") or [{}])[-1]
+    ratios = [float(x) for x in last.get("ratios") or []]
+    hybrid = len(backends) == len(ids) == len(ratios)
+    if not hybrid:
+        ratios, backends = [1.0 / len(ids)] * len(ids), [f"rank {k}" for k in ids]
+    speed = [r / w if w > 0 else 0.0 for r, w in zip(ratios, work)]
+    new = _rounded_shares(speed) if all(speed) else list(ratios)
+    balanced = 1.0 / sum(speed) if all(speed) else max(work)
+    gain = max(max(work) - balanced, 0.0)
+    slow = ids[int(np.argmax(work))]
+    s_wait = min(wait)        # what even the rank the others wait for spends in collectives: no rank avoids it
+    overlap = next((o["overlap_ratio"] for o in ranks.overlap() if o["rank"] == slow), 0.0)
+    out.update({"hybrid": hybrid, "slowest_rank": slow, "clock": ranks.clock, "step_seconds": step,
+                "work_seconds": work,
+                "wait_seconds": wait, "ratios": ratios, "new_ratios": new, "backends": backends,
+                "current_hybrid": ",".join(f"{b}={r:g}" for b, r in zip(backends, ratios)) if hybrid else "",
+                "new_hybrid": ",".join(f"{b}={r:g}" for b, r in zip(backends, new)) if hybrid else "",
+                "balanced_seconds": balanced, "expected_step_seconds": max(step - gain, 0.0), "gain_seconds": gain,
+                "imbalance": _share(gain, step), "slowest_lag": max(work) / float(np.median(work)) - 1,
+                "exposed_communication_seconds": s_wait, "exposed_communication_share": _share(s_wait, step),
+                "overlap_ratio": overlap, "overlap_gain_seconds": min(s_wait, compute[ids.index(slow)]),
+                "work_text": ", ".join(f"{w * 1e3:.2f} ms" for w in work),
+                "ratios_text": ", ".join(f"{r:.3g}" for r in ratios),
+                "new_ratios_text": ", ".join(f"{r:g}" for r in new),
+                "per_rank": [{"rank": k, "backend": b, "share": r, "work_seconds": w, "wait_seconds": x,
+                              "compute_seconds": c, "new_share": n}
+                             for k, b, r, w, x, c, n in zip(ids, backends, ratios, work, wait, compute, new)]})
+    return out
+
+
+def _rounded_shares(speed: list[float]) -> list[float]:
+    """Shares proportional to speed, to 3 decimals, summing to 1 (what --hybrid takes)."""
+    total = sum(speed)
+    shares = [round(s / total, 3) for s in speed]
+    shares[int(np.argmax(shares))] += round(1.0 - sum(shares), 3)
+    return [round(s, 3) for s in shares]

@@ -4,12 +4,18 @@ and the numerical error the change introduced.
 
     result = apply_advice(run_id, "reduced-precision")
     result["measured"]["fraction"], result["error"]["max_rel"], result["paid_off"]
+
+A hybrid training run (`opscope train MODEL --hybrid A=0.7,B=0.3`, its report in `config["dist"]`) takes
+the `ratios` change (or a `backend` change to `hybrid:A=..,B=..`): `train --hybrid` runs again with the
+new shares, and the step time it measures stands next to the one the advice expected.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +67,8 @@ def apply_advice(run_id: str, advice_id: str, *, store=None, advice: list[Advice
         raise UsageError(f"advice {a.id} cannot be applied automatically (it needs a change to the model or the "
                          "backend itself); its message says what to do")
     change = dict(a.apply)
+    if _is_ratios(change):
+        return _apply_ratios(run, a, change, store, analyses)
     spec = backend_spec(run)
     model, inputs = _load_model(run)
     new_model, new_inputs, new_spec, factor = _changed(change, model, inputs, spec)
@@ -196,3 +204,70 @@ def _error(spec, model, inputs, new_spec, new_model, new_inputs, factor) -> dict
     if factor != 1:
         out = [np.asarray(o)[: np.asarray(r).shape[0]] if np.ndim(o) else o for o, r in zip(out, ref)]
     return compare([np.asarray(o, dtype=np.float64) for o in out], [np.asarray(r, dtype=np.float64) for r in ref])
+
+
+# --- hybrid runs: new ratios -----------------------------------------------------------------------------
+def _is_ratios(change: dict) -> bool:
+    return change.get("kind") == "ratios" or (change.get("kind") == "backend" and
+                                              str(change.get("backend") or "").startswith("hybrid:"))
+
+
+def _apply_ratios(run: dict, a: Advice, change: dict, store, analyses: dict) -> dict:
+    """Train again with the new shares (same model, steps, optimizer), then compare the step time the
+    advice expected with the one measured; the losses of both runs are the numerical check (data-parallel
+    training computes the full batch's loss whatever the split)."""
+    from opscope.runtime.session import compare
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    dist = cfg.get("dist") if isinstance(cfg.get("dist"), dict) else None
+    if dist is None:
+        raise UsageError(f"advice {a.id} changes the ratios of a hybrid run; run {run['run_id']} is not one "
+                         "(train with `opscope train MODEL --hybrid A=0.5,B=0.5` to apply it)")
+    hybrid = str(change.get("hybrid") or change.get("ratios") or change.get("backend") or "")
+    hybrid = hybrid[len("hybrid:"):] if hybrid.startswith("hybrid:") else hybrid
+    if not hybrid:
+        raise UsageError(f"advice {a.id} gives no ratios to apply")
+    opt = dist.get("optimizer") or {}
+    steps = max(len(dist.get("steps") or []), int(dist.get("steps_requested") or 1))
+    cmd = [sys.executable, "-m", "opscope.app", "train", run["model"], "--hybrid", hybrid, "--steps", str(steps),
+           "--optimizer", str(opt.get("name") or "sgd"), "--json"]
+    if opt.get("lr") is not None:
+        cmd += ["--lr", repr(float(opt["lr"]))]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        report = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else None
+    except ValueError:
+        report = None
+    if p.returncode != 0 or not report or not report.get("run_id"):
+        why = (p.stderr.strip().splitlines() or ["no report"])[-1]
+        raise UsageError(f"the run with {a.id} applied ({hybrid}) failed: {why}")
+    new_id = report["run_id"]
+    store.update_run(new_id, parent_run=run["run_id"])
+    new = _analyses.analyze(_analyses.load(new_id, store))["ranks"]
+    before, expected = analyses["ranks"]["step_seconds"], analyses["ranks"]["expected_step_seconds"]
+    after = new["step_seconds"]
+    gain = before - after
+    fraction = gain / before if before > 0 else 0.0
+    paid = fraction >= PAYOFF_FRACTION
+    old_losses, new_losses = dist.get("losses") or [], report.get("losses") or []
+    n = min(len(old_losses), len(new_losses))
+    error = compare([np.asarray(new_losses[:n], dtype=np.float64)], [np.asarray(old_losses[:n], dtype=np.float64)])
+    estimated = dict(a.estimated_gain)
+    result = {
+        "run_id": new_id, "parent_run": run["run_id"], "advice": a.id, "title": a.title, "change": change,
+        "backend": f"hybrid:{hybrid}", "estimated": estimated,
+        "step_seconds": {"before": before, "estimated": expected, "measured": after,
+                         "estimate_error": (after - expected) / expected if expected > 0 else 0.0},
+        "measured": {"before_seconds": before, "after_seconds": after, "seconds": gain, "fraction": fraction,
+                     "per": "step"},
+        "ratios": {"before": analyses["ranks"]["ratios"], "after": [s["ratios"] for s in report["steps"][-1:]][0]
+                   if report.get("steps") else []},
+        "error": error, "paid_off": paid,
+        "verdict": (f"paid off: step {before * 1e3:.2f} ms -> {after * 1e3:.2f} ms measured "
+                    f"({expected * 1e3:.2f} ms estimated)" if paid else
+                    f"did not pay off: step {before * 1e3:.2f} ms -> {after * 1e3:.2f} ms measured "
+                    f"({expected * 1e3:.2f} ms estimated)"),
+    }
+    store.add_artifact(new_id, "advice", a.id, json.dumps(result, default=str).encode())
+    store.update_run(new_id, config={"verification": {k: result[k] for k in ("measured", "error", "paid_off",
+                                                                              "step_seconds")}})
+    return result

@@ -2,6 +2,7 @@
 
     from opscope.profiler.importers import import_trace
     run_id = import_trace("trace.json")            # engine "import", source = the file
+    run_id = import_trace("traces/")               # one torch.profiler trace per rank -> one multi-rank run
 
 The run holds one event per operator in the file, nested by time per thread (so self time works),
 and every view and analysis reads it like a profiled run.
@@ -16,6 +17,7 @@ from opscope.runtime.errors import UsageError
 
 from . import kineto, onnxruntime
 from .common import read_json, save
+from .ranks import import_rank_folder
 
 
 def parse_trace(path, max_bytes: int | None = None):
@@ -33,8 +35,11 @@ def parse_trace(path, max_bytes: int | None = None):
 
 
 def import_trace(path, store=None, max_bytes: int | None = None) -> str:
-    """Parse the whole file first, then create the run: a bad file never leaves a partial run."""
+    """Parse the whole file (every file, for a folder) first, then create the run: a bad file never leaves
+    a partial run."""
     with _no_gc():
+        if Path(path).is_dir():
+            return import_rank_folder(path, store, max_bytes)
         return _import(path, store, max_bytes)
 
 

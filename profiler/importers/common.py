@@ -207,6 +207,7 @@ class EventTable:
         self.seq = None          # set when the file carries its own seq numbers
         self.flat_from = None    # rows from here on are on device streams: one lane each, never nested
         self.details = None      # what the trace holds besides ops (details.Details), written beside them
+        self.rank, self.world_size = 0, 1     # from the trace's distributedInfo; one value for every row
 
     def __len__(self):
         return len(self.cols["start_ns"])
@@ -277,7 +278,8 @@ class EventTable:
                 rank = np.arange(n) - np.repeat(first, np.diff(np.concatenate((first, [n]))))
                 seq[order] = rank
         out = {"step": step, "seq": seq, "thread": thread, "depth": depth, "start_ns": start, "end_ns": end,
-               "fallback": np.asarray(c["fallback"], dtype=bool), "device": devices}
+               "fallback": np.asarray(c["fallback"], dtype=bool), "device": devices,
+               "rank": np.full(n, self.rank, dtype=np.int64), "world_size": np.full(n, self.world_size, dtype=np.int64)}
         for k in ("op", "node", "module", "source", "backend", "input_shapes", "input_dtypes", "output_shapes",
                   "output_dtypes"):
             out[k] = _objects(c[k])
@@ -340,12 +342,16 @@ def shapes_json(shapes) -> str | None:
     return None if shapes is None else text(shapes)
 
 
-def save(store, table: EventTable, *, model: str, backend: str, device: str, source: str, config: dict,
-         steps: int) -> str:
-    """Create the run and write its events; on any failure the run is removed again."""
-    if not len(table):
+def save(store, table: EventTable | list[EventTable], *, model: str, backend: str, device: str, source: str,
+         config: dict, steps: int) -> str:
+    """Create the run and write its events (one table, or one per rank of a multi-rank run: each keeps its
+    own nesting, seq and details); on any failure the run is removed again."""
+    tables = table if isinstance(table, list) else [table]
+    if not sum(map(len, tables)):
         raise UsageError(f"cannot import {source}: it holds no operator events to import")
-    cols, nulls = table.columns()
+    parts = [t.columns() for t in tables]
+    cols = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+    nulls = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
     # every time fits int64 ns; so must the distance between any two, which every view subtracts
     first, last = int(cols["start_ns"].min()), int(cols["end_ns"].max())
     if last - first > INT64_MAX:
@@ -359,8 +365,9 @@ def save(store, table: EventTable, *, model: str, backend: str, device: str, sou
             cols[k] = np.ma.masked_array(cols[k], mask=null)
         with store.connect() as con:
             store.add_event_columns(run_id, cols, con=con)
-            if table.details is not None:
-                table.details.write(store, run_id, cols, table.details.step_spans, con)
+            for t, (own, _) in zip(tables, parts):
+                if t.details is not None:
+                    t.details.write(store, run_id, own, t.details.step_spans, con)
         store.finish_run(run_id, status="ok")
     except BaseException:
         _remove(store, run_id)

@@ -48,6 +48,8 @@ DEVICE_OPS = frozenset(_GPU_OPS.values())   # ops that ran on a device stream; t
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
 _NS_FAST = 2.0 ** 62      # |ns| the column parser takes as they are; beyond, the event parser checks exactly
+NS_MAX = 2 ** 62          # the largest |ns| a clock origin (baseTimeNanoseconds) may have
+_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:", "xccl:", "hccl:")
 
 
 def is_chrome(doc) -> bool:
@@ -55,17 +57,49 @@ def is_chrome(doc) -> bool:
         (isinstance(doc, list) and bool(doc) and all(isinstance(e, dict) and "ph" in e for e in doc[:100]))
 
 
-def parse(doc, source: str) -> tuple[EventTable, dict]:
-    """-> (events, run fields: model, backend, device, steps, config)."""
+def parse(doc, source: str, shift_ns: int = 0) -> tuple[EventTable, dict]:
+    """-> (events, run fields: model, backend, device, steps, config). `shift_ns` moves every time (what a
+    folder of per-rank traces uses to put the ranks on one clock)."""
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     other = doc.get("otherData") if isinstance(doc, dict) else None
     try:
-        return _parse_columns(events, other, source)
+        table, run = _parse_columns(events, other, source, shift_ns)
     except _Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
-        return _parse_events(events, other, source)
+        table, run = _parse_events(events, other, source, shift_ns)
+    dist = distributed_info(doc)
+    if dist is not None:
+        table.rank, table.world_size = dist["rank"], dist["world_size"]
+        run["config"]["distributed"] = dist
+    return table, run
 
 
-def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
+def distributed_info(doc) -> dict | None:
+    """torch.profiler's `distributedInfo` (written when torch.distributed is initialised): {rank,
+    world_size, backend}, or None when the trace has none or it is not numbers."""
+    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    if not isinstance(info, dict):
+        return None
+    rank, world = info.get("rank"), info.get("world_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, world)) or not 0 <= rank < world:
+        return None
+    return {"rank": rank, "world_size": world, "backend": text(info.get("backend")) or ""}
+
+
+def is_collective(cat, name) -> bool:
+    """The span a process-group backend records for a collective (`gloo:all_reduce`, `nccl:broadcast`): it runs
+    on the backend's own thread for as long as the collective takes, waiting for the other ranks included,
+    while the `c10d::allreduce_` cpu_op on the caller's thread only queues it."""
+    return cat == "user_annotation" and isinstance(name, str) and name.startswith(_COLLECTIVE_PREFIXES)
+
+
+def _op_of(name: str) -> str:
+    """`aten::linear` -> `linear`; `gloo:all_reduce` -> `all_reduce` (the name opscope's own collectives have)."""
+    if name.startswith(_COLLECTIVE_PREFIXES):
+        return name.split(":", 1)[1]
+    return op_for_aten_name(name)
+
+
+def _parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[EventTable, dict]:
     """Event by event: slower than `_parse_columns`, but takes B/E pairs and odd types, and says what is wrong."""
     if any(isinstance(e, dict) and _is_kineto_cat(e.get("cat")) for e in events):
         kind = "kineto"
@@ -81,7 +115,7 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
     imported: Counter = Counter()
     step_kinds: Counter = Counter()
     step_spans: list[tuple[int, int]] = []
-    t0 = _t0(kind, other, source)
+    t0 = _t0(kind, other, source) + shift_ns
     seqs = []
     cpu, gpu, launches, other_x = _Spans(), _Spans(), _Spans(), _Spans()
 
@@ -93,7 +127,7 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
         start, end = span_ns(ev, where, t0)
         pid, tid = key(ev.get("pid", 0)), key(ev.get("tid", 0))
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        if _is_step(name, cat):
+        if is_step_span(name, cat):
             step_spans.append((start, end))
             if kind == "kineto":
                 other_x.add(ev, start, end)      # a step span is also a user annotation, kept as a span
@@ -103,7 +137,7 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
         if kind == "kineto":
             if cat in _GPU_OPS:
                 gpu.add(ev, start, end)
-            elif cat != "cpu_op":
+            elif cat != "cpu_op" and not is_collective(cat, name):
                 other_x.add(ev, start, end)
                 if _is_launch(cat):
                     launches.add(ev, start, end)
@@ -111,7 +145,7 @@ def _parse_events(events: list, other, source: str) -> tuple[EventTable, dict]:
             else:
                 shapes, dtypes = _kineto_inputs(args)
                 flops, nbytes = _kineto_cost(str(name), args)
-                table.add(op=op_for_aten_name(str(name)), node=str(name), backend="torch:cpu",
+                table.add(op=_op_of(str(name)), node=str(name), backend="torch:cpu",
                           device="cpu" if len(cpu_pids) < 2 else f"cpu pid {pid}", thread=_int(tid), start_ns=start,
                           end_ns=end, input_shapes=shapes, input_dtypes=dtypes, flops=flops, bytes=nbytes)
                 cpu.add(ev, start, end)
@@ -232,7 +266,7 @@ def _picker(idx: np.ndarray, n: int):
     return (lambda xs: [get(xs)]) if len(idx) == 1 else (lambda xs: list(get(xs)))
 
 
-def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, dict]:
+def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> tuple[EventTable, dict]:
     """The whole trace a column at a time: one list comprehension per field, numpy for times.
 
     Handles X events with numeric times (what torch.profiler and our own export write); raises
@@ -260,7 +294,7 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
         kind = "chrome"
     procs, threads = _metadata([e for e, p in zip(events, phs) if p == "M"], "")
     pids = sorted(set(pid_list), key=str)
-    t0 = _t0(kind, other, source)
+    t0 = _t0(kind, other, source) + shift_ns
     with np.errstate(over="ignore", invalid="ignore"):      # inf and NaN fail the check below
         ts = _numbers(fields["ts"]) * 1000
         dur = _numbers(fields["dur"]) * 1000
@@ -271,9 +305,9 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
     start = t0 + np.rint(ts).astype(np.int64)
     end = start + np.rint(dur).astype(np.int64)
 
-    is_step = [_is_step(n, c) for n, c in zip(names, cats)]
+    is_step = [is_step_span(n, c) for n, c in zip(names, cats)]
     if kind == "kineto":
-        keep = [c == "cpu_op" and not st for c, st in zip(cats, is_step)]
+        keep = [(c == "cpu_op" or is_collective(c, n)) and not st for c, n, st in zip(cats, names, is_step)]
     elif kind == "opscope":
         keep = [c not in ("step", "stack") and not st for c, st in zip(cats, is_step)]
     else:
@@ -307,7 +341,7 @@ def _parse_columns(events: list, other, source: str = "") -> tuple[EventTable, d
     cols: dict = {"start_ns": start[idx], "end_ns": np.maximum(end[idx], start[idx])}
     op_of: dict = {}
     if kind == "kineto":
-        cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, op_for_aten_name(x)) for x in names]
+        cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, _op_of(x)) for x in names]
         cols["node"] = names
         cols["backend"] = ["torch:cpu"] * n
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
@@ -376,7 +410,7 @@ def _t0(kind: str, other, source: str) -> int:
                      "(64-bit)") from None
 
 
-def _is_step(name, cat) -> bool:
+def is_step_span(name, cat) -> bool:
     """A torch.profiler step span on the host; its copy on the GPU timeline (gpu_user_annotation) is not one."""
     return isinstance(name, str) and name.startswith("ProfilerStep#") and cat not in _GPU_CATS
 
