@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .controller import op_seconds
+from .stats import op_seconds
 
 
 @dataclass
@@ -50,7 +50,7 @@ def events(ctl, records) -> list[dict]:
                     "start": t, "end": t + ns, "seconds": ns / 1e9,
                     "bytes": _int(lambda: node.bytes_moved), "flops": _int(lambda: node.flops),
                     "fallback": fallback, "live_bytes": int(live or 0),
-                    "phase": getattr(node, "phase", "forward") or "forward",
+                    "phase": node.attrs.get("phase", "forward"), "rank": 0, "world_size": 1,
                     "dtype": _dtype(node.input_meta) or _dtype(node.output_meta) or "float32"})
         t += ns
     return out

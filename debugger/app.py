@@ -270,7 +270,7 @@ class DebuggerApp(App):
             return node
 
         for seq, st in enumerate(self.ctl.steps):
-            self._leaves[seq] = group(st.node.module_path).add_leaf(self._leaf_label(st.node, False), data=seq)
+            self._leaves[seq] = group(self.ctl.tree_path(seq)).add_leaf(self._leaf_label(st.node, False), data=seq)
 
     def _leaf_label(self, node, current: bool, failed: bool = False):
         has_bp = self.ctl.breakpoints.on_node(node) is not None
@@ -355,6 +355,8 @@ class DebuggerApp(App):
             self.log_line(f"stopped at [b]{escape(stop.node.name)}[/] ({stop.node.op}): {escape(stop.reason)}")
         if stop.nan_origin:
             self.log_line(f"[red]NaN/Inf[/] at {escape(stop.node.name)}: {escape(stop.nan_origin)}")
+            if stop.backward_of:
+                self.log_line(f"[magenta]{escape(stop.backward_of)}[/]")
 
     def _status(self, text: str) -> None:
         self.sub_title = f"{self._where}: {text}"

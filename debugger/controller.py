@@ -5,6 +5,8 @@
     ctl.cont(); ctl.run_to_nan(); ctl.finish(); ctl.step_into(); ctl.restart(); ctl.quit()
     ctl.history_stop(i)                    # op i of this run as it was (values within --history-mb)
     ctl.report                             # with a reference: one accuracy row per op run so far
+    Controller(open_train_session(...))    # a run is a training step: stops say their phase (debugger/train.py)
+    Controller(open_dynamo_session(...))   # torch.compile: every region's ops, numbered one after another
 
 Every stop is *after* an op ran, so the UI shows its inputs and its outputs. Commands never
 block the caller: they set what to run to and release the paused worker. The worker posts one
@@ -27,8 +29,8 @@ from .history import History, Record
 from .lockstep import Lockstep, OpDiff
 from .pystack import user_frames
 from .report import AccuracyReport
-from .stats import TensorStats, fmt, has_nonfinite, summarize, to_host
-from .watches import Watches
+from .stats import TensorStats, fmt, has_nonfinite, nan_origin, op_seconds, summarize, to_host
+from .train import NamedWatches, backward_of, grad_value, graph_index
 
 
 class _Abort(BaseException):
@@ -57,6 +59,9 @@ class Stop:
     history: str = ""        # set when this is a look back: "op 3 of 12 run so far"
     dropped: bool = False    # a look back past the history budget: stats kept, values not
     time_note: str = ""      # why the time is not the clock's (paused in debugpy: re-timed)
+    phase: str = ""          # training: forward | backward | optimizer
+    backward_of: str = ""    # a backward op: the forward op it differentiates and what that read
+    locals: list = field(default_factory=list)    # [(name, summary)] of the op's frame as it was traced
 
 
 @dataclass
@@ -101,15 +106,18 @@ def _pick(values, pos):
     return v[pos[1]] if len(pos) > 1 else v
 
 
-def parameter_names(session) -> dict[int, str]:
-    """Constant slot -> the parameter or buffer it is (`h.0.attn.c_attn.weight`), by storage identity."""
+def parameter_names(session, plan=None) -> dict[int, str]:
+    """Constant slot -> the parameter or buffer it is (`h.0.attn.c_attn.weight`), by storage identity
+    (a training session names its slots itself: its parameters are copies, and optimizer state)."""
+    if "slot_names" in getattr(session, "extra", {}):
+        return dict(session.extra["slot_names"])
     named = {}
     model = getattr(session, "model", None)
     if model is not None:
         for name, t in list(model.named_parameters()) + list(model.named_buffers()):
             named.setdefault(t.data_ptr(), name)
     out = {}
-    for s, v in session.plan.graph.constant_slots.items():
+    for s, v in (plan or session.plan).graph.constant_slots.items():
         if v is not None and hasattr(v, "data_ptr"):
             out[s] = named.get(v.data_ptr(), "a constant")
     return out
@@ -122,16 +130,33 @@ class Controller:
                  breakpoints=(), break_on_nan: bool = False, listener=None, use_debugpy: bool = False,
                  history_mb: float = HISTORY_MB):
         self.session = session
-        self.plan = session.plan
-        self.steps = self.plan.steps
-        g = self.plan.graph
+        # A torch.compile session runs one plan per region (a graph break starts a new one): the
+        # controller numbers their ops one after another, and each hook's run says which is running.
+        dynamo = getattr(session, "dynamo", None)
+        self.plans = list(dynamo.plans) if dynamo is not None else [session.plan]
+        self.regions = dynamo is not None
+        self._offsets = {}
+        self.steps = []
+        for plan in self.plans:
+            self._offsets[id(plan)] = len(self.steps)
+            self.steps.extend(plan.steps)
+        self.plan = self.plans[0]
+        self._base = 0                   # global number of the running plan's first op
         self.breakpoints = Breakpoints()
         for spec in breakpoints:
             self.breakpoints.add(spec)
         if break_on_nan:
             self.breakpoints.add(Breakpoint(spec="NaN/Inf made by an op", cond="new-nan", builtin=True))
-        self.watches = Watches()
-        self.lockstep = Lockstep(self.plan, session.inputs, reference, tolerance) if reference else None
+        self.watches = NamedWatches()
+        self.training = bool(getattr(session, "extra", {}).get("train"))
+        self._grad_of = getattr(session, "extra", {}).get("grad_of", {})    # slot -> parameter whose gradient it is
+        self._index = graph_index(self.plan) if self.training else ({}, {})
+        self._locksteps: dict = {}       # plan id -> its Lockstep (one per region)
+        if reference:
+            self._locksteps[id(self.plan)] = Lockstep(self.plan, None if self.regions else session.inputs,
+                                                      reference, tolerance)
+        self.lockstep = self._locksteps.get(id(self.plan))
+        self._reference = (reference, tolerance)
         if self.lockstep is not None:
             tol = "per dtype" if tolerance is None else fmt(tolerance)
             self.breakpoints.add(Breakpoint(spec=f"tolerance ({tol})", cond="tolerance", builtin=True))
@@ -158,11 +183,12 @@ class Controller:
         self.history = History(int(history_mb * (1 << 20)))
         self.progress = (0, 0.0)         # (ops run in this command, perf_counter when it began)
         # which slots are parameters/buffers (named) and model inputs: a NaN there is no op's doing
-        self.param_names = parameter_names(session)
-        self._inputs = {s: i for i, s in enumerate(g.input_slots)}
-        self._counted = {}               # node index -> bytes of its values history counts
-        self._labels = {}                # node index -> [(label, position, slot)]
+        self._per_plan: dict = {}        # plan id -> (constant slot -> name, input slot -> number)
+        self.param_names, self._inputs = self._names_of(self.plan)
+        self._counted = {}               # id(node) -> bytes of its values history counts
+        self._labels = {}                # id(node) -> [(label, position, slot)]
         self._stacks = getattr(session, "extra", {}).get("stacks", {})
+        self._locals = getattr(session, "extra", {}).get("locals", {})
         self._bad: dict[int, bool] = {}  # slot -> holds NaN/Inf (op outputs checked this run)
         self.first_nan: tuple | None = None   # (seq, node name) of the first op that made a NaN/Inf
 
@@ -262,6 +288,7 @@ class Controller:
         while True:
             self._abort = False
             self._restart = False
+            self._wake.clear()      # a restart from a pause set it too: it must not start a run after this one
             self._run_once()
             if self._quit:
                 return
@@ -274,7 +301,6 @@ class Controller:
             self._mode = ("next",)
 
     def _run_once(self) -> None:
-        ex = self.session.executor
         self.runs += 1
         self.current = None
         self.seen = []
@@ -284,11 +310,10 @@ class Controller:
         self.history.clear()
         self.report.rows = []
         self.report.complete = False
-        if self.lockstep is not None:
-            self.lockstep.start()
+        for lock in self._locksteps.values():
+            lock.start()
         try:
-            with ex.hooked(self):
-                outs = ex.run(*self.session.inputs)
+            outs = self._run_model()
         except _Abort:
             return
         except Exception as e:       # OpFailed (a ModelError) or anything the model raised
@@ -300,24 +325,73 @@ class Controller:
             if call is not None and node is not None:
                 values = [(lab, to_host(_pick(call.inputs, pos), call.backend)) for lab, pos, _ in self.labels(node)]
             ins = [summarize(lab, a, call.backend.device) for lab, a in values]
-            self.last_error = Failed(str(e) or type(e).__name__, node, call.seq if call is not None else
-                                     (node.index if node is not None else None), ins, values)
+            self.last_error = Failed(str(e) or type(e).__name__, node, self._base + call.seq if call is not None
+                                     else (node.index if node is not None else None), ins, values)
             self.state = "failed"
             self._emit(self.last_error)
             return
-        stats = []
-        for i, (r, o) in enumerate(zip(self.plan.output_refs, outs)):
-            if isinstance(r, Ref):
-                stats.append(summarize(f"output{i}", to_host(o, ex._holder(r))))
+        for lock in self._locksteps.values():
+            lock.finish()
+        stats = [summarize(f"output{i}", o) for i, o in enumerate(outs)]
         self.last_run = self.seen
         self.report.complete = True
         self.state = "finished"
-        self._emit(Finished(ex.step - 1, stats, len(self.steps)))
+        self._emit(Finished(self.runs - 1 if self.regions else self.session.executor.step - 1, stats, len(self.steps)))
+
+    def _run_model(self) -> list:
+        """One run (a forward pass, a training step, or the compiled model's call), outputs on the host."""
+        if self.regions:
+            with self.session.hooked(self):
+                return [np.asarray(o) for o in self.session.run()]
+        ex = self.session.executor
+        with ex.hooked(self):
+            outs = ex.run(*self.session.inputs)
+        return [to_host(o, ex._holder(r)) for r, o in zip(self.plan.output_refs, outs) if isinstance(r, Ref)]
+
+    def tree_path(self, seq: int) -> str:
+        """Where op `seq` sits in the graph tree: its module, under its phase (training) or its
+        region (torch.compile), so a step reads in the order it runs."""
+        node = self.steps[seq].node
+        top = ""
+        if self.training:
+            top = node.attrs.get("phase", "forward")
+        elif self.regions:
+            top = f"region {max(i for i, p in enumerate(self.plans) if self._offsets[id(p)] <= seq)}"
+        return f"{top}.{node.module_path}" if top and node.module_path else (top or node.module_path)
+
+    # --- which plan is running ---------------------------------------------------------------
+    def on_run_start(self, info) -> None:
+        """A plan starts (every run; once per region call with torch.compile): its ops' numbers,
+        names and reference follow."""
+        plan = info.plan
+        if plan is self.plan and not self.regions:
+            return
+        if id(plan) not in self._offsets:        # a region compiled for new shapes while debugging
+            self._offsets[id(plan)] = len(self.steps)
+            self.plans.append(plan)
+            self.steps.extend(plan.steps)
+        self.plan = plan
+        self._base = self._offsets[id(plan)]
+        self.param_names, self._inputs = self._names_of(plan)
+        self._bad = {}                           # slots are numbered per plan
+        if self._reference[0]:
+            lock = self._locksteps.get(id(plan))
+            if lock is None:
+                lock = self._locksteps[id(plan)] = Lockstep(plan, None, *self._reference)
+            lock.start()
+            self.lockstep = lock
+
+    def _names_of(self, plan) -> tuple[dict, dict]:
+        got = self._per_plan.get(id(plan))
+        if got is None:
+            got = self._per_plan[id(plan)] = (parameter_names(self.session, plan),
+                                              {s: i for i, s in enumerate(plan.graph.input_slots)})
+        return got
 
     # --- what an op's values are called ------------------------------------------------------
     def labels(self, node) -> list:
         """[(label, template position, slot)]: `in1 fc.weight` for a parameter, `in0` otherwise."""
-        got = self._labels.get(node.index)
+        got = self._labels.get(id(node))
         if got is None:
             got = []
             for pos, slot in _ref_positions(node.args):
@@ -325,16 +399,16 @@ class Controller:
                 if slot in self.param_names:
                     lab += f" {self.param_names[slot]}"
                 got.append((lab, pos, slot))
-            self._labels[node.index] = got
+            self._labels[id(node)] = got
         return got
 
     def _history_bytes(self, node) -> int:
-        n = self._counted.get(node.index)
+        n = self._counted.get(id(node))
         if n is None:
             meta = self.plan.graph.slot_meta
             n = sum(m.nbytes for m in node.output_meta if m is not None)
             n += sum(meta[s].nbytes for s in node.inputs if s in meta and s not in self.param_names)
-            self._counted[node.index] = n
+            self._counted[id(node)] = n
         return n
 
     # --- executor hooks (worker thread) --------------------------------------------------
@@ -357,7 +431,8 @@ class Controller:
         if self._abort:
             raise _Abort()
         node = call.node
-        self.seen.append((call.step, call.seq, call.start_ns, call.end_ns, call.timing, call.live_bytes,
+        seq = self._base + call.seq
+        self.seen.append((call.step, seq, call.start_ns, call.end_ns, call.timing, call.live_bytes,
                           call.backend.name, bool(call.fallback)))
         self.progress = (self.progress[0] + 1, self.progress[1])
         needs = self.breakpoints.needs()
@@ -369,10 +444,10 @@ class Controller:
             host_outs = [to_host(o, call.backend) for o in outs]
             diff = self.lockstep.after_op(call, host_outs)
             if diff is not None:
-                self.report.add(node, diff, call.seq)
+                self.report.add(node, diff, seq)
         rec = None
         if self.history.budget:
-            rec = Record(call.seq, call.step, call, diff, self._history_bytes(node))
+            rec = Record(seq, call.step, call, diff, self._history_bytes(node))
             self.history.add(rec)
         facts = {}
         if needs or mode == "nan":
@@ -387,7 +462,7 @@ class Controller:
                 if bad:
                     facts["new-nan"] = self._makes_nonfinite(call)
                     if facts["new-nan"] and self.first_nan is None:
-                        self.first_nan = (call.seq, node.name)
+                        self.first_nan = (seq, node.name)
             if needs & STATS:
                 first = next((a for a in host_outs if isinstance(a, np.ndarray)), None)
                 if first is not None:
@@ -401,7 +476,7 @@ class Controller:
             reason = f"breakpoint {bp.describe()}"
         elif mode == "next":
             reason = "step"
-        elif mode == "until" and call.seq >= self._mode[1]:
+        elif mode == "until" and seq >= self._mode[1]:
             reason = "end of module"
         elif mode == "enter" and node.module_path != self._mode[1]:
             reason = f"entered {node.module_path or 'the model'}"
@@ -409,7 +484,7 @@ class Controller:
             reason = "NaN made here" if facts.get("nan") else "Inf made here"
         if not reason:
             return
-        self._pause(call, reason, bp, diff, host_outs, outs, rec)
+        self._pause(call, reason, bp, diff, host_outs, outs, rec, seq)
 
     def _input_bad(self, call, pos, slot) -> bool:
         known = self._bad.get(slot)
@@ -428,7 +503,7 @@ class Controller:
                 return False
         return True
 
-    def make_stop(self, call, reason, bp=None, diff=None, host_outs=None, outs=None) -> Stop:
+    def make_stop(self, call, reason, bp=None, diff=None, host_outs=None, outs=None, seq=None) -> Stop:
         """What the UI shows of an op that ran (for a pause, or for a look back in history)."""
         node = call.node
         b = call.backend
@@ -436,21 +511,27 @@ class Controller:
             outs = call.outputs if node.multi_output else [call.outputs]
         host_outs = host_outs or [to_host(o, b) for o in outs]
         out_labels = ["out"] if not node.multi_output else [f"out{i}" for i in range(len(outs))]
+        if self._grad_of:       # a gradient of a parameter says whose
+            out_labels = [f"{lab} grad {self._grad_of[s]}" if s in self._grad_of else lab
+                          for lab, s in zip(out_labels, node.outputs)]
         inputs = [(lab, to_host(_pick(call.inputs, pos), b)) for lab, pos, _ in self.labels(node)]
         outputs = [(lab, a if a is not None else o) for lab, a, o in zip(out_labels, host_outs, outs)]
         seconds = op_seconds(call.start_ns, call.end_ns, call.timing)
         out_stats = [summarize(lab, a if isinstance(a, np.ndarray) else o, b.device)
                      for (lab, a), o in zip(outputs, outs)]
-        stop = Stop(call.seq, call.step, node, b.name, b.device, reason, inputs, outputs,
+        stop = Stop(self._base + call.seq if seq is None else seq, call.step, node, b.name, b.device, reason, inputs, outputs,
                     self._input_stats(inputs, outputs, b.device), out_stats,
                     seconds, bool(getattr(b.clock, "simulated", False)), diff, bp, fallback=call.fallback,
-                    stack=self.stack_of(node))
+                    stack=self.stack_of(node), locals=self._locals.get(node.name, []))
+        if self.training:
+            stop.phase = node.attrs.get("phase", "forward")
+            stop.backward_of = backward_of(node, *self._index, self.labels)
         if any(s.nan or s.inf for s in stop.output_stats):
             stop.nan_origin = self.nan_origin(call, inputs, outputs)
         return stop
 
-    def _pause(self, call, reason, bp, diff, host_outs, outs, rec=None) -> None:
-        stop = self.make_stop(call, reason, bp, diff, host_outs, outs)
+    def _pause(self, call, reason, bp, diff, host_outs, outs, rec=None, seq=None) -> None:
+        stop = self.make_stop(call, reason, bp, diff, host_outs, outs, seq)
         if rec is not None:
             rec.stop = stop
         # the next op's input is usually this op's output: keep its stats instead of recomputing them
@@ -477,7 +558,7 @@ class Controller:
                                 self.steps[rec.seq].backend.device, "history", [], [], [], [], None, False,
                                 rec.diff, stack=self.stack_of(node), dropped=True)
             else:
-                rec.stop = self.make_stop(rec.call, "history", diff=rec.diff)
+                rec.stop = self.make_stop(rec.call, "history", diff=rec.diff, seq=rec.seq)
         return replace(rec.stop, history=where)
 
     def nan_origin(self, call, inputs: list, outputs: list) -> str:
@@ -510,6 +591,8 @@ class Controller:
     def update_watches(self, stop: Stop) -> None:
         outs = [a for _, a in stop.outputs]
         ins = [a for _, a in stop.inputs]
+        if self.training:
+            self.watches.names["grad"] = grad_value(stop.node, stop.inputs, stop.outputs)
         self.watches.update(f"{stop.seq}:{stop.node.name}", outs[0] if outs else None, outs, ins)
 
     def add_watch(self, expr: str):
@@ -521,42 +604,6 @@ class Controller:
             finally:
                 self.watches.items = saved
         return w
-
-
-def nan_origin(inputs: list, outputs: list) -> str:
-    """The sentence for an op whose inputs are finite: which output element is bad, and from what."""
-    for label, out in outputs:
-        if not (isinstance(out, np.ndarray) and out.dtype.kind == "f"):
-            continue
-        bad = ~np.isfinite(out)
-        if not bad.any():
-            continue
-        flat = int(np.argmax(bad.reshape(-1)))
-        idx = np.unravel_index(flat, out.shape) if out.ndim else ()
-        where = ", ".join(map(str, idx))
-        parts = []
-        for lab, a in inputs:
-            if isinstance(a, np.ndarray):
-                try:
-                    parts.append(f"{lab.split()[0]}[{where}] = {fmt(float(np.broadcast_to(a, out.shape)[idx]))}")
-                except ValueError:      # not elementwise with the output: no single source element
-                    pass
-        src = (" from " + ", ".join(parts)) if parts else ""
-        return f"introduced here: {label}[{where}] = {out[idx]}{src} (the inputs are finite)"
-    return ""
-
-
-def op_seconds(start_ns: int, end_ns: int, timing=None) -> float | None:
-    """An op's duration: the clock's (start, end), or a CUDA event pair (the debugger has synced)."""
-    if end_ns:
-        return (end_ns - start_ns) / 1e9
-    if timing is not None and hasattr(timing, "start") and hasattr(timing, "end"):
-        try:
-            timing.end.synchronize()
-            return timing.start.elapsed_time(timing.end) / 1e3
-        except Exception:       # an event that never ran (a failed op): no time rather than a wrong one
-            return None
-    return None
 
 
 def time_per_step(ctl: Controller, n: int) -> float:

@@ -189,7 +189,9 @@ class OpDiff:
 
 
 class Lockstep:
-    """Keeps a reference environment; `after_op(call, host outputs)` is called from the executor's after_op."""
+    """Keeps a reference environment; `after_op(call, host outputs)` is called from the executor's after_op.
+
+    `inputs` None: the graph's inputs are taken from the real run as its ops read them."""
 
     def __init__(self, plan, inputs, reference: str = "numpy", tolerance: float | None = None):
         self.plan = plan
@@ -203,6 +205,8 @@ class Lockstep:
         self._constants = {s: self.ref.memory.to_device(v) for s, v in g.constant_slots.items() if v is not None}
         self.env: list = []
         self._same: set[int] = set()     # slots whose value is the same on both sides
+        self._drifted: set[int] = set()  # carried constants that differ between the two sides
+        self._graph_inputs = set(g.input_slots)
         self.kernel_calls = 0            # reference kernel calls this run (tests and the benchmark read it)
 
     def start(self) -> None:
@@ -210,10 +214,21 @@ class Lockstep:
         self.env = [None] * g.num_slots
         for s, v in self._constants.items():
             self.env[s] = v
-        for s, v in zip(g.input_slots, self.inputs):
+        for s, v in zip(g.input_slots, self.inputs or ()):
             self.env[s] = self.ref.memory.to_device(v)
-        self._same = set(self._constants) | set(g.input_slots)
+        self._same = (set(self._constants) - self._drifted) | set(g.input_slots)
         self.kernel_calls = 0
+
+    def finish(self) -> None:
+        """After a whole run: a training plan's carried values (updated parameters, optimizer
+        state) become the reference's constants for the next step, as the executor does."""
+        for c, o in getattr(self.plan, "carry", {}).items():
+            if c in self._constants and self.env[o] is not None:
+                self._constants[c] = self.env[o]
+                if o in self._same:
+                    self._drifted.discard(c)
+                else:              # the two sides' parameters differ from here on
+                    self._drifted.add(c)
 
     def tolerance_for(self, node) -> float:
         if self.tolerance is not None:
@@ -234,6 +249,16 @@ class Lockstep:
         if isinstance(template, (list, tuple)):
             return type(template)(self._to_ref(t, v, backend) for t, v in zip(template, value))
         return value
+
+    def _take_inputs(self, template, value, backend) -> None:
+        """Without the run's inputs (a torch.compile region: Python made them between regions), the
+        reference starts from the real run's values of the graph inputs an op reads."""
+        if isinstance(template, Ref):
+            if self.env[template.slot] is None and template.slot in self._graph_inputs:
+                self.env[template.slot] = self.ref.memory.to_device(backend.memory.to_host(value))
+        elif isinstance(template, (list, tuple)):
+            for t, v in zip(template, value):
+                self._take_inputs(t, v, backend)
 
     def _materialize(self, a):
         if isinstance(a, Ref):
@@ -260,6 +285,8 @@ class Lockstep:
         node = call.node
         st = self.plan.steps[call.seq]
         try:
+            if self.inputs is None:
+                self._take_inputs(node.args, call.inputs, call.backend)
             if node.op == "transfer":
                 for s_in, s_out in zip(node.inputs, node.outputs):
                     self.env[s_out] = self.env[s_in]

@@ -30,7 +30,9 @@ HELP = """\
 
 Every stop is after an op ran: its inputs and outputs are shown. With --reference, each op
 also runs on the reference backend: "this op" is the error it adds on the same inputs,
-"err" the error against a whole-graph reference run.
+"err" the error against a whole-graph reference run. With --train, a run is one training step
+(forward, backward, optimizer; r runs the next) and watches see grad: the gradient an op made
+or applies, e.g. np.linalg.norm(grad).
 
 [dim]escape closes this help[/]"""
 

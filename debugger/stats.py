@@ -188,3 +188,39 @@ def page(a, start: int = 0, rows: int = 16, cols: int = 8) -> tuple[str, int]:
 def _short(v) -> str:
     s = repr(v)
     return s if len(s) < 60 else s[:57] + "..."
+
+
+def nan_origin(inputs: list, outputs: list) -> str:
+    """The sentence for an op whose inputs are finite: which output element is bad, and from what."""
+    for label, out in outputs:
+        if not (isinstance(out, np.ndarray) and out.dtype.kind == "f"):
+            continue
+        bad = ~np.isfinite(out)
+        if not bad.any():
+            continue
+        flat = int(np.argmax(bad.reshape(-1)))
+        idx = np.unravel_index(flat, out.shape) if out.ndim else ()
+        where = ", ".join(map(str, idx))
+        parts = []
+        for lab, a in inputs:
+            if isinstance(a, np.ndarray):
+                try:
+                    parts.append(f"{lab.split()[0]}[{where}] = {fmt(float(np.broadcast_to(a, out.shape)[idx]))}")
+                except ValueError:      # not elementwise with the output: no single source element
+                    pass
+        src = (" from " + ", ".join(parts)) if parts else ""
+        return f"introduced here: {label}[{where}] = {out[idx]}{src} (the inputs are finite)"
+    return ""
+
+
+def op_seconds(start_ns: int, end_ns: int, timing=None) -> float | None:
+    """An op's duration: the clock's (start, end), or a CUDA event pair (the debugger has synced)."""
+    if end_ns:
+        return (end_ns - start_ns) / 1e9
+    if timing is not None and hasattr(timing, "start") and hasattr(timing, "end"):
+        try:
+            timing.end.synchronize()
+            return timing.start.elapsed_time(timing.end) / 1e3
+        except Exception:       # an event that never ran (a failed op): no time rather than a wrong one
+            return None
+    return None

@@ -53,12 +53,16 @@ def source_snippet(source: str, around: int = 1) -> list[tuple[int, str, bool]]:
     return rows
 
 
+PHASE_STYLE = {"forward": "green", "backward": "magenta", "optimizer": "blue"}
+
+
 def op_panel(stop, total_ops: int, compact: bool = False) -> str:
     """The op panel, most important first (a short terminal cuts the bottom): what stopped and why,
     the verdict against the reference, the NaN sentence, then where the op is in the model and
     in the Python source."""
     n = stop.node
-    head = (f"[b]{escape(n.name)}[/] [b cyan]{escape(n.op)}[/] [dim]#{stop.seq + 1}/{total_ops}"
+    phase = f" [b {PHASE_STYLE.get(stop.phase, 'white')}]{stop.phase}[/]" if stop.phase else ""
+    head = (f"[b]{escape(n.name)}[/] [b cyan]{escape(n.op)}[/]{phase} [dim]#{stop.seq + 1}/{total_ops}"
             f" step {stop.step}[/]")
     if stop.history:
         lines = [head, f"[b magenta]{escape(stop.history)}[/] [dim](p back, n forward, l live)[/]"]
@@ -75,6 +79,8 @@ def op_panel(stop, total_ops: int, compact: bool = False) -> str:
             lines.append(f"[dim]vs reference[/] {escape(d.summary())}")
     if stop.nan_origin:
         lines.append(f"[b red]NaN/Inf:[/] {escape(stop.nan_origin)}")
+    if stop.backward_of:
+        lines.append(f"[b magenta]{escape(stop.backward_of)}[/]")
     if stop.dropped:
         lines.append("[dim]values not kept: older than the history budget (--history-mb); stats as they were[/]")
     note = f" [dim]({escape(stop.time_note)})[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else "")
@@ -86,6 +92,8 @@ def op_panel(stop, total_ops: int, compact: bool = False) -> str:
         path, _, line = n.source.rpartition(":")
         code = frames[0].code if frames and frames[0].where == n.source else n.source_line
         lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}  [b]{escape(code.strip())}[/]")
+    if stop.locals:      # the op's Python frame as it was traced: what the user's names held
+        lines.append("[dim]locals[/] " + escape("  ".join(f"{k}: {v}" for k, v in stop.locals)))
     callers = [f for f in frames if f.where != n.source][: (1 if compact else 4)]
     for f in callers:
         lines.append(f"[dim]  called from {escape(short_path(f.path))}:{f.line} in {escape(f.function)}:[/] "

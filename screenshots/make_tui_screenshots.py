@@ -1,6 +1,6 @@
 """Save the debugger's screens as SVG (Textual) and PNG (cairosvg): screenshots/tui-*.png.
 
-    python screenshots/make_tui_screenshots.py
+    python screenshots/make_tui_screenshots.py [NAME ...]     # all, or only tui-NAME.png
 
 The sim backend keeps op times (roofline estimates) the same on every run.
 """
@@ -16,12 +16,17 @@ import cairosvg
 from opscope.debugger.app import DebuggerApp
 from opscope.debugger.controller import Controller, Failed, Finished, Stop
 from opscope.debugger.pystack import open_debug_session as open_session
+from opscope.debugger.train import open_train_session
+from opscope.runtime.train import OptimizerSpec
 
 HERE = Path(__file__).resolve().parent
 SIZE = (160, 48)
 MONO = "DejaVu Sans Mono"
 sys.path.insert(0, str(HERE.parent / "tests"))
 from debugger_models import LOW_SOFTMAX_TOML, PLANTED_NAN, RAISES, SOFTMAX, write  # noqa: E402
+from test_debug_train import GRAD_NAN  # noqa: E402
+
+ONLY = set(sys.argv[1:])
 
 
 async def until(pilot, app, pred):
@@ -44,6 +49,8 @@ def save(app, name: str) -> None:
 
 
 async def shoot(session, name, script, size=SIZE, **kw):
+    if ONLY and name not in ONLY:
+        return
     app = DebuggerApp(Controller(session, **kw), model=session.spec)
     async with app.run_test(size=size) as pilot:
         await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq == 0)
@@ -53,6 +60,20 @@ async def shoot(session, name, script, size=SIZE, **kw):
 
 async def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="opscope-shots-"))
+    # a training step whose custom backward divides by zero: stopped at that backward op
+    train = open_train_session(write(tmp, "grad_nan.py", GRAD_NAN) + ":factory", "sim:npu-a1",
+                               OptimizerSpec("adamw", lr=1e-3))
+
+    async def grad_nan(pilot, app):
+        app.ctl.add_watch("np.linalg.norm(grad)")
+        for _ in range(12):            # into the backward: the watch has a history of gradient norms
+            await pilot.press("n")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.seq == 12)
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "div")
+    await shoot(train, "train", grad_nan, reference="numpy", break_on_nan=True)
+    if ONLY == {"train"}:
+        return
     gpt = open_session("demo:gpt", "sim:npu-a1")
 
     async def attention(pilot, app):

@@ -482,3 +482,21 @@ def test_lockstep_reports_nan_on_both_sides_as_such(tmp_path, ctl_of):
     assert ev.node.op == "log"
     assert ev.diff.status == "nan" and ev.diff.nan_both > 0
     assert "NaN/Inf on both sides" in ev.diff.verdict() and "within tolerance" not in ev.diff.verdict()
+
+
+def test_restart_from_a_pause_then_continue_ends_the_run_and_starts_no_other(mlp, ctl_of):
+    """Regression: restart set the worker's wake-up while it was paused; the run after it then
+    started a third run by itself as soon as it finished, and the UI never stayed on 'finished'."""
+    import queue
+    ctl = ctl_of(mlp)
+    ctl.step()
+    assert isinstance(ctl.wait(), Stop)
+    ctl.step()
+    assert ctl.wait().seq == 1
+    ctl.restart()
+    assert ctl.wait().seq == 0
+    ctl.cont()
+    assert isinstance(ctl.wait(), Finished)
+    with pytest.raises(queue.Empty):
+        ctl.wait(timeout=1.0)
+    assert ctl.state == "finished"

@@ -530,3 +530,99 @@ def test_snapshot_nan_stop_at_size(snap_compare, size):
         await until(pilot, pilot.app, lambda e: isinstance(e, Stop) and e.reason == "NaN made here")
         await settle(pilot)
     assert snap_compare(app_for(s, reference="numpy"), terminal_size=size, run_before=run_before)
+
+
+GRAPH_BREAK = '''
+import torch
+from torch import nn
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.sum().item() > -1e9:        # .item(): a graph break, so two regions
+            h = h * 2.0
+        return torch.tanh(self.b(h))
+
+
+def factory():
+    torch.manual_seed(0)
+    return Broken().eval(), (torch.randn(4, 8),)
+'''
+
+
+async def test_capture_dynamo_steps_through_every_regions_ops(tmp_path):
+    """torch.compile splits the model at .item(): n walks the ops of both regions in order, each
+    compared with the reference; r while paused in the second region starts over at op 1."""
+    from opscope.runtime.dynamo import open_dynamo_session
+    s = open_dynamo_session(write(tmp_path, "broken.py", GRAPH_BREAK) + ":factory", "numpy")
+    assert s.dynamo.stats()["regions"] == 2
+    app = app_for(s, reference="torch:cpu")
+    total = len(app.ctl.steps)
+    assert total == sum(len(p.steps) for p in s.dynamo.plans)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, app, at(0))
+        assert [str(n.label) for n in app.query_one("#graph").root.children] == ["region 0", "region 1"]
+        seen = [app.last_event.node.op]
+        for seq in range(1, total):
+            await pilot.press("n")
+            ev = await until(pilot, app, at(seq))
+            assert ev.diff is not None and ev.diff.verdict() == "within tolerance"
+            assert f"#{seq + 1}/{total}" in text_of(app, "op")
+            seen.append(ev.node.op)
+        assert "tanh" in seen and "mul" in seen and seen.count("relu") == 1
+        assert app.ctl.current.node is s.dynamo.plans[-1].steps[-1].node      # the last region's last op
+        await pilot.press("r")
+        await until(pilot, app, at(0))
+        await pilot.press("c")
+        await until(pilot, app, lambda e: isinstance(e, Finished))
+        assert "all" in app.ctl.report.summary()["line"] and len(app.ctl.report.rows) == total
+
+
+HELPER_LOCALS = '''
+import torch
+from torch import nn
+
+
+def gated(h, temperature):
+    width = h.shape[-1]
+    gate = torch.sigmoid(h / temperature)
+    return h * gate
+
+
+class Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return gated(self.fc(x), 2.0)
+
+
+def factory():
+    torch.manual_seed(0)
+    return Gated().eval(), (torch.randn(4, 8),)
+'''
+
+
+async def test_a_stop_shows_the_locals_of_the_ops_frame_as_traced(tmp_path):
+    """At sigmoid the helper's frame held h, temperature and width (gate not yet); at the mul, gate too."""
+    from opscope.debugger.pystack import open_debug_session
+    s = open_debug_session(write(tmp_path, "gated.py", HELPER_LOCALS) + ":factory", "numpy")
+    app = app_for(s, breakpoints=["sigmoid"])
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, app, at(0))
+        await pilot.press("c")
+        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "sigmoid")
+        assert dict(ev.locals) == {"h": "4x8 float32", "temperature": "2.0", "width": "8"}
+        op = text_of(app, "op")
+        assert "locals h: 4x8 float32  temperature: 2.0  width: 8" in op
+        await pilot.press("n")
+        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "mul")
+        assert dict(ev.locals)["gate"] == "4x8 float32"
+        assert "gate: 4x8 float32" in text_of(app, "op")

@@ -75,3 +75,36 @@ def test_debug_in_tmux_refuses_a_dead_breakpoint_with_exit_2(opscope_home):
         assert "Traceback" not in text
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_debug_train_in_tmux_stops_at_the_backward_op_that_made_the_inf(opscope_home, tmp_path):
+    """`debug --train --break-on-nan` on a model whose custom backward divides by zero: c runs the
+    forward and the backward and stops at that div, naming the forward op it differentiates."""
+    from test_debug_train import GRAD_NAN
+    model = tmp_path / "grad_nan.py"
+    model.write_text(GRAD_NAN)
+    sock = f"opscope-test-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", sock]
+    cmd = (f"env -u COLUMNS -u LINES OPSCOPE_HOME={opscope_home} {sys.executable} -m opscope.app "
+           f"debug {model}:factory --backend numpy --train --break-on-nan")
+    subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "50", "-s", "dbg", cmd], check=True)
+    subprocess.run([*tmux, "resize-window", "-t", "dbg", "-x", "160", "-y", "50"], capture_output=True)
+
+    def wait_for(*needles, timeout=120):
+        end = time.time() + timeout
+        text = ""
+        while time.time() < end:
+            text = subprocess.run([*tmux, "capture-pane", "-p", "-t", "dbg"], capture_output=True, text=True).stdout
+            if all(n in text for n in needles):
+                return text
+            time.sleep(0.3)
+        raise AssertionError(f"never saw {needles} in the pane:\n{text}")
+
+    try:
+        wait_for("#1/", "forward", "backward", "optimizer")        # the tree's three phases
+        subprocess.run([*tmux, "send-keys", "-t", "dbg", "c"], check=True)
+        text = wait_for("stopped: breakpoint", "backward of mul")
+        assert "div" in text and "introduced here" in text
+        subprocess.run([*tmux, "send-keys", "-t", "dbg", "q"], check=True)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

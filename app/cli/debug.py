@@ -7,6 +7,8 @@ from opscope.runtime.errors import UsageError
 
 from .common import add_model_and_backend
 
+OPTIMIZERS = ("sgd", "adamw")       # runtime/train's; listed here so `--help` needs no torch import
+
 
 def register(sub) -> None:
     p = sub.add_parser("debug", help="step through a model op by op in a terminal UI",
@@ -26,6 +28,13 @@ def register(sub) -> None:
     p.add_argument("--history-mb", type=float, default=256, metavar="MB",
                    help="memory for the values of ops already run, for stepping back with p (default 256; "
                         "older ops keep their stats only)")
+    p.add_argument("--capture", choices=("export", "dynamo"), default="export",
+                   help="export: one graph through torch.export (default); dynamo: torch.compile with the opscope "
+                        "backend, stepping through the ops of every region between graph breaks")
+    p.add_argument("--train", action="store_true",
+                   help="debug a whole training step: forward, backward and the optimizer (the model returns its loss)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="with --train: the optimizer (default sgd)")
+    p.add_argument("--lr", type=float, metavar="X", help="with --train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
     p.add_argument("--debugpy", nargs="?", const=5678, type=_port, metavar="PORT",
                    help="listen for a debugger (VS Code attach) on 127.0.0.1:PORT (default 5678)")
     p.set_defaults(func=main)
@@ -45,6 +54,12 @@ def main(args) -> int:
             raise UsageError("--report needs --reference (e.g. --reference numpy): it compares every op with it")
         from opscope.debugger.report import check_report_path
         check_report_path(args.report)
+    if not args.train and (args.lr is not None or args.optimizer is not None):
+        raise UsageError("--optimizer and --lr need --train (debug a training step)")
+    if args.train and args.capture != "export":
+        raise UsageError("--train captures forward and backward as one graph: it cannot be used with --capture dynamo")
+    if args.lr is not None and not args.lr > 0:
+        raise UsageError(f"--lr {args.lr}: give a positive learning rate, e.g. 1e-3")
     from opscope.debugger import breakpoints as bps
     for spec in args.breaks:            # bad specs fail before the model loads
         bps.parse(spec)
@@ -63,7 +78,19 @@ def main(args) -> int:
         if args.reference:
             backends.resolve(args.reference)
         progress(f"capturing {args.model} (torch.export) and placing it on {args.backend}...")
-        session = open_debug_session(args.model, args.backend)
+        if args.train:
+            from opscope.debugger.train import open_train_session
+            from opscope.runtime.train import DEFAULT_LR, OptimizerSpec
+            progress(f"capturing the training step of {args.model} (forward, backward, {args.optimizer})...")
+            args.optimizer = args.optimizer or "sgd"
+            lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+            session = open_train_session(args.model, args.backend, OptimizerSpec(args.optimizer, lr=lr))
+        elif args.capture == "dynamo":
+            from opscope.runtime.dynamo import open_dynamo_session
+            progress(f"compiling {args.model} with torch.compile (opscope backend on {args.backend})...")
+            session = open_dynamo_session(args.model, args.backend)
+        else:
+            session = open_debug_session(args.model, args.backend)
         ctl = Controller(session, reference=args.reference, tolerance=args.tolerance, breakpoints=args.breaks,
                          break_on_nan=args.break_on_nan, use_debugpy=args.debugpy is not None,
                          history_mb=args.history_mb)
