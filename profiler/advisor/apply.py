@@ -194,7 +194,15 @@ def _changed(change: dict, model, inputs, spec):
         ins = tuple(torch.cat([x] * factor, dim=0) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
                     for x in inputs)
         return model, ins, spec, factor
-    raise UsageError(f"advice change {kind!r} cannot be applied; known changes are dtype, backend, batch")
+    if kind == "passes":                              # middle-layer advice: the same backend with passes on
+        from opscope.runtime.passes.advice import backend_with_passes
+        wanted = [n.strip() for n in str(change.get("passes") or "").split(",") if n.strip()]
+        if not wanted:
+            raise UsageError("advice asks for passes but names none (apply = { kind = \"passes\", passes = \"fuse\" })")
+        on = [n for n, v in backends.resolve(spec).description.passes.items() if v]   # keep what is already on
+        return model, inputs, backend_with_passes(spec, list(dict.fromkeys(on + wanted))), 1
+    raise UsageError(f"advice change {kind!r} cannot be applied; known changes are dtype, backend, batch, passes, "
+                     "ratios")
 
 
 def _error(spec, model, inputs, new_spec, new_model, new_inputs, factor) -> dict:

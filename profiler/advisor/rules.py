@@ -42,7 +42,7 @@ from .expr import Expr, ExprError, Template
 BUNDLED = Path(__file__).resolve().parent.parent / "rules"
 PACKS = ("generic", "cpu", "gpu", "npu")
 SEVERITIES = ("high", "medium", "low", "info")
-APPLY_KINDS = ("dtype", "backend", "batch", "none")
+APPLY_KINDS = ("dtype", "backend", "batch", "passes", "ratios", "none")
 MAX_PACK_BYTES = 1024 * 1024      # a pack is data people share: bounded, like the expressions in it (expr.py)
 MAX_RULES = 500                   # rules in one pack
 MAX_ENTRIES = 64                  # names in one rule's evidence or apply table
@@ -59,7 +59,7 @@ RULE_KEYS = {
     "for_each": (False, "a name of a list in the analyses, e.g. \"fallback.ops\""),
     "limit": (False, "the most advice items a for_each rule gives"),
     "evidence": (False, "a table of name = expression"),
-    "apply": (False, "a table: kind = dtype|backend|batch|none, and its settings as templates"),
+    "apply": (False, "a table: kind = dtype|backend|batch|passes|ratios|none, and its settings as templates"),
     "doc": (False, "a longer explanation"),
 }
 PACK_KEYS = {"name", "summary", "applies_to"}
