@@ -58,3 +58,49 @@ def test_optimize_suite_on_numpy(cli, tmp_path):
     doc = json.loads(r.stdout)
     assert [m["model"] for m in doc["models"]] == ["demo:mlp", "demo:cnn"]
     assert all(m["final"]["step_seconds"] <= m["baseline"]["step_seconds"] for m in doc["models"])
+
+
+CHAINS = '''import torch
+
+
+class Chains(torch.nn.Module):
+    """A linear layer, then long chains of small elementwise ops: what fusion is for."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256)
+
+    def forward(self, x):
+        h = self.fc(x)
+        for _ in range(6):
+            h = torch.tanh(h * 0.5 + 0.1) * 1.5 - 0.2
+        return h
+
+
+def factory():
+    torch.manual_seed(0)
+    return Chains().eval(), (torch.randn(512, 256),)
+'''
+
+
+@pytest.mark.slow
+def test_advise_apply_of_fusion_advice_reports_estimate_and_measured_gain(cli, tmp_path):
+    """The advisor's fusion advice is applicable: --apply re-runs with the fuse pass on and measures."""
+    (tmp_path / "chains.py").write_text(CHAINS)
+    r = cli("profile", f"{tmp_path / 'chains.py'}:factory", "-b", "sim:npu-a1", "--steps", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    run_id = json.loads(r.stdout)["run_id"]
+    r = cli("advise", run_id, "--json")
+    advice = {a["id"]: a for a in json.loads(r.stdout)["advice"]}
+    assert advice["fuse-elementwise"]["apply"] == {"kind": "passes", "passes": "fuse"}
+    r = cli("advise", run_id, "--apply", "fuse-elementwise", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    text = json.dumps(doc)
+    assert "estimated" in text and "measured" in text
+    new_run = doc["run_id"]
+    assert new_run != run_id
+    est = advice["fuse-elementwise"]["estimated_gain"]["seconds"]
+    measured = doc.get("measured_gain", doc.get("measured", {}))
+    secs = measured.get("seconds") if isinstance(measured, dict) else None
+    assert est > 0 and secs is not None and secs > 0            # fusion paid off on the chip's clock
