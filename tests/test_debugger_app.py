@@ -1,6 +1,5 @@
 """The Textual debugger driven by Pilot: keys, panels, breakpoints, watches, lockstep, errors, snapshots."""
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -492,11 +491,11 @@ def test_snapshot_help(snap_compare):
     assert snap_compare(_snap_app(), terminal_size=SIZE, run_before=run_before)
 
 
-def test_snapshot_failed(snap_compare):
-    # a fixed folder: the model's path is on the screen (title, source line)
-    folder = Path(tempfile.gettempdir()) / "opscope-debugger-snapshots"
-    folder.mkdir(exist_ok=True)
-    s = open_session(write(folder, "raises.py", RAISES) + ":factory", "sim:npu-a1")
+def test_snapshot_failed(snap_compare, tmp_path, monkeypatch):
+    # a relative path: the model's path is on the screen (title, source line), and TMPDIR may be anywhere
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "raises.py", RAISES)
+    s = open_session("raises.py:factory", "sim:npu-a1")
 
     async def run_before(pilot):
         await until(pilot, pilot.app, at(0))
@@ -518,11 +517,11 @@ def test_snapshot_advisor(snap_compare):
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 35), (200, 50)])
-def test_snapshot_nan_stop_at_size(snap_compare, size):
+def test_snapshot_nan_stop_at_size(snap_compare, size, tmp_path, monkeypatch):
     """The stop reason, the verdict, the NaN sentence and the tensors at three terminal sizes."""
-    folder = Path(tempfile.gettempdir()) / "opscope-debugger-snapshots"
-    folder.mkdir(exist_ok=True)
-    s = open_session(write(folder, "planted.py", PLANTED_NAN) + ":factory", "sim:npu-a1")
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "planted.py", PLANTED_NAN)
+    s = open_session("planted.py:factory", "sim:npu-a1")
 
     async def run_before(pilot):
         await until(pilot, pilot.app, at(0))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_json, console, emit_json, fmt_bytes
+from .common import add_json, console, count_arg, emit_json, fmt_bytes
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def register(sub) -> None:
                                        "a folder of per-rank torch.profiler traces -> one multi-rank run")
     i.add_argument("file", help="trace JSON (.json or .json.gz), or a folder holding one torch.profiler trace per "
                                 "rank (each with distributedInfo, as torch.distributed jobs write them)")
-    i.add_argument("--max-bytes", type=int, default=None,
+    i.add_argument("--max-bytes", type=count_arg("--max-bytes"), default=None,
                    help="refuse files larger than this (default 2 GiB, or $OPSCOPE_IMPORT_MAX_BYTES)")
     add_json(i)
     i.set_defaults(func=import_main)
