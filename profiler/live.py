@@ -150,8 +150,9 @@ class LiveRun:
         if kind == "hello" and self._want_py_spy:
             from .pyspy import PySpy
             self._py_spy = PySpy(head["pid"]).start()
-        elif kind == "train" and set(head["info"]) == {"capture"}:     # torch.compile's regions (runner.py)
-            self.store.update_run(self.run_id, config={"capture": head["info"]["capture"]})
+        elif kind == "train" and len(head["info"]) == 1 and set(head["info"]) <= {"capture", "tuned"}:
+            # torch.compile's regions, or the tuned configuration the runner used (runner.py)
+            self.store.update_run(self.run_id, config=dict(head["info"]))
         elif kind == "train":
             info = head["info"]
             steps = {"steps": info["steps"]} if info.get("script") and type(info.get("steps")) is int else {}
@@ -293,7 +294,7 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
                   engine: str = "graph", py_spy: bool = False, config: dict | None = None,
                   store: RunStore | None = None, allow_fallback: bool = True, parent_run: str | None = None,
                   hwm: int = DEFAULT_HWM, hardware: bool = True, train: dict | None = None,
-                  capture: str = "export") -> LiveRun:
+                  capture: str = "export", use_tuned: bool = True) -> LiveRun:
     backend = _check(model_spec, backend_spec, steps, warmup, engine, train, capture)
     store = store or RunStore()
     cfg = {"values": values, "py_spy": py_spy, "allow_fallback": allow_fallback, **(config or {})}
@@ -310,6 +311,8 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
         argv.append("--values")
     if not allow_fallback:
         argv.append("--no-fallback")
+    if not use_tuned:
+        argv.append("--no-tune")
     if train is not None:
         argv += ["--train", "--optimizer", train.get("optimizer") or "sgd"]
         if train.get("lr") is not None:
@@ -320,7 +323,8 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
 def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", py_spy: bool = False, config: dict | None = None, store: RunStore | None = None,
             model=None, inputs=None, allow_fallback: bool = True, parent_run: str | None = None,
-            hwm: int = DEFAULT_HWM, train: dict | None = None, capture: str = "export") -> str:
+            hwm: int = DEFAULT_HWM, train: dict | None = None, capture: str = "export",
+            use_tuned: bool = True) -> str:
     """Profile and return the run id. Runs in a runner process unless model/inputs objects are given.
     capture="dynamo": through torch.compile with the opscope backend, every region's ops recorded.
 
@@ -330,7 +334,7 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
     if model is None:
         live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                              py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
-                             parent_run=parent_run, hwm=hwm, train=train, capture=capture)
+                             parent_run=parent_run, hwm=hwm, train=train, capture=capture, use_tuned=use_tuned)
         if live.wait() not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
             if live.error_kind == "usage":
                 raise UsageError(live.error)

@@ -45,7 +45,7 @@ def check_capture(capture: str, engine: str, train) -> None:
 
 def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup: int = 0, values: bool = False,
             engine: str = "graph", allow_fallback: bool = True, model=None, inputs=None, on_meta=None,
-            train: dict | None = None, on_train=None, capture: str = "export") -> int:
+            train: dict | None = None, on_train=None, capture: str = "export", use_tuned: bool = False) -> int:
     """Warm up (unrecorded), then record `steps` steps into `sink`; returns events recorded.
 
     train = {"optimizer": "sgd", "lr": 0.01}: every step is a training step (forward, backward and the
@@ -76,7 +76,13 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
 
     from opscope.runtime import open_session
     from .recorder import Recorder
-    s = open_session(model_spec, backend_spec, allow_fallback=allow_fallback, model=model, inputs=inputs)
+    if model is None and use_tuned:       # what `opscope tune` cached for this model, backend and versions
+        from .tune import open_tuned_session
+        s, tuned = open_tuned_session(model_spec, backend_spec, allow_fallback=allow_fallback)
+        if tuned and on_train:
+            on_train({"tuned": {"config": tuned["config"], "speedup": tuned["speedup"], "says": tuned["says"]}})
+    else:
+        s = open_session(model_spec, backend_spec, allow_fallback=allow_fallback, model=model, inputs=inputs)
     if on_meta:
         rep = s.plan.placement.report()
         on_meta({"backend": s.backend.name, "device": s.backend.device, "nodes": len(s.graph.nodes),
@@ -184,6 +190,7 @@ def _args(argv):
     p.add_argument("--engine", choices=(*ENGINES, "native"), default="graph")   # native: scripts only
     p.add_argument("--capture", choices=CAPTURES, default="export")
     p.add_argument("--no-fallback", action="store_true")
+    p.add_argument("--no-tune", action="store_true")
     p.add_argument("--hwm", type=int, default=64)
     p.add_argument("--train", action="store_true")
     p.add_argument("--optimizer", default="sgd")
@@ -250,7 +257,8 @@ def main(argv=None) -> int:
                     values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
                     on_meta=lambda meta: _send_meta(sink, meta),
                     train={"optimizer": a.optimizer, "lr": a.lr} if a.train else None,
-                    on_train=lambda info: sink.control("train", info=info), capture=a.capture)
+                    on_train=lambda info: sink.control("train", info=info), capture=a.capture,
+                    use_tuned=not a.no_tune)
         sink.end("ok")
     except Exception as e:
         from opscope.runtime.errors import OpscopeError

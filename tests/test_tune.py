@@ -121,3 +121,15 @@ def test_run_uses_the_cached_winner_and_says_so(cli):
     assert doc["tuned"]["config"] == {"chunks": 2} and doc["max_abs_err"] <= 1e-5     # chunked, same numbers
     plain = cli("run", "demo:mlp", "--backend", "numpy", "--no-tune", "--json")
     assert json.loads(plain.stdout)["tuned"] is None
+
+
+def test_profile_uses_the_cached_winner_and_says_so(cli):
+    """profile, like run, applies the tuner's cached configuration in its runner, says so, and --no-tune opts out."""
+    tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
+    r = cli("profile", "demo:mlp", "--backend", "numpy", "--steps", "1")
+    assert r.returncode == 0, r.stderr
+    assert "using the tuned configuration chunks=2" in " ".join(r.stdout.split())
+    doc = json.loads(cli("profile", "demo:mlp", "--backend", "numpy", "--json").stdout)
+    assert doc["tuned"]["config"] == {"chunks": 2}
+    plain = json.loads(cli("profile", "demo:mlp", "--backend", "numpy", "--no-tune", "--json").stdout)
+    assert plain["tuned"] is None

@@ -40,6 +40,8 @@ def register(sub) -> None:
                         "prefixed by their region)")
     p.add_argument("--py-spy", action="store_true", help="sample the runner's Python stacks with py-spy")
     p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported ops elsewhere")
+    p.add_argument("--no-tune", action="store_true",
+                   help="ignore the configuration `opscope tune` cached for this model and backend")
     p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
     p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
     p.add_argument("--host", default="127.0.0.1", help="--web: address to bind (default 127.0.0.1)")
@@ -65,7 +67,7 @@ def main(args) -> int:
                          "for a model use --engine graph or eager")
     args.engine = args.engine or "graph"
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
-                allow_fallback=not args.no_fallback, store=store, capture=args.capture)
+                allow_fallback=not args.no_fallback, store=store, capture=args.capture, use_tuned=not args.no_tune)
     if args.train:
         opts["train"] = {"optimizer": args.optimizer, "lr": args.lr}
     if args.web:
@@ -117,12 +119,17 @@ def main(args) -> int:
             doc["capture"] = run["config"]["capture"]
         if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
             doc["py_spy"] = run["config"]["py_spy"]
+        tuned = run["config"].get("tuned") if isinstance(run.get("config"), dict) else None
+        doc["tuned"] = tuned if isinstance(tuned, dict) else None
         if run["status"] == "incomplete":
             doc["error"] = run["error"]
         emit_json(doc)
         return _incomplete(run)
     if args.train:
         doc_phases = phases(store, run_id)
+    tuned = run["config"].get("tuned") if isinstance(run.get("config"), dict) else None
+    if isinstance(tuned, dict) and tuned.get("says"):
+        console.print(tuned["says"])
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
     if args.train:
         print_phases(doc_phases)
