@@ -10,3 +10,13 @@ dagfuncs.duration = function (ns) {
   if (a >= 1e3) return (v / 1e3).toPrecision(3) + " us";
   return Math.round(v) + " ns";
 };
+
+// B/A as "1.23x", "0.0042x", "1.2e-05x": never "0.00x" for a ratio that is not zero (app/cli/common.py fmt_ratio).
+dagfuncs.ratio = function (x) {
+  if (x === null || x === undefined || x === "") return "";
+  var v = Number(x), a = Math.abs(v);
+  if (!isFinite(v)) return v + "x";
+  if (v === 0 || a >= 0.01) return v.toFixed(2) + "x";
+  // Python's exponent has two digits at least (1.2e-05): the same text on the page as in the CLI
+  return (a >= 1e-4 ? String(Number(v.toPrecision(2))) : v.toExponential(1).replace(/e([+-])(\d)$/, "e$10$2")) + "x";
+};

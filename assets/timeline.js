@@ -7,13 +7,14 @@
 // wheel zooms at the pointer, drag zooms to a range, shift+drag pans, double-click shows the whole run.
 (function () {
   "use strict";
-  var ROW = 28, PAD = 4, TOP = 4, GUTTER = 170, RIGHT = 12, AXIS = 34, CROW = 40;   // CROW: a counter track
+  var ROW = 28, PAD = 4, TOP = 4, GUTTER = 190, RIGHT = 12, AXIS = 34, CROW = 40;   // CROW: a counter track
   var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
   var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
   var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133], HIT = [225, 29, 72], MARK = "rgba(225,29,72,0.18)";
   var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked", FIND = "timeline-find";
   var T = null;           // the mounted timeline; null on other pages
   var STEP_KEY = -3;      // key0 of a span on the step track (app/web/timeline.py)
+  var ANNOTATION_KEY = -5;   // key0 of an imported annotation or runtime call (app/web/timeline.py)
   var PHASE_KEY = -4;     // key0 of a span on a training run's phase band (key1: step * 8 + phase)
 
   function prefix() {
@@ -36,6 +37,9 @@
     p.buckets = {n: b.n, start: typed(b.start, Float64Array), end: typed(b.end, Float64Array),
                  track: typed(b.track, Int32Array), count: typed(b.count, Float64Array),
                  busy: typed(b.busy, Float64Array), hits: typed(b.hits, Float64Array)};
+    var f = p.flows || {n: 0, from: "", from_track: "", to: "", to_track: ""};
+    p.flows = {n: f.n, from: typed(f.from, Float64Array), fromTrack: typed(f.from_track, Int32Array),
+               to: typed(f.to, Float64Array), toTrack: typed(f.to_track, Int32Array)};
     p.rgb = p.colors.map(hex);
     p.counters = (p.counters || []).map(function (c) {      // memory and hardware samples, on the same axis
       return {name: c.name, unit: c.unit, max: c.max, n: c.n, t: typed(c.t, Float64Array), v: typed(c.v, Float64Array)};
@@ -438,6 +442,7 @@
       c.lineWidth = 1.5;
       c.strokeRect(a - 1, TOP + h.track * ROW + PAD - 1, z - a + 2, ROW - 2 * PAD + 2);
     }
+    flows(c);
     if (T.mark) {                           // the match Enter went to: a band, so a 50 ns span can be found
       var ma = toPx(T.mark.start), mz = Math.max(toPx(T.mark.end), ma + 2);
       if (mz > 0 && ma < T.px) {
@@ -450,6 +455,44 @@
       var lo = Math.min(T.drag.x0, T.drag.x1), hi = Math.max(T.drag.x0, T.drag.x1);
       c.fillRect(GUTTER + lo, TOP, hi - lo, T.ph - TOP);
     }
+  }
+
+  // An import's flows (a launch to its kernel, a forward op to its backward) that touch the picked or hovered
+  // span: an arrow from one end to the other, as Perfetto draws them; all of them at once would be a hairball.
+  function touching() {
+    var d = T.data, f = d.flows, out = [], ends = [T.pickedSpan, T.hover && T.hover.kind === "span" ? T.hover : null];
+    for (var i = 0; i < f.n; i++) {
+      for (var j = 0; j < ends.length; j++) {
+        var e = ends[j];
+        if (e && ((f.fromTrack[i] === e.track && f.from[i] >= e.start && f.from[i] <= e.end) ||
+                  (f.toTrack[i] === e.track && f.to[i] >= e.start && f.to[i] <= e.end))) { out.push(i); break; }
+      }
+    }
+    return out;
+  }
+
+  function flows(c) {
+    var f = T.data.flows;
+    if (!f.n) return;
+    c.save();
+    c.strokeStyle = c.fillStyle = "#be123c";
+    c.lineWidth = 1.5;
+    touching().forEach(function (i) {
+      var x0 = GUTTER + toPx(f.from[i]), y0 = TOP + f.fromTrack[i] * ROW + ROW / 2;
+      var x1 = GUTTER + toPx(f.to[i]), y1 = TOP + f.toTrack[i] * ROW + ROW / 2;
+      c.beginPath();
+      c.moveTo(x0, y0);
+      c.bezierCurveTo((x0 + x1) / 2, y0, (x0 + x1) / 2, y1, x1, y1);
+      c.stroke();
+      var a = Math.atan2(y1 - y0, Math.max(x1 - (x0 + x1) / 2, 1e-3));   // the curve arrives level with its end
+      c.beginPath();
+      c.moveTo(x1, y1);
+      c.lineTo(x1 - 7 * Math.cos(a - 0.45), y1 - 7 * Math.sin(a - 0.45));
+      c.lineTo(x1 - 7 * Math.cos(a + 0.45), y1 - 7 * Math.sin(a + 0.45));
+      c.closePath();
+      c.fill();
+    });
+    c.restore();
   }
 
   // Counter tracks under the spans (memory, CPU, ...), as Perfetto and Nsight draw them: a step line filled
@@ -720,6 +763,7 @@
     if (s.key0[h.i] === STEP_KEY) return "<b>" + name + "</b><br>" + dur + " from its first op to its last";
     if (s.key0[h.i] === PHASE_KEY) return "<b>" + name + "</b><br>" + dur + " · step " + Math.floor(s.key1[h.i] / 8);
     if (k >= d.frames_from) return "<b>" + name + "</b><br>" + dur + " · python frame";
+    if (s.key0[h.i] === ANNOTATION_KEY) return "<b>" + name + "</b><br>" + dur + " · " + esc(d.tracks[h.track]);
     var group = d.groups[k] !== d.names[k] ? esc(d.groups[k]) + " · " : "";
     return "<b>" + name + "</b><br>" + group + dur + " · step " + s.key0[h.i] + " · #" + s.key1[h.i];
   }
@@ -753,6 +797,8 @@
     if (h.kind === "bucket") row = [-1, d.buckets.count[h.i], d.buckets.busy[h.i] / 1e3];
     else row = [d.spans.key0[h.i], d.spans.key1[h.i], (d.spans.end[h.i] - d.spans.start[h.i]) / 1e3];
     T.picked = row;
+    T.pickedSpan = h.kind === "span" ? {start: h.start, end: h.end, track: h.track} : null;   // its flows drawn
+    draw();
     if (window.dash_clientside && window.dash_clientside.set_props) window.dash_clientside.set_props(PICKED, {data: row});
   }
 
@@ -781,6 +827,14 @@
       return Object.keys(out).sort();
     },
     tracks: function () { return T && T.data ? T.data.tracks.slice() : []; },
+    // The flows drawn now (touching the picked or hovered span): [{from, fromTrack, to, toTrack}] with track labels.
+    flowsDrawn: function () {
+      if (!T || !T.data) return [];
+      var d = T.data, f = d.flows;
+      return touching().map(function (i) {
+        return {from: f.from[i], fromTrack: d.tracks[f.fromTrack[i]], to: f.to[i], toTrack: d.tracks[f.toTrack[i]]};
+      });
+    },
     // Where the drawn span with this key lies on the axis (ns since the first span), or null.
     spanAt: function (key0, key1) {
       var d = T && T.data, s = d && d.spans;

@@ -187,12 +187,62 @@ def click_cell(table_id, row=0, col=0):
     return do
 
 
+def ranks_and_optimize_runs() -> tuple[str, str]:
+    """A 2-rank hybrid training run over gloo and `opscope optimize` cycles, each made with the CLI a user types
+    in the current OPSCOPE_HOME: (ranks run, optimized run)."""
+    import json
+    import subprocess
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "opscope.app", *args, "--json"], capture_output=True, text=True,
+                             check=True)
+        return json.loads(out.stdout)["run_id"]
+
+    ranks = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "4")
+    optimized = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "--steps", "1")
+    return ranks, optimized
+
+
+def torch_profiler_import() -> str:
+    """A real torch.profiler trace of three training steps (shapes, Python stacks, memory, a record_function per
+    step, the schedule's ProfilerStep marks), through `opscope trace import`: its run id."""
+    import json
+    import subprocess
+
+    import torch
+    path = Path(tempfile.mkdtemp(prefix="opscope-shots-")) / "train.pt.trace.json"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_stack=True, profile_memory=True,
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)) as prof:
+        for step in range(4):
+            with torch.profiler.record_function(f"train_step_{step}"):
+                model(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            prof.step()
+    prof.export_chrome_trace(str(path))
+    out = subprocess.run([sys.executable, "-m", "opscope.app", "trace", "import", str(path), "--json"],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["run_id"]
+
+
+def shoot_ranks_and_optimize(driver, url, ranks: str, optimized: str) -> None:
+    """web-ranks.png, web-timeline-ranks.png (both ranks' lanes and their collectives) and web-optimize.png."""
+    shoot(driver, f"{url}/ranks?run={ranks}", "ranks")
+    shoot(driver, f"{url}/timeline?run={ranks}&step=1", "timeline-ranks")
+    shoot(driver, f"{url}/optimize?run={optimized}", "optimize")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reuse", action="store_true", help="use the runs already in $OPSCOPE_HOME")
-    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, import")
+    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, ranks, import")
     args = ap.parse_args(argv)
-    only = set(filter(None, args.only.split(","))) or {"pages", "train", "import"}
+    only = set(filter(None, args.only.split(","))) or {"pages", "train", "ranks", "import"}
     if not args.reuse:
         os.environ["OPSCOPE_HOME"] = tempfile.mkdtemp(prefix="opscope-shots-")
     from opscope.app.web.server import create_app, start_in_thread
@@ -208,6 +258,10 @@ def main(argv=None) -> int:
         done = [r["run_id"] for r in RunStore().list_runs() if r["status"] == "ok"
                 and (r.get("config") or {}).get("train", {}).get("memory_timeline")] if args.reuse else []
         trained = done[0] if done else train_run()
+    if "ranks" in only:
+        ranks, optimized = ranks_and_optimize_runs()
+    if "import" in only:
+        imported = torch_profiler_import()
     app = create_app()
     srv, url = start_in_thread(app)
     driver = chromium()
@@ -215,6 +269,10 @@ def main(argv=None) -> int:
         if "train" in only:
             shoot(driver, f"{url}/timeline?run={trained}&step=1", "train-timeline", click_backward(trained))
             shoot(driver, f"{url}/memory?run={trained}", "train-memory")
+        if "ranks" in only:
+            shoot_ranks_and_optimize(driver, url, ranks, optimized)
+        if "import" in only:        # annotations, ops, Python stacks and live bytes; a step, so ops are wide
+            shoot(driver, f"{url}/timeline?run={imported}&step=1", "timeline-import", click_span)
         if "pages" not in only:
             return 0
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))
@@ -239,34 +297,3 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def shoot_ranks_and_optimize() -> None:
-    """web-ranks.png (a 2-rank hybrid training run over gloo) and web-optimize.png (`opscope optimize` cycles),
-    each made with the CLI a user types, in a temporary OPSCOPE_HOME. main() does not call this yet:
-
-        python -c "import sys; sys.path.insert(0, 'screenshots'); import make_web_screenshots as m; \\
-                   m.shoot_ranks_and_optimize()"
-    """
-    import json
-    import subprocess
-    os.environ["OPSCOPE_HOME"] = home = tempfile.mkdtemp(prefix="opscope-shots-")
-
-    def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "opscope.app", *args, "--json"], capture_output=True, text=True,
-                             check=True, cwd=home)
-        return json.loads(out.stdout)["run_id"]
-
-    ranks = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "4")
-    optimized = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "--steps", "1")
-    from opscope.app.web.server import create_app, start_in_thread
-    srv, url = start_in_thread(create_app())
-    driver = chromium()
-    try:
-        shoot(driver, f"{url}/ranks?run={ranks}", "ranks")
-        shoot(driver, f"{url}/optimize?run={optimized}", "optimize")
-        for e in driver.get_log("browser"):
-            if e.get("level") == "SEVERE":
-                print("browser error:", e["message"], file=sys.stderr)
-    finally:
-        driver.quit()
-        srv.shutdown()

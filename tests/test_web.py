@@ -174,8 +174,28 @@ def test_gpu_kernels_show_their_own_names_on_a_stream_track(opscope_home):
     # kernels are colored by their own name (an sgemm never looks like an elementwise kernel), and listed by it
     color, legend = dict(zip(p["names"], p["colors"])), dict(zip(p["names"], p["legend"]))
     assert color["ampere_sgemm_128x64_tn"] != color["vectorized_elementwise_kernel"]
-    assert color["ampere_sgemm_128x64_tn"] == theme.span_color("ampere_sgemm_128x64_tn", "kernel")
     assert legend["ampere_sgemm_128x64_tn"] == "ampere_sgemm_128x64_tn" and legend["linear"] == "linear"
+
+
+def test_a_runs_busiest_kernels_each_get_a_color_of_their_own(opscope_home):
+    """A hash of kernel names onto a dozen colors collides (two of the busiest kernels looked alike): within a
+    run, the busiest kernels take the kernel palette in turn, busiest first; the rest keep their hashed color."""
+    store = RunStore()
+    rid = store.create_run(model="m", backend="torch.profiler", device="cpu")
+    n = len(theme._KERNELS) + 3
+    # kernel k runs (k + 1) us: the busiest is the last one
+    rows, t = [], 0
+    for k in range(n):
+        rows.append((0, k, "kernel", f"kernel_{k:02d}", "", "", "cuda", "cuda:0", 7, 0, t, t + (k + 1) * 1000,
+                     "[]", "[]", "[]", "[]", 0, 0, False, 0))
+        t += (k + 1) * 1000 + 10
+    store.add_events(rid, rows)
+    store.finish_run(rid, status="ok")
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=500").get_json()
+    color = dict(zip(p["names"], p["colors"]))
+    busiest = [f"kernel_{k:02d}" for k in reversed(range(n))]
+    assert [color[k] for k in busiest[:len(theme._KERNELS)]] == theme._KERNELS          # distinct, in order
+    assert all(color[k] == theme.span_color(k, "kernel") for k in busiest[len(theme._KERNELS):])
 
 
 def test_python_stacks_get_their_own_tracks_and_frame_names(opscope_home):

@@ -16,6 +16,7 @@ if not (shutil.which("chromium") or shutil.which("/usr/bin/chromium")) or not sh
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By                     # noqa: E402
 
+from opscope.app.cli.common import fmt_ratio                     # noqa: E402
 from opscope.app.web.browser import headless_chromium            # noqa: E402
 from opscope.app.web.server import create_app, start_in_thread  # noqa: E402
 from opscope.profiler import profile                            # noqa: E402
@@ -288,11 +289,18 @@ def test_compare_switches_runs(browser, server, store):
         for (var i = 0; i < opts.length; i++) { var inp = opts[i].querySelector('input');
           if (inp && inp.value === arguments[0]) return opts[i]; } return null;""", store.cpu)
     option.click()
-    # wait for run B to be gone from the summary (the two runs' ratio alone may happen to read 1.00× too)
+    # wait for run B to be gone from the summary (the two runs' ratio alone may happen to read 1.00x too)
     until(browser, "return document.getElementById('compare-summary').innerText.indexOf(arguments[0]) < 0;",
           store.npu[:12])
     summary = text_of(browser, "compare-summary")
-    assert summary.count(store.cpu[:12]) == 2 and "1.00×" in summary
+    assert summary.count(store.cpu[:12]) == 2 and "1.00x" in summary
+    cells = until(browser, "var c = [...document.querySelectorAll('#compare-table .ag-cell[col-id=ratio]')]"
+                           ".map(e => e.innerText); return c.length ? c : null;")
+    assert {c for c in cells if c} == {"1.00x"}, cells
+    # the table's ratios in the CLI's adaptive format: a tiny ratio keeps its digits, never "0.00x"
+    values = [0.0042, 1.5, 0.01, 1.234e-05, 0.0, 250.0, -0.003]
+    assert browser.execute_script("return arguments[0].map(v => window.dashAgGridFunctions.ratio(v));",
+                                  values) == [fmt_ratio(v) for v in values]
     # the address follows the picked runs: copied from the bar, it opens this comparison
     until(browser, "return location.search.indexOf('b=' + arguments[0]) >= 0;", store.cpu)
     assert f"run={store.cpu}" in browser.execute_script("return location.search;")

@@ -129,3 +129,54 @@ def test_in_a_browser_the_ranks_page_shows_both_ranks_and_names_the_slower(two_r
     finally:
         driver.quit()
         srv.shutdown()
+
+
+def _timeline_spans(payload) -> list[tuple[str, str]]:
+    """(track label, span name) of every span the timeline endpoint drew."""
+    from opscope.app.web.timeline import unb64
+    tracks, labels = unb64(payload["spans"]["track"], "i4"), unb64(payload["spans"]["label"], "i4")
+    return [(payload["tracks"][t], payload["names"][k]) for t, k in zip(tracks, labels)]
+
+
+def test_the_timeline_shows_both_ranks_with_their_all_reduce_on_a_lane_each(two_ranks):
+    """Issue 18: a 2-rank profile shows both ranks on the timeline with their all-reduce spans."""
+    store, rid = two_ranks
+    p = create_app(store=store).server.test_client().get(f"/_opscope/timeline?run={rid}&px=1400").get_json()
+    ops = [t for t in p["tracks"] if t.startswith("rank ")]
+    assert ops == ["rank 0 · torch:cpu", "rank 0 · communication", "rank 1 · numpy", "rank 1 · communication"]
+    drawn = _timeline_spans(p)
+    assert p["buckets"]["n"] == 0                                   # every op drawn as itself, none in buckets
+    f = store.events_frame(rid, columns=["rank", "op"])
+    for rank in (0, 1):
+        on_comm = [n for t, n in drawn if t == f"rank {rank} · communication"]
+        want = sorted(str(op) for r, op in zip(f["rank"], f["op"]) if int(r) == rank and is_communication(str(op)))
+        assert sorted(on_comm) == want and on_comm.count("all_reduce") == 3        # one all-reduce per step
+        compute = {n for t, n in drawn if t.startswith(f"rank {rank} · ") and "communication" not in t}
+        assert compute and not any(is_communication(n) for n in compute)
+
+
+@pytest.mark.browser
+def test_in_a_browser_the_timeline_labels_both_ranks(two_ranks, tmp_path):
+    if not shutil.which("chromium") or not shutil.which("chromedriver"):
+        pytest.skip("needs chromium and chromedriver")
+    from test_web_browser import until
+
+    from opscope.app.web.browser import headless_chromium
+    store, rid = two_ranks
+    srv, url = start_in_thread(create_app(store=store))
+    driver = headless_chromium(str(tmp_path / "chrome"))
+    try:
+        driver.get(f"{url}/timeline?run={rid}")
+        tracks = until(driver, "var t = window.opscopeTimeline && window.opscopeTimeline.tracks();"
+                               "return t && t.length ? t : null;", timeout=TIMEOUT)
+        assert [t for t in tracks if t.startswith("rank ")] == [
+            "rank 0 · torch:cpu", "rank 0 · communication", "rank 1 · numpy", "rank 1 · communication"]
+        for rank in (0, 1):
+            names = driver.execute_script("return window.opscopeTimeline.namesOn(arguments[0]);",
+                                          f"rank {rank} · communication")
+            assert "all_reduce" in names, names
+        severe = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert not severe, severe
+    finally:
+        driver.quit()
+        srv.shutdown()

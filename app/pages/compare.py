@@ -7,6 +7,7 @@ import math
 import numpy as np
 from dash import Input, Output, dcc, html
 
+from opscope.app.cli.common import fmt_ratio
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
 from opscope.profiler.compare import run_totals, warnings
@@ -33,7 +34,7 @@ def layout(run=None, b=None, **_query):
                                                    config={"displaylogo": False})),
             ui.card("Per op", ui.table(ids.CMP_TABLE, [
                 ("op", "op", ui.SWATCH), ("a_ms", "A ms", _F3), ("b_ms", "B ms", _F3),
-                ("ratio", "B / A", ui.num(".3g")), ("a_count", "A calls", ui.NUM), ("b_count", "B calls", ui.NUM)],
+                ("ratio", "B / A", ui.RATIO), ("a_count", "A calls", ui.NUM), ("b_count", "B calls", ui.NUM)],
                 [], page_size=15)),
         ]),
         ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR)),
@@ -102,7 +103,7 @@ def register(app, data):
         summary = html.Div([html.Div(className="compare-heads", children=[
             _head("A", ra, ta), _head("B", rb, tb),
             html.Div(className="ratio", children=[html.Span("B / A per step", className="muted"),
-                                                  html.B(f"{total_b / total_a:.2f}×" if total_a and total_b else "n/a")])]),
+                                                  html.B(fmt_ratio(total_b / total_a) if total_a and total_b else "n/a")])]),
             *[ui.note(w, "warn") for w in warnings(ta, tb)]])
         return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), _errors(data, ra, rb)
 
@@ -134,7 +135,8 @@ def _ratio_figure(rows):
                  hoverinfo="skip", showlegend=False)
     return {"data": [stems, dict(type="scatter", mode="markers", y=ops, x=ratios, showlegend=False,
                                  marker=dict(color=[theme.op_color(op) for op in ops], size=11),
-                                 hovertemplate="%{y}: B takes %{x:.3f}× A's time<extra></extra>")],
+                                 customdata=[fmt_ratio(x) for x in ratios],
+                                 hovertemplate="%{y}: B takes %{customdata} A's time<extra></extra>")],
             "layout": theme.layout(height=max(260, 26 * len(rows) + 80), margin=dict(l=190, r=20, t=20, b=40),
                                    xaxis=dict(type="log", title=dict(text="B time / A time (log)")),
                                    shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1,

@@ -243,6 +243,12 @@ def register(app, data):
             f = data.stack_frame(status["run"], key1)
             return _fields([("Python frame", f["frame"]), ("depth", f["depth"]), ("thread", f["thread"]),
                             ("duration", ui.fmt_ns(f["dur_ns"]))]) if f else no_update
+        if key0 == lod.ANNOTATION_KEY:
+            a = data.annotation(status["run"], key1)
+            return _fields([(a["kind"].replace("_", " "), a["name"]), ("duration", ui.fmt_ns(a["end_ns"] - a["start_ns"])),
+                            ("where", f"{a['backend']} · {a['device'] or ''} · thread {a['thread']}"),
+                            ("depth · step", f"{a['depth']} · {a['step']}"), ("args", a["args"] or "—")]) \
+                if a else no_update
         ev = data.event(status["run"], key0, key1)
         if ev is None:
             return ui.note("That event is no longer in the store.", "warn")
@@ -258,6 +264,7 @@ def register(app, data):
                 ("launched by", ev["module"] or "unknown") if ev["op"] in DEVICE_OPS else
                 ("module path", ev["module"] or "(top level)"),
                 ("source line", ev["source"] or "unknown"),
+                *_members(data, status["run"], ev),
                 ("backend", f"{ev['backend']} · {ev['device'] or ''} · thread {ev['thread']}"),
                 ("step · seq", f"{ev['step']} · {ev['seq']}"),
                 ("input shapes", _pretty(ev["input_shapes"])), ("input dtypes", _pretty(ev["input_dtypes"])),
@@ -268,6 +275,19 @@ def register(app, data):
                 ("live bytes after", ui.fmt_bytes(ev["live_bytes"]) if ev["live_bytes"] is not None else "n/a"),
                 *_kernel_args(data, status["run"], ev),
             ])]), target
+
+
+def _members(data, run_id: str, ev: dict) -> list[tuple[str, str]]:
+    """A fused node's members (the fuse pass), in the order its one kernel runs them: op, module path, source line."""
+    if ev["op"] != "fused":
+        return []
+    from opscope.profiler.stats import fused_members, members_of
+    run = data.run(run_id)
+    members = members_of(fused_members(run), ev["node"]) if run else []
+    if not members:
+        return [("members", "not recorded with this run")]
+    return [(f"member {i}: {m['op']}", f"{m['module'] or '(top level)'} · {m['source'] or 'unknown'}")
+            for i, m in enumerate(members, 1)]
 
 
 def _kernel_args(data, run_id: str, ev: dict) -> list[tuple[str, str]]:

@@ -107,6 +107,8 @@ NUM = {"type": "numericColumn"}
 RIGHT = {"type": "rightAligned"}      # numbers the server already formatted with their unit ("1.5 MiB")
 # A duration in ns, shown in the unit that suits each value (56.2 ms, 812 us: assets/formats.js), sorted as a number.
 DURATION = {"type": "numericColumn", "valueFormatter": {"function": "duration(params.value)"}}
+# A ratio B/A with the digits it needs (1.23x, 0.0042x: assets/formats.js, as fmt_ratio), sorted as a number.
+RATIO = {"type": "numericColumn", "valueFormatter": {"function": "ratio(params.value)"}}
 
 
 def num(d3_format: str) -> dict:

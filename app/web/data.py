@@ -194,6 +194,8 @@ class WebData:
         rid = run["run_id"]
         lane = stats.lane_depth_sql()
         lane_e = stats.lane_depth_sql("e.")
+        track_key = (f"{_RANK_SQL.format(t='')} AS r, {_COMM_SQL.format(t='')} AS c, backend AS b, device AS d, "
+                     f"thread AS t, {lane} AS p")
         # Interning op names and tracks in SQL keeps a million strings out of Python.
         with self.store.connect(read_only=True) as con:
             # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
@@ -201,13 +203,13 @@ class WebData:
             cols = con.execute(
                 f"""WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
                               FROM (SELECT DISTINCT {name} AS o FROM events WHERE run_id = $r)),
-                        k AS (SELECT b, d, t, p, (row_number() OVER (ORDER BY b, d, t, p)) - 1 AS track
-                              FROM (SELECT DISTINCT backend AS b, device AS d, thread AS t, {lane} AS p
-                                    FROM events WHERE run_id = $r))
+                        k AS (SELECT r, c, b, d, t, p, (row_number() OVER (ORDER BY r, c, b, d, t, p)) - 1 AS track
+                              FROM (SELECT DISTINCT {track_key} FROM events WHERE run_id = $r))
                    SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track,
                           {timeline.phase_sql("e.")}::TINYINT AS phase
                    FROM events e JOIN o ON o.o = {_span_name_sql("e.")}
-                   JOIN k ON k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
+                   JOIN k ON k.r = {_RANK_SQL.format(t="e.")} AND k.c = {_COMM_SQL.format(t="e.")}
+                         AND k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
                          AND k.t IS NOT DISTINCT FROM e.thread AND k.p = {lane_e}
                    WHERE e.run_id = $r""", {"r": rid}).fetchnumpy()
             named = con.execute(f"""SELECT {name} AS o, any_value(coalesce(op, '?')) FROM events WHERE run_id = ?
@@ -215,21 +217,31 @@ class WebData:
             names, groups = [r[0] for r in named], [r[1] for r in named]
             # Nested ops (imports, the eager engine) get a lane per depth under their thread, as trace viewers
             # stack them; a device stream runs one kernel at a time, so its kernels stay on one lane.
-            tracks = con.execute(f"""SELECT DISTINCT backend, device, thread, {lane} FROM events
-                                    WHERE run_id = ? ORDER BY 1, 2, 3, 4""", [rid]).fetchall()
+            # by rank first; a rank's collectives on a lane of their own, under its compute lanes
+            tracks = con.execute(f"""SELECT DISTINCT {track_key} FROM events
+                                    WHERE run_id = ? ORDER BY 1, 2, 3, 4, 5, 6""", [rid]).fetchall()
             stacks = con.execute(
                 f"""SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? AND depth < {_STACK_DEPTHS}
                     ORDER BY t_ns""", [rid]).fetchall()
-        threads = {(b, d, t) for b, d, t, _ in tracks}
-        by_thread = len({(b, d) for b, d, _ in threads}) < len(threads)   # name threads only when they differ
+            notes = self._annotations(con, rid)
+        threads = {(r, b, d, t) for r, _c, b, d, t, _ in tracks}
+        by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # name threads only when they differ
+        ranked = len({r for r, *_ in tracks}) > 1
         # the step track comes first, then a training run's phase band: the op tracks are numbered after them
         phase = np.asarray(cols["phase"], np.int64)
         bands = ["steps"] + (["phases"] if (phase > 0).any() else [])
-        labels = bands + [_track_label(b, d, t, by_thread) if not p else f"↳ depth {p}" for b, d, t, p in tracks]
-        clocks = [None] * len(bands) + [_clock(d) for _b, d, _t, _p in tracks]
+        # an import's annotations and runtime calls: lanes of their own above the ops they wrap, as trace viewers
+        lanes = sorted({(b, d, t, fam, dp) for _i, fam, _n, b, d, t, dp, _a, _z in notes},
+                       key=lambda k: tuple("" if x is None else x for x in k))
+        labels = bands + [f"{_track_label(b, d, t, by_thread)} · {fam}" if k == 0 or lanes[k - 1][:4] != lane[:4]
+                          else f"↳ {fam} depth {lane[4]}" for k, lane in enumerate(lanes) for b, d, t, fam, _dp in [lane]]
+        labels += [_track_label(b, d, t, by_thread, rank=r if ranked else None, comm=c) if not p
+                   else f"↳ depth {p}" for r, c, b, d, t, p in tracks]
+        clocks = [None] * len(bands) + [_clock(d) for _b, d, _t, _f, _dp in lanes]
+        clocks += [_clock(d) for *_k, d, _t, _p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
         end = np.asarray(cols["end_ns"], np.int64)
-        track = np.asarray(cols["track"], np.int64) + len(bands)
+        track = np.asarray(cols["track"], np.int64) + len(bands) + len(lanes)
         label = np.asarray(cols["op_code"], np.int64)
         key0 = np.asarray(cols["step"], np.int64)
         key1 = np.asarray(cols["seq"], np.int64)
@@ -240,6 +252,18 @@ class WebData:
             off = by[np.clip(np.searchsorted(steps, key0), 0, len(steps) - 1)]
             start, end = start - off, end - off
         n_ops = len(names)
+        if notes:
+            row_of = {k: len(bands) + i for i, k in enumerate(lanes)}
+            code = {n: len(names) + i for i, n in enumerate(sorted({r[2] for r in notes}))}
+            names = names + list(code)
+            groups = groups + ["annotation"] * len(code)
+            start = np.concatenate([start, [r[7] for r in notes]]).astype(np.int64)
+            end = np.concatenate([end, [r[8] for r in notes]]).astype(np.int64)
+            track = np.concatenate([track, [row_of[(r[3], r[4], r[5], r[1], r[6])] for r in notes]]).astype(np.int64)
+            label = np.concatenate([label, [code[r[2]] for r in notes]]).astype(np.int64)
+            key0 = np.concatenate([key0, np.full(len(notes), timeline.ANNOTATION_KEY)])
+            key1 = np.concatenate([key1, [r[0] for r in notes]]).astype(np.int64)
+            n_ops = len(names)
         if stacks:
             depths = sorted({r[2] for r in stacks})
             row_of = {d: len(labels) + i for i, d in enumerate(depths)}
@@ -285,9 +309,61 @@ class WebData:
             key1 = np.concatenate([key1, [s * 8 + p for s, _, _, p in segs]]).astype(np.int64)
         spans = timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
         spans.clocks = clocks
+        spans.flows = self._flow_ends(spans, rid)
         spans.bands = len(bands)
         spans.step_spans = int(np.isin(key0, (timeline.STEP_KEY, timeline.PHASE_KEY)).sum())
         return spans
+
+    @staticmethod
+    def _annotations(con, rid: str) -> list[tuple]:
+        """An import's spans that are not ops (user annotations, runtime calls): (row, lane family, name, backend,
+        device, thread, depth, start, end), row their index in `annotation`'s order. The profiler's own
+        whole-trace span ("Trace") is left out: it covers everything and says nothing."""
+        try:
+            rows = con.execute(f"""SELECT (row_number() OVER (ORDER BY {_NOTE_ORDER})) - 1, kind, coalesce(name, '?'),
+                                          backend, device, thread, coalesce(depth, 0), start_ns, end_ns
+                                   FROM spans WHERE run_id = ?""", [rid]).fetchall()
+        except Exception:        # a store from before the spans table: nothing to draw
+            return []
+        return [(i, _lane_family(kind), n, b, d, t, dp, a, z) for i, kind, n, b, d, t, dp, a, z in rows
+                if kind != "Trace"]
+
+    def annotation(self, run_id: str, row: int) -> dict | None:
+        """The timeline's annotation span `row` (ANNOTATION_KEY's key1): kind, name, where, when, args."""
+        cols = ["kind", "name", "backend", "device", "thread", "depth", "step", "start_ns", "end_ns", "args"]
+        rows = self.store.query(f"SELECT {', '.join(cols)} FROM spans WHERE run_id = ? ORDER BY {_NOTE_ORDER} "
+                                "LIMIT 1 OFFSET ?", [run_id, max(int(row), 0)]) if row >= 0 else []
+        return dict(zip(cols, rows[0])) if rows else None
+
+    def _flow_ends(self, spans: timeline.Spans, rid: str) -> np.ndarray:
+        """An import's flows (a launch to its kernel, a forward op to its backward) as rows [from_t, from_track,
+        to_t, to_track], each end on the track of the span that starts there (an op by its step and seq, else an
+        annotation or runtime call of that thread starting at that time)."""
+        try:
+            f = self.store.flows_frame(rid)
+        except Exception:
+            return np.zeros((0, 4), np.int64)
+        n = len(f.get("from_ns", []))
+        if not n:
+            return np.zeros((0, 4), np.int64)
+        track_of = np.searchsorted(spans.offsets, np.arange(len(spans.start)), "right") - 1
+        events = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(spans.key0, spans.key1)) if a >= 0}
+        notes = {int(spans.start[i]): int(track_of[i]) for i in np.flatnonzero(spans.key0 == timeline.ANNOTATION_KEY)}
+        ops = {int(spans.start[i]): int(track_of[i]) for i in np.flatnonzero(spans.key0 >= 0)}
+        out = []
+        for k in range(n):
+            ends = []
+            for side in ("from", "to"):
+                t = int(f[f"{side}_ns"][k])
+                step, seq = f[f"{side}_step"][k], f[f"{side}_seq"][k]
+                i = events.get((int(step), int(seq))) if _given(step) and _given(seq) else None
+                op = int(track_of[i]) if i is not None else ops.get(t)
+                # a launch arrow (ac2g) leaves from the runtime call (cudaLaunchKernel), not the op that made it
+                tr = (notes.get(t) or op) if side == "from" and f["kind"][k] == "ac2g" else (op or notes.get(t))
+                ends += [t, tr]
+            if None not in ends:
+                out.append(ends)
+        return np.asarray(out, np.int64).reshape(-1, 4)
 
     def counters(self, run: dict) -> list[dict]:
         """The tracks drawn under the timeline, on its axis: live bytes per backend (the memory samples) and
@@ -448,9 +524,31 @@ def _floats(col) -> np.ndarray:
     return np.asarray([np.nan if x is None else x for x in col], np.float64)
 
 
-def _track_label(backend, device, thread, by_thread: bool) -> str:
+_NOTE_ORDER = "backend, device, thread, start_ns, depth, name"   # the annotation rows' order (the click's key)
+
+
+def _lane_family(kind) -> str:
+    """An annotation's lane: user annotations (host or GPU) together, runtime calls by their kind."""
+    kind = str(kind or "other")
+    return "annotations" if kind.endswith("user_annotation") else kind.replace("_", " ")
+
+
+def _given(x) -> bool:
+    return x is not None and not (isinstance(x, float) and np.isnan(x)) and x is not np.ma.masked
+
+
+_RANK_SQL = "coalesce({t}rank, 0)"
+_COMM_SQL = "coalesce({t}phase = 'communication', false)"   # collectives: a lane of their own per rank
+
+
+def _track_label(backend, device, thread, by_thread: bool, rank: int | None = None, comm: bool = False) -> str:
+    """A track's name: `rank N · <backend>` and `rank N · communication` on a multi-rank run (rank given)."""
+    if rank is not None:
+        return f"rank {int(rank)} · " + ("communication" if comm else _track_label(backend, device, thread, by_thread))
+    if comm:
+        return _track_label(backend, device, thread, by_thread) + " · communication"
     label = backend or "?"
-    stream = bool(device) and device.split(":")[0] == backend      # "cuda" on "cuda:0": a GPU stream (imports)
+    stream = ":" in (device or "") and device.split(":")[0] == backend   # "cuda" on "cuda:0": a GPU stream (imports)
     if stream:
         label = device
     elif device and device not in label:

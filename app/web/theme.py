@@ -25,6 +25,8 @@ _FIXED = {
     # views cost nothing: pale, and warm, so they never read as the gray of spans too small to draw
     "view": "#e7d8c9", "reshape": "#e7d8c9", "permute": "#d6c2ad", "transpose": "#d6c2ad", "contiguous": "#a78b6f",
     "kernel": "#0ea5e9", "memcpy": "#dc2626", "memset": "#f87171",
+    # collectives warm (a rank waiting in one reads at a glance), apart from the compute beside them
+    "all_reduce": "#e11d48", "all_gather": "#f472b6",
 }
 _PALETTE = ["#0ea5e9", "#14b8a6", "#84cc16", "#eab308", "#f97316", "#ec4899", "#8b5cf6", "#06b6d4",
             "#22c55e", "#e11d48", "#6366f1", "#a16207", "#0d9488", "#c026d3", "#65a30d", "#ea580c"]
@@ -49,12 +51,21 @@ def span_color(name: str, group: str) -> str:
         return _KERNELS[int(hashlib.md5(str(name).encode()).hexdigest()[:8], 16) % len(_KERNELS)]
     if group == "python frame":
         return STACK
+    if group == "annotation":    # record_function names, runtime calls: each its own (hashed) color
+        return op_color(name)
     if group == "step":
         try:
             return STEP_COLORS[int(str(name).rsplit(" ", 1)[-1]) % 2]
         except ValueError:
             return STEP_COLORS[0]
     return op_color(group)
+
+
+def kernel_colors(names_by_time) -> dict[str, str]:
+    """A run's GPU kernels, busiest first: each of the first len(_KERNELS) gets a palette color of its own (a hash
+    of a dozen names collides on a dozen colors, and two of the busiest kernels would look alike); the rest keep
+    their hashed color."""
+    return {name: _KERNELS[i] for i, name in enumerate(list(names_by_time)[:len(_KERNELS)])}
 
 
 def layout(**kw) -> dict:

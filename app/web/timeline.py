@@ -19,6 +19,7 @@ PX = 1400              # buckets across the window: about the plot's width in pi
 MAX_SPANS = 2000       # individually drawn spans per track at any zoom
 STACK_KEY = -2         # key0 of a Python-stack span (events use key0 = step >= 0)
 STEP_KEY = -3          # key0 of a span on the step track (key1: the step)
+ANNOTATION_KEY = -5    # key0 of an imported annotation or runtime call (key1: its row, WebData.annotation)
 PHASE_KEY = -4         # key0 of a span on the phase band of a training run (key1: step * 8 + phase code)
 PHASES = ("forward", "backward", "optimizer")
 # the phase band's colors: the forward pass cool, the backward warm, the optimizer neutral (as HTA/TensorBoard)
@@ -44,6 +45,8 @@ class Spans:
     clocks: list | None = None  # per track: "simulated", "wall", or None (the step track)
     step_spans: int = 0         # spans on the band tracks (steps, phases): not counted as spans
     bands: int = 0              # the first `bands` tracks are bands (steps, phases), not ops
+    colors: list | None = None  # per name, its color (span_colors)
+    flows: np.ndarray | None = None  # an import's arrows: rows [from_t, from_track, to_t, to_track] (ns, absolute)
 
     @property
     def count(self) -> int:
@@ -203,11 +206,11 @@ def payload(spans: Spans, lod: Lod) -> dict:
     origin = spans.t_min
     shown = lod.shown
     rel = (lambda a: (np.asarray(a, np.int64) - origin).astype(np.float64))
-    colors = [PHASE_COLORS.get(n, "#94a3b8") if g == "phase" else theme.span_color(n, g)
-              for n, g in zip(spans.names, spans.groups)]
-    # the legend names a kernel and a phase itself (each has its own color), anything else by its op
-    legend = [n if g in ("kernel", "phase") else g for n, g in zip(spans.names, spans.groups)]
+    colors = span_colors(spans)
+    # the legend names a kernel, a phase and an annotation itself (each has its own color), anything else by its op
+    legend = [n if g in ("kernel", "phase", "annotation") else g for n, g in zip(spans.names, spans.groups)]
     top = in_window(spans, lod.t0, lod.t1)
+    flows = _flows_in(spans, lod.t0, lod.t1)
     return {
         "origin": str(origin), "t0": lod.t0 - origin, "t1": lod.t1 - origin, "end": spans.t_max - origin,
         "tracks": spans.tracks, "clocks": spans.clocks or [None] * len(spans.tracks), "names": spans.names,
@@ -220,7 +223,32 @@ def payload(spans: Spans, lod: Lod) -> dict:
         "buckets": {"n": len(lod.b_track), "start": b64(rel(lod.b_start), "f8"), "end": b64(rel(lod.b_end), "f8"),
                     "track": b64(lod.b_track, "i4"), "count": b64(lod.b_count, "f8"), "busy": b64(lod.b_busy, "f8"),
                     "hits": b64(lod.b_hits, "f8")},
+        "flows": {"n": len(flows), "from": b64(rel(flows[:, 0]), "f8"), "from_track": b64(flows[:, 1], "i4"),
+                  "to": b64(rel(flows[:, 2]), "f8"), "to_track": b64(flows[:, 3], "i4")},
     }
+
+
+MAX_FLOWS = 5000       # arrows sent per window: those with an end inside it, the earliest first
+
+
+def _flows_in(spans: Spans, t0: int, t1: int) -> np.ndarray:
+    """An import's flows with an end in [t0, t1]: the browser draws those that touch the picked span."""
+    f = spans.flows if spans.flows is not None else np.zeros((0, 4), np.int64)
+    inside = ((f[:, 0] >= t0) & (f[:, 0] <= t1)) | ((f[:, 2] >= t0) & (f[:, 2] <= t1))
+    return f[inside][:MAX_FLOWS]
+
+
+def span_colors(spans: Spans) -> list[str]:
+    """Per name, its color: the op's, a phase's, a step's; the run's busiest kernels each a color of their own
+    (worked out once per Spans: the payload of every zoom window carries them)."""
+    if spans.colors is None:
+        kernels = [i for i, g in enumerate(spans.groups) if g == "kernel"]
+        busy = np.bincount(spans.label, weights=(spans.end - spans.start).astype(np.float64),
+                           minlength=len(spans.names)) if kernels else np.zeros(0)
+        own = theme.kernel_colors(spans.names[i] for i in sorted(kernels, key=lambda i: (-busy[i], spans.names[i])))
+        spans.colors = [PHASE_COLORS.get(n, "#94a3b8") if g == "phase" else own.get(n) or theme.span_color(n, g)
+                        for n, g in zip(spans.names, spans.groups)]
+    return spans.colors
 
 
 def counter_payload(counters: list[dict], origin: int, t0: int, t1: int, px: int = PX) -> list[dict]:
