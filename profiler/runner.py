@@ -84,9 +84,11 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
     else:
         s = open_session(model_spec, backend_spec, allow_fallback=allow_fallback, model=model, inputs=inputs)
     if on_meta:
+        from opscope.runtime.passes.fuse import fused_members
         rep = s.plan.placement.report()
+        fused = fused_members(st.node for st in s.plan.steps)     # a fused node's members, kept with the run
         on_meta({"backend": s.backend.name, "device": s.backend.device, "nodes": len(s.graph.nodes),
-                 "description": s.backend.description.as_dict(), "placement": rep})
+                 "description": s.backend.description.as_dict(), "placement": {**rep, "fused": fused} if fused else rep})
     for _ in range(warmup):
         s.run()
     rec = Recorder(sink, values=values)

@@ -115,6 +115,10 @@ def _state(con, run_id: str):
 
 def op_stats(con, run_id: str, by: str = "op", step=None) -> list[dict]:
     _check(by)
+    return with_members(con, run_id, _op_stats(con, run_id, by, step), by)
+
+
+def _op_stats(con, run_id: str, by: str, step) -> list[dict]:
     if step is not None:
         sql = _live_sql(con, run_id, by, "AND step = $step") + _ORDER
         rows = con.execute(sql, {"run": run_id, "step": int(step)}).fetchall()
@@ -272,7 +276,7 @@ def op_breakdown(con, run_id: str, by: str = "op", times: dict | None = None) ->
         b = busy.get(d["kind"]) or 0
         d["total_pct"] = 100.0 * d["total_ns"] / b if b else None
         d["self_pct"] = 100.0 * d["self_ns"] / b if b else None
-    return out
+    return with_members(con, run_id, out, by)
 
 
 def _roll_up(rows) -> list[dict]:
@@ -313,3 +317,58 @@ def _roll_up(rows) -> list[dict]:
     for kind in KINDS:
         walk(None, kind)
     return out
+
+
+# --- fused nodes: the ops each one runs --------------------------------------------------------------
+# A fused node (the fuse pass) is one event; its members -- op, node, module path, source line -- are
+# recorded with the run (config["placement"]["fused"], from the plan: runtime.passes.fuse.fused_members),
+# so every table and export can say what ran inside it.
+
+def fused_members(run: dict) -> dict[str, list[dict]]:
+    """{fused node name: [{"op", "node", "module", "source"}, ...]} of a run (a store.get_run dict);
+    empty for a run without fused nodes, or one recorded before runs kept them."""
+    import json
+    cfg = run.get("config") or {}
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            return {}
+    place = cfg.get("placement") if isinstance(cfg, dict) else None
+    fused = (place.get("fused") if isinstance(place, dict) else None) or cfg.get("fused") or {}
+    return fused if isinstance(fused, dict) else {}
+
+
+def members_of(fused: dict, node: str) -> list[dict]:
+    """The members of event node `node` (a region's prefix `region2/` ignored); [] for any other node."""
+    return fused.get(node) or fused.get(node.rpartition("/")[2]) or []
+
+
+def member_chain(members: list[dict]) -> str:
+    """`add -> layer_norm`: a fused node's member ops, in the order it runs them."""
+    return " -> ".join(str(m.get("op", "?")) for m in members)
+
+
+def with_members(con, run_id: str, rows: list[dict], by: str) -> list[dict]:
+    """Rows of a run with fused nodes gain `members`: grouped by node, the node's member ops in order;
+    by op (the `fused` row) or module, each distinct chain among its fused nodes with how many nodes run it."""
+    if not rows or by not in _KEYS:
+        return rows
+    cfg = con.execute("SELECT config FROM runs WHERE run_id = $run", {"run": run_id}).fetchone()
+    fused = fused_members({"config": cfg[0]} if cfg else {})
+    if not fused:
+        return rows
+    found = con.execute(f"SELECT DISTINCT {_KEYS[by]}, node FROM events WHERE run_id = $run AND op = 'fused'",
+                        {"run": run_id}).fetchall()
+    chains: dict = {}
+    for key, node in found:
+        chain = member_chain(members_of(fused, node))
+        if chain:
+            chains.setdefault(key, {}).setdefault(chain, set()).add(node)
+    for r in rows:
+        c = chains.get(r["key"])
+        if c and by == "node":
+            r["members"] = next(iter(c))
+        elif c:
+            r["members"] = "; ".join(f"{chain} ({len(nodes)})" for chain, nodes in sorted(c.items()))
+    return rows

@@ -275,3 +275,66 @@ def test_training_graph_passes_keep_losses_and_phases():
             assert all(len({m.attrs.get("phase") for m in members(n)}) == 1 for n in fused)
     assert np.allclose(losses["none"], losses["all"], atol=1e-5)
     assert losses["all"][-1] < losses["all"][0]
+
+
+@pytest.mark.slow
+def test_profiled_fused_nodes_name_their_members_in_chrome_export_op_table_and_timeline(cli, tmp_path):
+    """Issue 19 point 2: a run on a chip with fusion on keeps each fused node's members -- op, module
+    path, source line -- and the Chrome export, the op table and the timeline's details show them."""
+    import json
+    import re
+
+    from opscope.app.web.server import create_app
+    from opscope.profiler.export.chrome import load_chrome, write_chrome
+    from opscope.profiler.stats import fused_members
+    from opscope.profiler.store import RunStore
+    from opscope.runtime.passes.advice import backend_with_passes
+    from opscope.runtime.passes.fuse import fused_members as plan_members
+    from test_web_security import _callback_body, _server_callbacks
+
+    spec = backend_with_passes("sim:npu-a1", ["fuse"])
+    r = cli("profile", "demo:gpt", "-b", spec, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rid = json.loads(r.stdout)["run_id"]
+    store = RunStore()
+    _, _, graph, _ = captured("demo:gpt")
+    want = plan_members(st.node for st in compile_plan(graph, backends.resolve(spec)).steps)
+    assert fused_members(store.get_run(rid)) == want and len(want) == 9      # recorded by the runner
+    first = want["fused[add+layer_norm]"]
+    assert [m["op"] for m in first] == ["add", "layer_norm"] and first[1]["module"] == "h.0.ln_1"
+    assert all(re.search(r"gpt\.py:\d+$", m["source"]) for m in first)
+
+    # Chrome export: every fused X event carries args.members
+    out = tmp_path / "t.json"
+    write_chrome(store, rid, out)
+    fused_ev = [e for e in load_chrome(out)["traceEvents"] if e.get("ph") == "X" and e["name"] == "fused"]
+    assert fused_ev and all(e["args"]["members"] == want[e["args"]["node"]] for e in fused_ev)
+
+    # op table: by node, the fused node's member ops; by op, the chains of the `fused` row
+    by_node = {s["key"]: s for s in store.op_stats(rid, by="node")}
+    assert by_node["fused[add+layer_norm]"]["members"] == "add -> layer_norm"
+    assert "members" not in by_node["embedding"]
+    fused_row = next(s for s in store.op_stats(rid) if s["key"] == "fused")
+    assert "add -> layer_norm (" in fused_row["members"]
+
+    # the web op table grouped by node: a "fused members" column, filled on the fused rows
+    app = create_app(store=store)
+    c = app.server.test_client()
+    status = {"run": rid, "status": "ok", "events": 1, "dropped": 0}
+    key, cb = next((k, cb) for k, cb in _server_callbacks(app).items() if "ops-table.rowData" in k)
+    resp = c.post("/_dash-update-component", json=_callback_body(key, cb, [status, "node", None]))
+    assert resp.status_code == 200, resp.get_data(as_text=True)[-500:]
+    table = json.loads(resp.get_data(as_text=True))["response"]["ops-table"]
+    assert {"field": "members", "headerName": "fused members"}.items() <= \
+        next(col for col in table["columnDefs"] if col.get("field") == "members").items()
+    assert {r["key"]: r["members"] for r in table["rowData"]}["fused[add_1+layer_norm_1]"] == "add -> layer_norm"
+
+    # the timeline's details for a fused span list its members with module path and source line
+    ev = store.query("SELECT step, seq FROM events WHERE run_id = ? AND node = 'fused[add+layer_norm]' LIMIT 1",
+                     [rid])[0]
+    key, cb = next((k, cb) for k, cb in _server_callbacks(app).items() if "timeline-details" in k)
+    resp = c.post("/_dash-update-component", json=_callback_body(key, cb, [[int(ev[0]), int(ev[1]), 1.0], status]))
+    assert resp.status_code == 200, resp.get_data(as_text=True)[-500:]
+    body = json.dumps(json.loads(resp.get_data(as_text=True)), ensure_ascii=False)
+    assert "member 1: add" in body and "member 2: layer_norm" in body
+    assert f"h.0.ln_1 · {first[1]['source']}" in body and first[0]["source"] in body

@@ -93,7 +93,8 @@ def register(app, data):
             ("arithmetic intensity", f"{r['intensity']:.2f} FLOP/B" if r["intensity"] else "n/a"),
             ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
             ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
-            ("fell back", r["fallback"] or "no")] for x in (html.Dt(k), html.Dd(str(v)))])
+            ("fell back", r["fallback"] or "no"),
+            *([("fused members", r["members"])] if r["members"] else [])] for x in (html.Dt(k), html.Dd(str(v)))])
         # Every call of this op on the timeline: its search marks them, Enter walks through them.
         href = f"/timeline?{urlencode({'run': run['run_id'], 'find': r['op']})}"
         return html.Div([fields, dcc.Link(f"Find every {r['op']} on the timeline →", href=href, id=ids.OPS_FIND,
@@ -121,8 +122,9 @@ def _stats(data, run, by):
 
 
 def columns(by):
-    """The columns grouped by op type, module or node: the op type's color on the op column."""
-    rest = _COLUMNS[1:]
+    """The columns grouped by op type, module or node: the op type's color on the op column; by op type or
+    node, what a fused node runs (its member ops, in order)."""
+    rest = _COLUMNS[1:] + ([("members", "fused members")] if by in ("op", "node") else [])
     if by in ("module", "node", "phase"):
         return [("name", by), ("op", "op type", ui.SWATCH), *rest]
     return [("name", "op", ui.SWATCH), *rest]
@@ -143,7 +145,7 @@ def _row(s):
             "mean_ns": s["mean_ns"], "p95_ns": s["p95_ns"], "total_pct": s["total_pct"], "self_pct": s["self_pct"],
             "gflops": (s["achieved_flops"] or 0) / 1e9, "pct_peak": s["pct_peak"],
             "fallback": "yes" if s["fallback"] else "", "flops": s["flops"], "bytes": s["bytes"],
-            "intensity": s["intensity"]}
+            "intensity": s["intensity"], "members": s.get("members", "")}
 
 
 def roofline(run, data, stats, selected=None) -> dict:

@@ -3,7 +3,8 @@
     {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}
 
 One `X` event per executed op (cat: its phase, forward / backward / optimizer, or "transfer" for copies
-between backends; args.fwd_node names the forward op a backward op differentiates), one `X` per
+between backends; args.fwd_node names the forward op a backward op differentiates; a fused node's
+args.members lists the ops it ran, each with its node, module path and source line), one `X` per
 step and thread (cat "step") enclosing that step's ops, `M` events naming each process
 (backend and device) and thread, `C` counter events for live memory, and the run's Python stacks
 (cat "stack") as a process of their own when the run has them. `ts`/`dur` are microseconds from the
@@ -22,6 +23,7 @@ import json
 import numpy as np
 import orjson
 
+from ..stats import fused_members, members_of
 from . import open_output
 from .rows import fixed_rows, row_parts
 from .timeline import Timeline, load_timeline
@@ -50,10 +52,13 @@ def metadata_events(tl: Timeline) -> list[dict]:
 def _op_prefixes(tl: Timeline) -> np.ndarray:
     """Per kind: ',{"name":..,"cat":..,"ph":"X","pid":..,"tid":..,"args":{<args that never change>' as bytes."""
     out = []
+    fused = fused_members(tl.run)
     for k in tl.kinds:
         op = k["op"] or "?"
         args = {c: k[c] for c in _STATIC_ARGS if k[c] is not None and k[c] != ""}
         args["fallback"] = bool(k["fallback"])
+        if op == "fused" and k["node"]:     # the ops the one kernel ran: op, node, module path, source line
+            args["members"] = members_of(fused, k["node"])
         # the category is the phase (forward / backward / optimizer): viewers filter and color by it
         cat = "transfer" if op == "transfer" else k["phase"] or "forward"
         head = orjson.dumps({"name": op, "cat": cat, "ph": "X", "pid": k["pid"], "tid": k["tid"]})[:-1]

@@ -38,6 +38,18 @@ def members(node: Node) -> list[Node]:
     return list(node.attrs.get("members", ())) if node.op == "fused" else []
 
 
+def member_records(node: Node) -> list[dict]:
+    """A fused node's members as plain data (op, node name, module path, source line): what a run
+    records so that its op table, timeline and exports name them (empty for any other node)."""
+    return [{"op": m.op, "node": m.name, "module": m.module_path or "", "source": m.source or ""}
+            for m in members(node)]
+
+
+def fused_members(nodes) -> dict[str, list[dict]]:
+    """{fused node name: member_records(...)} for every fused node among `nodes` (a graph's or a plan's)."""
+    return {n.name: member_records(n) for n in nodes if n.op == "fused"}
+
+
 def pointwise(node: Node) -> bool:
     op = OPS.get(node.op)
     if op is None or node.multi_output or len(node.outputs) != 1 or node.output_meta[0] is None:
