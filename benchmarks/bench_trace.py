@@ -2,6 +2,12 @@
 
     python benchmarks/bench_trace.py            # 1M events, 3 rounds
     python benchmarks/bench_trace.py --quick    # 100k events, 1 round
+    python benchmarks/bench_trace.py --events 500000 --phases   # a 1M-trace-event file (an op + a memory counter
+                                                                # each), with the import's phases every round
+
+Every timing is wall-clock seconds; phases also give CPU seconds (all threads), which is what the import
+would take on an idle machine -- on a shared one the wall time mostly measures the neighbours. The load
+average is printed with the results.
 
 Baseline: the same events as a list of dicts (the fields our Chrome events carry) written with
 `json.dump` and read with `json.load` -- what a straightforward exporter/importer would do.
@@ -72,13 +78,14 @@ def import_phases(store, path) -> dict:
     enabled = gc.isenabled()
     gc.disable()                            # as import_trace does
     try:
-        out["read json"], doc = timed(lambda: read_json(path))
-        out["parse"], (table, run) = timed(lambda: kineto.parse(doc, str(path)))
+        out["read json"], doc = timed(lambda: read_json(path), cpu=True)
+        out["parse"], (table, run) = timed(lambda: kineto.parse(doc, str(path)), cpu=True)
+        out["free json"], _ = timed(doc.clear, cpu=True)         # a million dicts to free: not nothing
         del doc
-        out["columns"], _ = timed(table.columns)          # save() does this again: reported, not subtracted
+        out["columns"], _ = timed(table.columns, cpu=True)       # save() does this again: reported, not subtracted
         out["save (columns + insert)"], rid = timed(lambda: save(
             store, table, model="bench", backend=run["backend"], device=run["device"], source=str(path),
-            config=run["config"], steps=max(1, run["steps"])))
+            config=run["config"], steps=max(1, run["steps"])), cpu=True)
     finally:
         if enabled:
             gc.enable()
@@ -86,10 +93,12 @@ def import_phases(store, path) -> dict:
     return out
 
 
-def timed(fn):
-    t = time.perf_counter()
+def timed(fn, cpu: bool = False):
+    """-> (wall seconds, or (wall, CPU seconds) when cpu, fn's result)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
-    return time.perf_counter() - t, out
+    wall = time.perf_counter() - t
+    return ((wall, time.process_time() - c) if cpu else wall), out
 
 
 def main() -> int:
@@ -114,6 +123,8 @@ def main() -> int:
         out, pf, base = Path(tmp) / "t.json", Path(tmp) / "t.pftrace", Path(tmp) / "baseline.json"
         res = {k: [] for k in ("export chrome", "export perfetto", "import chrome", "baseline json.dump",
                                "baseline json.load")}
+        phases: dict = {}
+        import_cpu: list = []
         for r in range(args.rounds):          # interleaved, so machine load hits both sides alike
             res["export chrome"].append(timed(lambda: export(store, rid, "chrome", out))[0])
 
@@ -123,8 +134,9 @@ def main() -> int:
                     json.dump({"traceEvents": ev}, f)
             res["baseline json.dump"].append(timed(dump)[0])
             res["export perfetto"].append(timed(lambda: export(store, rid, "perfetto", pf))[0])
-            t, back = timed(lambda: import_trace(out, store=store))
+            (t, cpu), back = timed(lambda: import_trace(out, store=store), cpu=True)
             res["import chrome"].append(t)
+            import_cpu.append(cpu)
             store.delete_run(back)
 
             def load():
@@ -133,9 +145,11 @@ def main() -> int:
             res["baseline json.load"].append(timed(load)[0])
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in res.items()),
                   flush=True)
-        if args.phases:
-            phases = import_phases(store, out)
-            print("import phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), flush=True)
+            if args.phases:
+                for k, v in import_phases(store, out).items():
+                    phases.setdefault(k, []).append(v)
+                print("  import phases (wall / cpu): " + ", ".join(f"{k} {v[-1][0]:.2f} / {v[-1][1]:.2f} s"
+                                                                   for k, v in phases.items()), flush=True)
         med = {k: statistics.median(v) for k, v in res.items()}
         print(f"\nmedians over {args.rounds} round(s), {args.events:,} events "
               f"(chrome {out.stat().st_size / 2**20:.0f} MiB, perfetto {pf.stat().st_size / 2**20:.0f} MiB, "
@@ -146,6 +160,12 @@ def main() -> int:
         print(f"  export perfetto / baseline json.dump = {med['export perfetto'] / med['baseline json.dump']:.2f}x time")
         print(f"  import chrome / baseline json.load   = {med['import chrome'] / med['baseline json.load']:.2f}x time"
               " (import also nests, maps names and writes the store)")
+        print(f"  import chrome cpu    {statistics.median(import_cpu):7.2f} s  (CPU seconds, all threads: "
+              "the import's time on an idle machine)")
+        for k, v in phases.items():
+            print(f"  import phase {k:24s} wall {statistics.median(w for w, _ in v):6.2f} s   "
+                  f"cpu {statistics.median(c for _, c in v):6.2f} s")
+        print("  load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     return 0
 
 

@@ -89,6 +89,8 @@ def _masked_column(name: str, values) -> tuple[np.ndarray, np.ndarray | None]:
         return np.fromiter((0 if m else v for v, m in zip(values, mask.tolist())), dtype=dtype, count=n), mask
     if name in _FLOAT:                       # NaN scans as NULL
         return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64), None
+    if isinstance(values, np.ndarray):       # already an object array (an import's text columns): no copy
+        return values, None
     arr = np.empty(len(values), dtype=object)
     arr[:] = list(values)
     return arr, None
@@ -335,8 +337,8 @@ class RunStore:
         n = len(cols[names[0]])
         if n == 0:
             return 0
-        frame = {"run_id": np.full(n, run_id, dtype=object)}
-        select = ["run_id"]
+        frame = {}
+        select = ["$run_id"]        # one parameter, not a column of n copies of the same text to scan
         for c in names:
             arr, mask = _masked_column(c, cols[c])
             frame[c] = arr
@@ -350,10 +352,10 @@ class RunStore:
         view = f"_batch_{table}_{threading.get_ident()}"
         sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)} FROM {view}"
         if con is not None:
-            _scan(con, view, frame, sql)
+            _scan(con, view, frame, sql, {"run_id": run_id})
         else:
             with self.connect() as c:
-                _scan(c, view, frame, sql)
+                _scan(c, view, frame, sql, {"run_id": run_id})
         return n
 
     # --- reading -------------------------------------------------------------------------
@@ -449,10 +451,10 @@ class RunStore:
             return {c: np.zeros(0, dtype=object) for c in columns}
 
 
-def _scan(con, view, frame, sql):
+def _scan(con, view, frame, sql, params=None):
     con.register(view, frame)
     try:
-        con.execute(sql)
+        con.execute(sql, params)
     finally:
         con.unregister(view)
 

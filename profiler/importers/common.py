@@ -88,12 +88,12 @@ def read_bounded(path: Path, limit: int) -> bytes:
         with os.fdopen(fd, "rb") as f:
             _regular(path, os.fstat(f.fileno()))
             head = f.read(2)
+            f.seek(0)             # one read of the whole file below: `head + rest` would copy it all again
             if head != b"\x1f\x8b":
-                data = head + f.read(limit + 1 - len(head))      # the file may have grown since its stat
+                data = f.read(limit + 1)      # the file may have grown since its stat
                 if len(data) > limit:
                     raise UsageError(too_big.format(f"more than {limit}"))
                 return data
-            f.seek(0)
             return _gunzip(path, f, limit, too_big)
     except OSError as e:
         raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
@@ -350,8 +350,11 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
     if not sum(map(len, tables)):
         raise UsageError(f"cannot import {source}: it holds no operator events to import")
     parts = [t.columns() for t in tables]
-    cols = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
-    nulls = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
+    if len(parts) == 1:        # one table: its columns as they are (a copy of a million rows is not free)
+        cols, nulls = dict(parts[0][0]), parts[0][1]
+    else:
+        cols = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+        nulls = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
     # every time fits int64 ns; so must the distance between any two, which every view subtracts
     first, last = int(cols["start_ns"].min()), int(cols["end_ns"].max())
     if last - first > INT64_MAX:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
+from itertools import repeat
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def count_kinds(events, phs=None) -> Counter:
     caller has them (then the count is one C-level pass over (category, phase) pairs)."""
     if phs is not None:
         try:
-            pairs = Counter(zip([e.get("cat") for e in events], phs))
+            pairs = Counter(zip(map(dict.get, events, repeat("cat")), phs))
         except TypeError:           # a category or phase that is a list or an object
             pass
         else:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import eq, itemgetter, ne
 
 import numpy as np
 
@@ -246,14 +247,33 @@ def _ints(values: list) -> np.ndarray:
 
 
 def _fields(dicts: list, keys: tuple, defaults: dict) -> dict[str, list]:
-    """key -> [d.get(key, default) for d in dicts], for several keys in one C-level pass when every dict
-    has every key (the usual case), else one comprehension per key."""
-    if not dicts:
-        return {k: [] for k in keys}
+    """key -> [d.get(key, default) for d in dicts]: one C-level pass per key (itemgetter where every dict has
+    the key, the usual case, else dict.get with the default)."""
+    out = {}
+    for k in keys:
+        try:
+            out[k] = list(map(itemgetter(k), dicts))
+        except KeyError:
+            out[k] = list(map(dict.get, dicts, repeat(k), repeat(defaults.get(k))))
+    return out
+
+
+def _step_mask(names: list, cats: list, of_cat) -> np.ndarray:
+    """`is_step_span` of every event, asked once per distinct name (a trace has few) where names can be a set."""
     try:
-        return dict(zip(keys, map(list, zip(*map(itemgetter(*keys), dicts)))))
-    except KeyError:
-        return {k: [d.get(k, defaults.get(k)) for d in dicts] for k in keys}
+        steps = {x for x in set(names) if is_step_span(x, None)}
+    except TypeError:          # a name that is a list or an object
+        return np.fromiter(map(is_step_span, names, cats), dtype=bool, count=len(names))
+    if not steps:
+        return np.zeros(len(names), dtype=bool)
+    return np.fromiter(map(steps.__contains__, names), dtype=bool, count=len(names)) & \
+        of_cat(lambda c: c not in _GPU_CATS)
+
+
+def _thread_ids(tids: list) -> list:
+    """`as_int` of every tid, asked once per distinct tid (`_keys` made them hashable)."""
+    ids = {t: _int(t) for t in set(tids)}
+    return list(map(ids.__getitem__, tids))
 
 
 def _picker(idx: np.ndarray, n: int):
@@ -267,23 +287,25 @@ def _picker(idx: np.ndarray, n: int):
 
 
 def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> tuple[EventTable, dict]:
-    """The whole trace a column at a time: one list comprehension per field, numpy for times.
+    """The whole trace a column at a time: one C-level pass per field (map, compress, itemgetter), per-category
+    answers spread to the events by numpy, numpy for times.
 
     Handles X events with numeric times (what torch.profiler and our own export write); raises
     _Irregular for anything else, and the event-by-event parser takes over.
     """
     try:
-        phs = [e.get("ph") for e in events]
+        phs = list(map(dict.get, events, repeat("ph")))       # C-level passes: no Python code per event
         kinds_of_ph = set(phs)
     except (AttributeError, TypeError):       # an event that is not an object; a "ph" that is a list
         raise _Irregular from None
     if "B" in kinds_of_ph or "E" in kinds_of_ph:
         raise _Irregular
-    xs = [e for e, p in zip(events, phs) if p == "X"]
+    xs = list(compress(events, map(eq, phs, repeat("X"))))
     fields = _fields(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
     cats, names, pid_list, tid_list = fields["cat"], fields["name"], _keys(fields["pid"]), _keys(fields["tid"])
     try:
-        cat_set = set(cats)
+        cat_list = list(dict.fromkeys(cats))       # in order of first appearance: the run's counts list them so
+        cat_set = set(cat_list)
     except TypeError:      # a category that is a list or an object
         raise _Irregular from None
     if any(_is_kineto_cat(c) for c in cat_set):
@@ -292,7 +314,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         kind = "opscope"
     else:
         kind = "chrome"
-    procs, threads = _metadata([e for e, p in zip(events, phs) if p == "M"], "")
+    procs, threads = _metadata(list(compress(events, map(eq, phs, repeat("M")))), "")
     pids = sorted(set(pid_list), key=str)
     t0 = _t0(kind, other, source) + shift_ns
     with np.errstate(over="ignore", invalid="ignore"):      # inf and NaN fail the check below
@@ -305,19 +327,32 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     start = t0 + np.rint(ts).astype(np.int64)
     end = start + np.rint(dur).astype(np.int64)
 
-    is_step = [is_step_span(n, c) for n, c in zip(names, cats)]
+    # per-event masks from per-category answers: a category code per event, one numpy lookup per question
+    cat_code = np.fromiter(map({c: i for i, c in enumerate(cat_list)}.__getitem__, cats), dtype=np.intp,
+                           count=len(cats))
+
+    def of_cat(pred) -> np.ndarray:
+        return np.asarray([bool(pred(c)) for c in cat_list] + [False])[cat_code]
+    is_step = _step_mask(names, cats, of_cat)
     if kind == "kineto":
-        keep = [(c == "cpu_op" or is_collective(c, n)) and not st for c, n, st in zip(cats, names, is_step)]
+        keep = of_cat(lambda c: c == "cpu_op")
+        for i in np.flatnonzero(of_cat(lambda c: c == "user_annotation")).tolist():
+            keep[i] = is_collective(cats[i], names[i])
     elif kind == "opscope":
-        keep = [c not in ("step", "stack") and not st for c, st in zip(cats, is_step)]
+        keep = of_cat(lambda c: c not in ("step", "stack"))
     else:
-        keep = [c not in _GPU_CATS and not st for c, st in zip(cats, is_step)]
+        keep = of_cat(lambda c: c not in _GPU_CATS)
+    keep &= ~is_step
     step_spans = [(int(start[i]), int(end[i])) for i in np.flatnonzero(is_step).tolist()]
     step_kinds = Counter(kind_of(xs[i]) for i in np.flatnonzero(is_step).tolist()) if kind != "kineto" else Counter()
     idx = np.flatnonzero(keep)
     pick = _picker(idx, len(xs))
     kept = pick(xs)
-    imported = Counter({str(c): k for c, k in Counter(pick(cats)).items()})
+    if all(isinstance(c, str) for c in cat_list):      # else two categories may share a text (1 and "1")
+        counts = np.bincount(cat_code[idx], minlength=len(cat_list)).tolist()
+        imported = Counter({c: k for c, k in zip(cat_list, counts) if k})
+    else:
+        imported = Counter({str(c): k for c, k in Counter(pick(cats)).items()})
 
     def spans(mask):
         at = np.flatnonzero(mask)
@@ -327,12 +362,12 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     if kind == "kineto":
         if not cat_set.isdisjoint(_GPU_OPS):
             launch_cats = {c for c in cat_set if _is_launch(c)}
-            gpu_spans = spans([c in _GPU_OPS for c in cats])
-            gpu = _gpu_columns(gpu_spans, spans([c in launch_cats for c in cats]),
+            gpu_spans = spans(of_cat(lambda c: c in _GPU_OPS))
+            gpu = _gpu_columns(gpu_spans, spans(of_cat(lambda c: c in launch_cats)),
                                _Spans(kept, start[idx].tolist(), end[idx].tolist()))
             imported.update(str(e.get("cat")) for e in gpu_spans.events)
-        nonx = [(i, e) for i, (e, p) in enumerate(zip(events, phs)) if p != "X"]
-        details = Details(spans([not k and c not in _GPU_OPS for c, k in zip(cats, keep)]), nonx, source)
+        nonx = list(compress(enumerate(events), map(ne, phs, repeat("X"))))
+        details = Details(spans(~keep & ~of_cat(lambda c: c in _GPU_OPS)), nonx, source)
         step_spans = step_spans or details.annotation_steps()
     names = list(map(str, pick(names)))
     pid_list, tid_list = pick(pid_list), pick(tid_list)
@@ -345,7 +380,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["node"] = names
         cols["backend"] = ["torch:cpu"] * n
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
-        cols["thread"] = [_int(t) for t in tid_list]
+        cols["thread"] = _thread_ids(tid_list)
         args = _arg_dicts(kept)
         io = [_kineto_inputs(a) for a in args]
         cols["input_shapes"] = [a for a, _ in io]
@@ -354,7 +389,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["flops"] = [f for f, _ in fb]
         cols["bytes"] = [b for _, b in fb]
     elif kind == "opscope":
-        args = [e.get("args") for e in kept]
+        args = list(map(dict.get, kept, repeat("args")))
         if not set(map(type, args)) <= {dict}:
             args = [a if isinstance(a, dict) else {} for a in args]
         a_cols = _fields(args, ("node", "step", "seq", "module", "source", "input_shapes", "input_dtypes",
@@ -364,12 +399,22 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         for pt in set(zip(pid_list, tid_list)):
             pid, tid = pt
             where[pt] = procs.get(pid, (f"pid {pid}", "")) + (threads.get(pt, _int(tid)),)
-        lanes = [where[pt] for pt in zip(pid_list, tid_list)]
+        if len(where) == 1:           # one process and thread, as a graph run's export has
+            (w,) = where.values()
+            cols["backend"], cols["device"], cols["thread"] = [w[0]] * n, [w[1]] * n, [w[2]] * n
+        else:
+            lanes = [where[pt] for pt in zip(pid_list, tid_list)]
+            cols["backend"] = [w[0] for w in lanes]
+            cols["device"] = [w[1] for w in lanes]
+            cols["thread"] = [w[2] for w in lanes]
         cols["op"] = names
-        cols["node"] = [text(a) or x for a, x in zip(a_cols["node"], names)]
-        cols["backend"] = [w[0] for w in lanes]
-        cols["device"] = [w[1] for w in lanes]
-        cols["thread"] = [w[2] for w in lanes]
+        nodes = a_cols["node"]
+        if not set(map(type, nodes)) <= {str, type(None)}:
+            cols["node"] = [text(a) or x for a, x in zip(nodes, names)]
+        elif {None, ""}.isdisjoint(set(nodes)):      # every op names its node (our export's usual case)
+            cols["node"] = nodes
+        else:
+            cols["node"] = [a or x for a, x in zip(nodes, names)]
         cols["step"] = _ints(a_cols["step"])
         for c in ("module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
             vals = a_cols[c]
@@ -387,7 +432,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["node"] = names
         cols["backend"] = [procs.get(p, (f"pid {p}", ""))[0] if p in procs else "chrome-trace" for p in pid_list]
         cols["device"] = [f"pid {p}" for p in pid_list] if len(pids) > 1 else ["cpu"] * n
-        cols["thread"] = [_int(t) for t in tid_list]
+        cols["thread"] = _thread_ids(tid_list)
 
     table = EventTable()
     table.extend(n, cols)
