@@ -78,6 +78,10 @@ def plan_sites(plan, base: int = 0, region: bool = False) -> list[tuple]:
 
 
 class Recorder:
+    # NOTE: it reads an op's outputs only, so a training step may update parameters in place under it
+    # (runtime/train/step.py); hooks that look at inputs after an op keep the functional update
+    reads_inputs_after_op = False
+
     def __init__(self, sink, *, values: bool = False, regions: bool = False, flush_events: int = FLUSH_EVENTS,
                  flush_interval_ns: int = FLUSH_INTERVAL_NS):
         self.sink = sink

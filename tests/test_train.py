@@ -77,6 +77,41 @@ def test_parameters_stay_on_the_backend_between_steps():
     assert mem["activations"] > 0
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_unwatched_steps_update_in_place_and_match_watched_ones(optimizer):
+    """Without hooks the optimizer writes into the old parameter and state (as torch.optim does); under a
+    hook it stays functional, so the hook still sees an op's inputs as they were. Same numbers either way."""
+    model, inputs = models.load_train("demo:mlp")
+    fast, watched = (Trainer.create(model, inputs, backends.resolve("torch:cpu"), _opt(optimizer)) for _ in range(2))
+
+    class KeepsInputs:
+        def before_op(self, call):
+            self.before = [v.clone() if hasattr(v, "clone") else v for v in call.inputs]
+
+        def after_op(self, call):
+            if call.node.op == optimizer:
+                assert all((a == b).all() for a, b in zip(call.inputs, self.before) if hasattr(a, "clone"))
+
+    slot = next(iter(fast.train.joint.param_slots.values()))
+    losses = [fast.step()]
+    before = fast.plan.constants[slot]
+    losses += [fast.step() for _ in range(3)]
+    assert fast.plan.constants[slot] is before             # written in place, step after step
+    with watched.executor.hooked(KeepsInputs()):
+        assert [watched.step() for _ in range(4)] == losses
+    a, b = fast.parameters(), watched.parameters()
+    assert all((a[k] == b[k]).all() for k in a)
+
+    class TimesOnly:                                        # a hook that never reads inputs after an op
+        reads_inputs_after_op = False
+
+        def after_op(self, call):
+            pass
+    with fast.executor.hooked(TimesOnly()):
+        fast.step()
+    assert fast.plan.constants[slot] is before
+
+
 def test_an_unsupported_backward_op_falls_back_for_exactly_that_op(tmp_path):
     desc = tmp_path / "nobw.toml"
     desc.write_text(textwrap.dedent("""
@@ -164,3 +199,61 @@ def test_backward_and_optimizer_ops_pass_conformance(backend):
     report = check(backends.resolve(backend), ops=list(BACKWARD_SAMPLES) + list(OPTIM_SAMPLES))
     assert not report.failed, [(c.op, c.dtype, c.message) for c in report.failed]
     assert report.counts()["untested"] == 0 and report.counts()["unsupported"] == 0
+
+
+def test_tied_weights_train_as_one_parameter(tmp_path):
+    """Regression (BERT's decoder bias, GPT-2's lm_head): a tensor under two names is one input, one
+    gradient (summed over its uses), one update -- gradients were paired with the wrong parameters."""
+    f = tmp_path / "tied.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+
+        class Tied(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(10, 6)
+                self.unused = torch.nn.Linear(6, 6)          # no gradient: must not shift the pairing
+                self.mid = torch.nn.Linear(6, 6)
+                self.head = torch.nn.Linear(6, 10)
+                self.head.weight = self.emb.weight
+
+            def forward(self, ids, y):
+                return F.cross_entropy(self.head(torch.tanh(self.mid(self.emb(ids)))), y)
+
+        def make():
+            torch.manual_seed(0)
+            return Tied(), (torch.randint(0, 10, (7,)), torch.randint(0, 10, (7,)))
+    """))
+    model_spec = f"{f}:make"
+    r = compare_with_eager(model_spec, "numpy", steps=5, optimizer=_opt("adamw"))
+    _assert_matches(r)
+    model, inputs = models.load_train(model_spec)
+    t = Trainer.create(model, inputs, backends.resolve("numpy"), _opt("sgd"))
+    assert t.train.joint.aliases == {"head.weight": "emb.weight"}
+    assert [n.attrs["param"] for n in t.train.graph.nodes if n.op == "sgd"].count("emb.weight") == 1
+    t.step()
+    p = t.parameters()
+    assert (p["head.weight"] == p["emb.weight"]).all()
+
+
+def test_capture_tells_the_model_it_is_traced():
+    """Regression (transformers 5 GPT-2): code that skips a data-dependent check while traced
+    (`torch.compiler.is_compiling()`) is captured without calling .item() on a fake tensor."""
+    import torch
+
+    class Checks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 1)
+
+        def forward(self, x):
+            if not torch.compiler.is_compiling() and bool((x > 100).all()):    # eager only: needs values
+                x = x * 0
+            return self.fc(x).pow(2).mean()
+
+    torch.manual_seed(0)
+    r = compare_with_eager("checks", "numpy", steps=3, optimizer=_opt("sgd"), model=Checks(),
+                           inputs=(torch.randn(4, 3),))
+    _assert_matches(r)
+    assert not torch.compiler.is_compiling()              # the flag is put back after the capture

@@ -30,7 +30,16 @@ def resnet18():
     cfg = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2],
                                     layer_type="basic", num_labels=4)
     torch.manual_seed(0)
-    return transformers.ResNetForImageClassification(cfg), (torch.randn(2, 3, 32, 32), torch.tensor([1, 3]))
+    return transformers.ResNetForImageClassification(cfg), (torch.randn(32, 3, 32, 32), torch.randint(0, 4, (32,)))
+
+
+# NOTE: ResNet training on a few images is chaotic at the default rates (sgd 1e-2, adamw 1e-3): eager PyTorch
+# against itself, with the initial weights perturbed by 1e-7, drifts up to 1e-2 in 10 steps (measured at batch
+# 2-32) -- ReLU / max-pool routing flips on activations within rounding of a tie, and batch norm over 2 values
+# at batch 2 (1x1 last stage) amplifies rounding 300x. So float32 rounding alone (numpy's kernels sum in another
+# order than ATen's) fails 1e-4 there. At batch 32 and 10x lower rates eager-vs-perturbed-eager stays ~1e-6,
+# so 1e-4 here measures the backend, not the model's conditioning.
+LR = {"resnet18": {"sgd": 1e-3, "adamw": 1e-4}}
 
 
 def _kwargs_model(factory):
@@ -49,21 +58,55 @@ def _kwargs_model(factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factory", [
-    pytest.param(gpt2, id="gpt2", marks=pytest.mark.xfail(reason="joint capture: transformers 5 GPT-2 calls .item() "
-                                                        "(DataDependentOutputException _local_scalar_dense)")),
-    pytest.param(bert, id="bert", marks=pytest.mark.xfail(reason="tied parameters (cls.predictions.bias / decoder."
-                                                        "bias): joint.py pairs a gradient with the wrong parameter")),
-    pytest.param(resnet18, id="resnet18", marks=pytest.mark.xfail(reason="losses leave eager's from step 2 "
-                                                                "(batch-norm statistics, under investigation)")),
-])
+@pytest.mark.parametrize("factory", [gpt2, bert, resnet18], ids=["gpt2", "bert", "resnet18"])
 @pytest.mark.parametrize("backend", ["numpy", "torch:cpu", "sim:npu-a1"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_transformers_model_trains_like_eager(factory, backend, optimizer):
     model, inputs = _kwargs_model(factory)
-    opt = OptimizerSpec(optimizer, lr=1e-2 if optimizer == "sgd" else 1e-3, weight_decay=0.01)
+    lr = LR.get(factory.__name__, {}).get(optimizer, 1e-2 if optimizer == "sgd" else 1e-3)
+    opt = OptimizerSpec(optimizer, lr=lr, weight_decay=0.01)
     r = compare_with_eager(factory.__name__, backend, steps=10, optimizer=opt, model=model, inputs=inputs)
     for a, e in zip(r["losses"], r["eager_losses"]):
         assert abs(a - e) <= TOL * max(1.0, abs(e)), (r["losses"], r["eager_losses"])
     assert r["parameter_error"]["max_abs"] <= TOL, r["parameter_error"]
+    # batch-norm running statistics never reach a training-mode loss: only comparing them shows them carried
+    assert r["buffer_error"]["max_abs"] <= TOL, r["buffer_error"]
     assert r["losses"][-1] < r["losses"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory,tied", [(gpt2, "model.lm_head.weight"), (bert, "model.cls.predictions.decoder.bias")],
+                         ids=["gpt2", "bert"])
+def test_a_tied_weight_is_one_parameter_updated_once(factory, tied):
+    from opscope.runtime import backends
+    from opscope.runtime.train import Trainer
+
+    model, inputs = _kwargs_model(factory)
+    t = Trainer.create(model, inputs, backends.resolve("numpy"), OptimizerSpec("sgd"))
+    first = t.train.joint.aliases[tied]
+    assert tied not in t.train.joint.param_slots and first in t.train.joint.grad_slots
+    assert sum(1 for n in t.train.graph.nodes if n.op == "sgd" and n.attrs["param"] == first) == 1
+    t.step()
+    params = t.parameters()
+    assert (params[tied] == params[first]).all()          # every name reads the one updated tensor
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_resnet_config_is_well_conditioned(optimizer):
+    """The NOTE above, checked: eager against eager with the weights perturbed by 1e-7 stays well inside the
+    tolerance, so a failure of the ResNet case above is the backend's, not rounding amplified by the model."""
+    import copy
+
+    from opscope.runtime.train import eager_steps
+
+    model, inputs = _kwargs_model(resnet18)
+    opt = OptimizerSpec(optimizer, lr=LR["resnet18"][optimizer], weight_decay=0.01)
+    nudged = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in nudged.parameters():
+            p.mul_(1 + 1e-7 * torch.randn(p.shape, generator=g))
+    a, b = eager_steps(model, inputs, opt, 10), eager_steps(nudged, inputs, opt, 10)
+    drift = max(float(abs(a["parameters"][k] - b["parameters"][k]).max()) for k in a["parameters"])
+    assert drift <= TOL / 10, drift

@@ -28,15 +28,34 @@ def _n(n):
 
 # --- torch implementations: custom ops `opscope::sgd` / `opscope::adamw` (the torch backend
 # runs a node's target, and conformance compares the numpy kernels with these in float64) ---
+def _sgd(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place):
+    d = grad.add(param, alpha=weight_decay) if weight_decay else grad
+    if momentum:
+        buf = (momentum_buffer.mul_(momentum) if in_place else momentum_buffer.mul(momentum)).add_(d)
+        d = d.add(buf, alpha=momentum) if nesterov else buf
+        return [param.add_(d, alpha=-lr) if in_place else param.add(d, alpha=-lr), buf]
+    return [param.add_(d, alpha=-lr) if in_place else param.add(d, alpha=-lr)]
+
+
+def _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place):
+    t = float(step)
+    if in_place:
+        p = param.mul_(1 - lr * weight_decay) if weight_decay else param
+        m = exp_avg.lerp_(grad, 1 - beta1)
+        v = exp_avg_sq.mul_(beta2)
+    else:                                   # new tensors; the ops on them below may then work in place
+        p = param.mul(1 - lr * weight_decay)
+        m = exp_avg.lerp(grad, 1 - beta1)
+        v = exp_avg_sq.mul(beta2)
+    v.addcmul_(grad, grad, value=1 - beta2)
+    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
+    return [p.addcdiv_(m, denom, value=-(lr / (1 - beta1 ** t))), m, v]
+
+
 @torch.library.custom_op("opscope::sgd", mutates_args=())
 def sgd_torch(param: torch.Tensor, grad: torch.Tensor, momentum_buffer: Optional[torch.Tensor], lr: float,
               momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> list[torch.Tensor]:
-    d = grad.add(param, alpha=weight_decay) if weight_decay else grad
-    if momentum:
-        buf = momentum_buffer.mul(momentum).add_(d)
-        d = d.add(buf, alpha=momentum) if nesterov else buf
-        return [param.add(d, alpha=-lr), buf]
-    return [param.add(d, alpha=-lr)]
+    return _sgd(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place=False)
 
 
 @sgd_torch.register_fake
@@ -48,17 +67,26 @@ def _(param, grad, momentum_buffer, lr, momentum=0.0, weight_decay=0.0, nesterov
 def adamw_torch(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
                 step: torch.Tensor, lr: float, beta1: float, beta2: float, eps: float,
                 weight_decay: float) -> list[torch.Tensor]:
-    t = float(step)
-    p = param.mul(1 - lr * weight_decay)
-    m = exp_avg.lerp(grad, 1 - beta1)
-    v = exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1 - beta2)
-    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
-    return [p.addcdiv(m, denom, value=-(lr / (1 - beta1 ** t))), m, v]
+    return _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place=False)
 
 
 @adamw_torch.register_fake
 def _(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
     return [torch.empty_like(param), torch.empty_like(param), torch.empty_like(param)]
+
+
+def sgd_in_place(param, grad, momentum_buffer=None, lr=1e-3, momentum=0.0, weight_decay=0.0, nesterov=False):
+    return _sgd(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place=True)
+
+
+def adamw_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    return _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place=True)
+
+
+# The same updates writing the new parameter and state into the old tensors (and returning them), as
+# torch.optim does: what a trainer runs when nothing but the next step reads the old values. Same
+# float operations in the same order, so the same numbers as the functional ops above.
+UPDATE_IN_PLACE = {"sgd": sgd_in_place, "adamw": adamw_in_place}
 
 
 # --- specs and numpy reference kernels ------------------------------------------------------

@@ -2,7 +2,8 @@
 
     model, inputs = models.load_train("demo:gpt")          # the model returns its loss
     t = Trainer.create(model, inputs, backends.resolve("sim:npu-a1"), OptimizerSpec("adamw", lr=1e-3))
-    losses = [t.step() for _ in range(10)]                   # parameters stay on the backend
+    losses = [t.step() for _ in range(10)]                   # parameters stay on the backend, updated in
+                                                             # place unless a hook reads op inputs afterwards
     t.parameters(); t.memory()                               # host copies; bytes by category
     report = compare_with_eager("demo:gpt", "numpy", steps=10, optimizer=OptimizerSpec("sgd"))
 

@@ -26,7 +26,8 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
     params = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
-    return {"losses": losses, "parameters": params, "step_seconds": times}
+    buffers = {n: b.detach().numpy().copy() for n, b in model.named_buffers()}
+    return {"losses": losses, "parameters": params, "buffers": buffers, "step_seconds": times}
 
 
 def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimizer: OptimizerSpec | None = None,
@@ -43,23 +44,30 @@ def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimiz
         t0 = time.perf_counter()
         losses.append(trainer.step())
         times.append(time.perf_counter() - t0)
-    params = trainer.parameters()
-    per_param = {}
-    for name, want in reference["parameters"].items():
-        got = params.get(name)
-        per_param[name] = _err(got, want) if got is not None else {"max_abs": float("inf"), "max_rel": float("inf")}
+    per_param = _errors(trainer.parameters(), reference["parameters"])
+    # buffers too: in training mode batch-norm statistics never reach the loss, so only this shows them
+    per_buffer = _errors(trainer.buffers(), reference["buffers"])
     loss_err = _err(np.array(losses), np.array(reference["losses"]))
-    worst = {"max_abs": max([e["max_abs"] for e in per_param.values()] or [0.0]),
-             "max_rel": max([e["max_rel"] for e in per_param.values()] or [0.0])}
     return {"model": spec, "backend": backend.name, "steps": steps,
             "optimizer": {"name": opt.name, "lr": opt.lr, "momentum": opt.momentum if opt.name == "sgd" else None,
                           "weight_decay": opt.weight_decay},
             "losses": losses, "eager_losses": reference["losses"],
-            "loss_error": loss_err, "parameter_error": worst, "parameters": per_param,
+            "loss_error": loss_err, "parameter_error": _worst(per_param), "parameters": per_param,
+            "buffer_error": _worst(per_buffer), "buffers": per_buffer,
             "step_seconds": _median(times), "eager_step_seconds": _median(reference["step_seconds"]),
             "capture_seconds": trainer.capture_seconds,
             "nodes": len(trainer.train.graph.nodes), "phases": trainer.phase_counts(),
             "placement": trainer.plan.placement.report(), "memory": trainer.memory()}
+
+
+def _errors(got: dict, want: dict) -> dict:
+    missing = {"max_abs": float("inf"), "max_rel": float("inf")}
+    return {name: _err(got[name], w) if name in got else missing for name, w in want.items()}
+
+
+def _worst(errors: dict) -> dict:
+    return {"max_abs": max([e["max_abs"] for e in errors.values()] or [0.0]),
+            "max_rel": max([e["max_rel"] for e in errors.values()] or [0.0])}
 
 
 def _err(got, want) -> dict:

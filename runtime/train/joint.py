@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx.traceback as fxt
-import torch.utils._pytree as pytree
 
 from ..capture import translate
 from ..errors import ModelError, UsageError, first_line
@@ -76,22 +75,31 @@ class JointGraph:
     buffer_updates: dict[str, int]         # buffer name -> slot of its new value (batch norm stats)
     loss_slot: int
     notes: list[str] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)   # other name of a tied tensor -> its name here
 
 
 def capture_joint(model: torch.nn.Module, inputs: tuple, name: str = "") -> JointGraph:
     """Trace forward + backward of `model(*inputs)` (which returns the loss) into a Graph."""
     wrapped = LossOf(model, name)
-    params = dict(wrapped.named_parameters(remove_duplicate=False))
-    buffers = dict(wrapped.named_buffers(remove_duplicate=False))
-    flat, spec = pytree.tree_flatten({**params, **buffers})
+    # One placeholder per tensor, not per name: a tied weight (GPT-2's wte / lm_head, BERT's decoder
+    # bias) is one parameter in eager -- one gradient (the sum over its uses), one update -- so it is
+    # one input here, and every alias reads it (tie_weights).
+    params = dict(wrapped.named_parameters())
+    buffers = dict(wrapped.named_buffers())
     names = list(params) + list(buffers)
-    from torch._functorch.aot_autograd import _aot_export_function, create_functional_call
+    flat = list(params.values()) + list(buffers.values())
+    aliases = _aliases(wrapped, {id(t): n for n, t in [*params.items(), *buffers.items()]})
+    from torch._functorch.aot_autograd import _aot_export_function
+    from torch.nn.utils.stateless import _reparametrize_module
 
-    call = create_functional_call(wrapped, spec, len(flat), store_orig_mod=True)
+    def call(*args):
+        with _reparametrize_module(wrapped, dict(zip(names, args[:len(flat)])), tie_weights=True):
+            return wrapped(*args[len(flat):])
+
     paths = {id(m): (p[len("model."):] if p.startswith("model.") else p, type(m).__qualname__)
              for p, m in wrapped.named_modules() if m is not wrapped and m is not model}
     try:
-        with fxt.preserve_node_meta(), _module_meta(paths):
+        with fxt.preserve_node_meta(), _module_meta(paths), _tracing_flags():
             fx_g, meta, _, _ = _aot_export_function(call, tuple(flat) + tuple(inputs), num_params_buffers=len(flat),
                                                     no_tangents=True, trace_joint=True)
     except UsageError:
@@ -99,7 +107,43 @@ def capture_joint(model: torch.nn.Module, inputs: tuple, name: str = "") -> Join
     except Exception as e:  # torch raises many types; the user needs the first line
         raise ModelError(f"training capture failed for {name or type(model).__name__}: {type(e).__name__}: "
                          f"{first_line(e)}") from e
-    return _to_graph(fx_g, meta, names, params, buffers, flat, name or type(model).__name__)
+    joint = _to_graph(fx_g, meta, names, params, buffers, flat, name or type(model).__name__)
+    joint.aliases = {_unwrap(k): _unwrap(v) for k, v in aliases.items()}
+    return joint
+
+
+def _aliases(module: torch.nn.Module, canonical: dict[int, str]) -> dict[str, str]:
+    """Every other name of a tied tensor -> the name its one placeholder has."""
+    out = {}
+    for n, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        first = canonical.get(id(t))
+        if first is not None and first != n:
+            out[n] = first
+    return out
+
+
+def _tracing_flags():
+    """Tell the model it is being traced, as torch.export's non-strict mode does.
+
+    Libraries skip data-dependent Python branches when `torch.compiler.is_compiling()` says a trace
+    is running (transformers' packed-sequence and all-ones-mask checks call `.item()` otherwise, which
+    a fake tensor cannot answer). Our capture is such a trace -- the same make_fx/AOTAutograd stack
+    non-strict export runs -- so it sets the same flags rather than asking for special inputs."""
+    try:
+        from torch._export.utils import _compiling_state_context
+    except ImportError:                              # older torch: set the public flag ourselves
+        return _compiling_flag()
+    return _compiling_state_context()
+
+
+@contextlib.contextmanager
+def _compiling_flag():
+    old = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = old
 
 
 @contextlib.contextmanager
@@ -147,7 +191,10 @@ def _to_graph(fx_g, meta, names, params, buffers, flat, model_name) -> JointGrap
     n_mut = meta.num_mutated_inp_runtime_indices
     mutated = [i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata]
     grads = outs[n_mut + 1:]
-    picked = list(range(n_mut + 1)) + [n_mut + 1 + i for i, gnode in enumerate(grads) if gnode is not None]
+    # AOTAutograd returns one gradient per input (state inputs first, then the user's), None where none
+    # flows; the step needs those of the parameters (a user input's, if it requires grad, is dropped)
+    reached = [i for i, gnode in enumerate(grads[:n_state]) if gnode is not None]
+    picked = list(range(n_mut + 1)) + [n_mut + 1 + i for i in reached]
     _link_backward(g)
     graph = translate(g, model_name, constants=constants, outputs=picked)
     by_name = {n.name: n for n in graph.nodes}
@@ -162,16 +209,18 @@ def _to_graph(fx_g, meta, names, params, buffers, flat, model_name) -> JointGrap
     buffer_slots = {names[i]: slot_of_ph[placeholders[i].name] for i in range(len(params), n_state)}
     refs = graph.output_refs
     buffer_updates = {names[i]: refs[k].slot for k, i in enumerate(mutated[:n_mut])}
-    grad_refs = refs[n_mut + 1:]
-    grad_names = [names[i] for i, t in enumerate(flat) if t.requires_grad]
-    grad_slots = {nm: r.slot for nm, r in zip(grad_names, grad_refs)}
+    grad_slots = {names[i]: r.slot for i, r in zip(reached, refs[n_mut + 1:])}
     return JointGraph(graph, _strip(param_slots), _strip(buffer_slots), _strip(grad_slots), _strip(buffer_updates),
                       refs[n_mut].slot)
 
 
 def _strip(d: dict) -> dict:
-    """Parameter names as the user's model spells them (without the wrapper's `model.`)."""
-    return {(k[len("model."):] if k.startswith("model.") else k): v for k, v in d.items()}
+    return {_unwrap(k): v for k, v in d.items()}
+
+
+def _unwrap(name: str) -> str:
+    """A parameter name as the user's model spells it (without the wrapper's `model.`)."""
+    return name[len("model."):] if name.startswith("model.") else name
 
 
 def _link_backward(g) -> None:

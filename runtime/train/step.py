@@ -139,6 +139,8 @@ class Trainer:
         self.plan: Plan = compile_plan(train.graph, backend, allow_fallback=allow_fallback, carry=train.carry)
         self.executor = Executor(self.plan)
         self.capture_seconds = 0.0
+        self._in_place = _in_place_updates(self.plan)
+        self._updating_in_place = False
 
     @classmethod
     def create(cls, model, inputs, backend: Backend, opt: OptimizerSpec, name: str = "", **kw) -> "Trainer":
@@ -150,17 +152,40 @@ class Trainer:
 
     def step(self) -> float:
         """One training step; returns the loss (the only value copied to the host)."""
+        self._update_in_place(not any(getattr(h, "reads_inputs_after_op", True) for h in self.executor.hooks))
         loss = self.executor.run(*self.inputs)[0]
         return float(np.asarray(self.executor.holder(self.plan.output_refs[0].slot).memory.to_host(loss)))
 
+    def _update_in_place(self, on: bool) -> None:
+        """Unwatched, the optimizer ops write into the old parameter and state, as torch.optim does (no
+        fresh parameter-sized tensors every step). Under a hook they stay functional, so a hook that reads an
+        op's inputs after it ran (the debugger's lockstep and history) sees them as they were -- unless every
+        hook says it does not: `reads_inputs_after_op = False` (a profiler that times ops and summarises
+        outputs), so it times the same kernels an unwatched step runs."""
+        if on != self._updating_in_place:
+            for st, functional, in_place in self._in_place:
+                st.kernel = in_place if on else functional
+            self._updating_in_place = on
+
     def parameters(self) -> dict[str, np.ndarray]:
         """Current parameter values, copied from the backend."""
+        return self._read(self.train.joint.param_slots)
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        """Current buffer values (batch-norm running statistics and step counts), copied from the backend."""
+        return self._read(self.train.joint.buffer_slots)
+
+    def _read(self, slots: dict[str, int]) -> dict[str, np.ndarray]:
         out = {}
-        for name, slot in self.train.joint.param_slots.items():
+        for name, slot in slots.items():
             value = self.plan.constants.get(slot)
             b = self.plan.constant_backend.get(slot, self.backend)
-            out[name] = np.asarray(b.memory.to_host(value)) if value is not None else \
-                self.train.graph.constant_slots[slot].numpy()
+            # a copy: on torch:cpu to_host shares memory, and the next step updates parameters in place
+            out[name] = np.array(b.memory.to_host(value)) if value is not None else \
+                self.train.graph.constant_slots[slot].numpy().copy()
+        for alias, name in self.train.joint.aliases.items():      # a tied tensor under each of its names
+            if name in out:
+                out[alias] = out[name]
         return out
 
     def memory(self) -> dict:
@@ -181,6 +206,29 @@ class Trainer:
         for n in self.train.graph.nodes:
             counts[phase_of(n)] = counts.get(phase_of(n), 0) + 1
         return counts
+
+
+def _in_place_updates(plan: Plan) -> list[tuple]:
+    """(step, functional kernel, in-place kernel) of the optimizer steps that may update in place: those the torch
+    implementation runs (the kernel is the op itself) and that read the old parameter and state last."""
+    last_read: dict[int, int] = {}
+    for i, st in enumerate(plan.steps):
+        for s in st.node.inputs:
+            last_read[s] = i
+    kept = {r.slot for r in plan.output_refs if isinstance(r, Ref)}
+    out = []
+    for i, st in enumerate(plan.steps):
+        in_place = optim_ops.UPDATE_IN_PLACE.get(st.node.op)
+        if in_place is None or st.kernel is not st.node.target:
+            continue
+        written = [a.slot for a in st.node.args[:1] + st.node.args[2:] if isinstance(a, Ref)]
+        written = [s for s in written if s in plan.carry]               # parameter and state, not the step count
+        # ... and whose values are the plan's own (a backend whose to_device does not copy would otherwise
+        # write into the captured graph's initial weights)
+        if all(last_read.get(s) == i and s not in kept and plan.constants.get(s) is not plan.graph.constant_slots.get(s)
+               for s in written):
+            out.append((st, st.kernel, in_place))
+    return out
 
 
 def _activation_bytes(plan: Plan) -> int:
