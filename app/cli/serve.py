@@ -56,4 +56,4 @@ def main(args) -> int:
               allow_hosts=args.allow_host)
     except OSError as e:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")
-    return 0
+    raise KeyboardInterrupt   # serve() blocks until Ctrl-C (or SIGTERM): it ends as an interrupt (exit 130, one line)
