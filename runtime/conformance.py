@@ -71,8 +71,9 @@ class Report:
 
 
 def claimed_ops(backend) -> list[str]:
-    """The ops a backend claims (its registry), minus placement's internal `transfer`."""
-    return [op for op in backend.ops.ops() if op != "transfer"]
+    """The ops a backend claims (its registry), minus the nodes opscope inserts itself (INTERNAL_OPS)."""
+    from .ops.registry import INTERNAL_OPS
+    return [op for op in backend.ops.ops() if op not in INTERNAL_OPS]
 
 
 def plan_cells(backend, ops=None, dtypes=DEFAULT_DTYPES) -> list[tuple[str, str]]:

@@ -9,18 +9,19 @@ import pytest
 from opscope.runtime import OPS
 from opscope.runtime.backends import resolve
 from opscope.runtime.conformance import check
+from opscope.runtime.ops.registry import INTERNAL_OPS
 from opscope.runtime.samples import SAMPLES
 
 
 def test_every_op_has_sample_inputs():
-    missing = sorted(set(OPS) - set(SAMPLES) - {"transfer"} - {n for n, o in OPS.items() if o.kind == "custom"})
+    missing = sorted(set(OPS) - set(SAMPLES) - INTERNAL_OPS - {n for n, o in OPS.items() if o.kind == "custom"})
     assert not missing, f"add entries to runtime/samples.py for {missing}"
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch:cpu"])
 def test_conformance_passes_for_every_op(backend):
     # user ops that other tests define with @operator have no samples: check the built-in set
-    builtin = sorted(n for n, o in OPS.items() if o.kind != "custom" and n != "transfer")
+    builtin = sorted(n for n, o in OPS.items() if o.kind != "custom" and n not in INTERNAL_OPS)
     report = check(resolve(backend), ops=builtin)
     assert not report.failed, [(c.op, c.dtype, c.message) for c in report.failed]
     counts = report.counts()

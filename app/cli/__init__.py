@@ -131,6 +131,37 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     return parser
 
 
+# commands that never need torch; every other one imports it, so it is imported first, whole (below)
+_NO_TORCH = {"migrate", "runs", "show", "compare", "trace", "serve", "ops", "backends", "advise", "monitor"}
+
+
+def _import_torch_uninterrupted() -> None:
+    """Import torch with Ctrl-C held until the import is done, then act on it.
+
+    NOTE: a KeyboardInterrupt raised inside one of torch's pybind11 module initialisers cannot unwind
+    through C++: it aborted with "terminate called after throwing an instance of
+    'pybind11::error_already_set'" (exit -6) when Ctrl-C came in the first second of `opscope profile`."""
+    import signal
+    if "torch" in sys.modules or threading_main() is False:
+        return
+    pressed = []
+    try:
+        old = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    except ValueError:
+        return
+    try:
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def threading_main() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
 def main(argv=None) -> int:
     """The console script. Never returns: exits with the command's code."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
@@ -141,6 +172,8 @@ def main(argv=None) -> int:
             parser.print_help()
             code = 2
         else:
+            if getattr(args, "command", None) not in _NO_TORCH:
+                _import_torch_uninterrupted()
             code = args.func(args) or 0
         sys.stdout.flush()                   # a closed pipe shows here, inside the try, not at exit
     except SystemExit as e:                  # argparse: --help, --version, usage errors

@@ -22,6 +22,7 @@ def op_table(specs: list[str] | None = None, kind: str | None = None) -> dict:
     from opscope.runtime.backends import list_backends, resolve
     from opscope.runtime.errors import UsageError
     from opscope.runtime.ops import OPS
+    from opscope.runtime.ops.registry import INTERNAL_OPS
 
     if specs is None:
         specs = [r["spec"] for r in list_backends() if r["available"]]
@@ -33,7 +34,7 @@ def op_table(specs: list[str] | None = None, kind: str | None = None) -> dict:
     rows = []
     for name in sorted(OPS):
         op = OPS[name]
-        if name == "transfer":          # placement's copy between backends, never a model's op
+        if name in INTERNAL_OPS:        # nodes opscope inserts (transfers, fused chains), never a model's op
             continue
         if kind is not None and op.kind != kind:
             continue

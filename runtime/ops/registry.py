@@ -41,6 +41,10 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 _ATEN: dict[str, str] = {}
+# Nodes opscope inserts into a plan, never a model's ops: placement's copies between backends, the fuse
+# pass's fused chains, the layout pass's relayouts. Conformance and `opscope ops` leave them out; the
+# passes' own tests check them.
+INTERNAL_OPS = frozenset({"transfer", "fused", "relayout"})
 
 
 def define(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc="", accepts=None):
