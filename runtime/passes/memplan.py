@@ -134,15 +134,6 @@ def _reusable(n, k, s, i, graph, root, where, producer_kind, last_read, last, ke
     return None
 
 
-def unplanned_peak(plan) -> int:
-    live = peak = 0
-    for st in plan.steps:
-        live += st.alloc_bytes
-        peak = max(peak, live)
-        live -= st.free_bytes
-    return peak
-
-
 def inplace_kernel(kernel, reuse: dict, multi: bool, copy):
     """`kernel` writing output k into the buffer of its arg `reuse[k]` (`copy(dst, src)`: the
     backend's MemoryManager.copy), so the value lives where the plan put it."""
