@@ -172,7 +172,9 @@ def main(argv=None) -> int:
             parser.print_help()
             code = 2
         else:
-            if getattr(args, "command", None) not in _NO_TORCH:
+            words = sys.argv[1:] if argv is None else list(argv)
+            # NOTE: not args.command: `profile -- python x.py` keeps its own `command` (the script's argv)
+            if next((w for w in words if not w.startswith("-")), None) not in _NO_TORCH:
                 _import_torch_uninterrupted()
             code = args.func(args) or 0
         sys.stdout.flush()                   # a closed pipe shows here, inside the try, not at exit
