@@ -51,7 +51,7 @@ def test_ratios_follow_each_chips_speed_on_a_simulated_hybrid_run():
     assert r["step_seconds"] == pytest.approx(0.035) and r["expected_step_seconds"] == pytest.approx(0.020)
     reb = advice["rebalance-ranks"]
     assert reb.estimated_gain["seconds"] == pytest.approx(0.015)
-    assert reb.apply == {"kind": "backend", "backend": "hybrid:sim:a=0.75,sim:b=0.25"}
+    assert reb.apply == {"kind": "ratios", "hybrid": "sim:a=0.75,sim:b=0.25"}
     assert "sim:a=0.75,sim:b=0.25" in reb.message and "35.00 ms -> 20.00 ms" in reb.message
     # 5 ms of 35 ms of exposed collectives: under the 10% bar? no: 14% -> overlap advice
     assert r["exposed_communication_seconds"] == pytest.approx(0.005)
@@ -107,7 +107,7 @@ def test_apply_rebalance_retrains_with_the_new_ratios_and_measures_the_step(cli,
     new = ranks["new_ratios"]
     assert new[0] > 0.5 > new[1] and ranks["expected_step_seconds"] < ranks["step_seconds"]
     reb = next(a for a in doc["advice"] if a["rule"] == "rebalance-ranks")
-    assert reb["apply"]["backend"] == f"hybrid:{fast}={new[0]:g},{slow}={new[1]:g}"
+    assert reb["apply"] == {"kind": "ratios", "hybrid": f"{fast}={new[0]:g},{slow}={new[1]:g}"}
 
     r = cli("advise", run_id, "--apply", "rebalance-ranks", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
