@@ -204,3 +204,13 @@ def factory():
     model = GPT2LMHeadModel(cfg).eval()
     return model, (torch.randint(0, cfg.vocab_size, (1, 16)),)
 '''
+
+
+async def until(pilot, app, pred, tries=600):
+    """Wait (in the app's loop) until the controller's last event satisfies `pred`."""
+    for _ in range(tries):
+        await pilot.pause(0.02)
+        if app.last_event is not None and pred(app.last_event):
+            await pilot.pause()
+            return app.last_event
+    raise AssertionError(f"the debugger never reached the expected state; last event: {app.last_event!r}")

@@ -7,7 +7,7 @@ from opscope.debugger.controller import Controller, Finished, Stop
 from opscope.debugger.train import open_train_session
 from opscope.runtime.train import OptimizerSpec
 
-from debugger_models import write
+from debugger_models import until, write
 
 # A custom autograd Function whose backward divides by (x - x): the first Inf is made in a
 # gradient, by a backward op of `mul` (Scale.forward), while the forward pass stays finite.
@@ -52,14 +52,6 @@ SIZE = (150, 45)
 def grad_nan(tmp_path_factory):
     return write(tmp_path_factory.mktemp("train"), "grad_nan.py", GRAD_NAN) + ":factory"
 
-
-async def until(pilot, app, pred, tries=600):
-    for _ in range(tries):
-        await pilot.pause(0.02)
-        if app.last_event is not None and pred(app.last_event):
-            await pilot.pause()
-            return app.last_event
-    raise AssertionError(f"the debugger never reached the expected state; last event: {app.last_event!r}")
 
 
 async def test_break_on_nan_stops_at_the_backward_op_that_made_it_and_names_its_forward_op(grad_nan):

@@ -10,19 +10,10 @@ from opscope.debugger.controller import Controller, Failed, Finished, Stop
 from opscope.runtime import open_session
 
 from debugger_models import (GPT2_SMALL, LOW_PRECISION_TOML, LOW_SOFTMAX_TOML, NUMERICS, PLANTED_NAN, RAISES, SOFTMAX,
-                             write)
+                             until, write)
 
 SIZE = (150, 45)
 
-
-async def until(pilot, app, pred, tries=400):
-    """Wait (in the app's loop) until the controller's last event satisfies `pred`."""
-    for _ in range(tries):
-        await pilot.pause(0.02)
-        if app.last_event is not None and pred(app.last_event):
-            await pilot.pause()
-            return app.last_event
-    raise AssertionError(f"the debugger never reached the expected state; last event: {app.last_event!r}")
 
 
 def keys(text):

@@ -1,6 +1,5 @@
 """`opscope profile MODEL --capture dynamo`: every torch.compile region's ops, one step per model call."""
 import json
-import textwrap
 from collections import Counter
 
 import pytest
@@ -114,25 +113,7 @@ def test_profile_capture_dynamo_training_regions_link_backward_to_forward():
     assert Counter(r[0] for r in rows)[0] == Counter(r[0] for r in rows)[1]
 
 
-MODEL_FILE = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(6, 6)
-
-        def forward(self, x):
-            y = self.lin(x).relu()
-            if int(y.argmax()) % 2 == 0:     # a data-dependent branch: a graph break
-                y = y + 1
-            return self.lin(y)
-
-    def factory():
-        torch.manual_seed(0)
-        return Net().eval(), (torch.randn(4, 6),)
-""")
+from test_dynamo import MODEL_FILE  # noqa: E402 -- the same graph-breaking model the backend tests use
 
 
 @pytest.mark.multiprocess
