@@ -203,3 +203,8 @@ def test_run_plan_from_the_cli_matches_eager_and_refuses_another_backend(cli, gp
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = cli("run", "demo:gpt", "--plan", path, "--capture", "dynamo")
     assert r.returncode == 2 and "--plan" in r.stderr
+
+
+def test_compile_into_a_folder_that_does_not_exist_is_one_line_exit_2(cli, tmp_path):
+    r = cli("compile", "demo:mlp", "-b", "numpy", "-o", tmp_path / "no" / "such" / "x.opsplan")
+    assert r.returncode == 2 and "does not exist" in r.stderr and len(r.stderr.strip().splitlines()) == 1

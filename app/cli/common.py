@@ -139,3 +139,18 @@ def fmt_flops(f: float) -> str:
         if f >= scale:
             return f"{f / scale:.2f} {unit}"
     return f"{f:.0f} FLOP/s"
+
+
+def output_path(path, flag: str = "-o"):
+    """A file the command will write, checked before any work: its folder exists and it is not a folder."""
+    from pathlib import Path
+
+    from opscope.runtime.errors import UsageError
+    if path is None:
+        return None
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {out.parent} does not exist; create it or write elsewhere")
+    if out.is_dir():
+        raise UsageError(f"{flag} {path} is a folder: give a file name")
+    return out

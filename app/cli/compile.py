@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, table
 
 
 def register(sub) -> None:
@@ -25,6 +25,7 @@ def main(args) -> int:
         pass_names(args.passes)                    # an unknown name fails before the model loads
     if not args.output.strip():
         raise UsageError("--output needs a file name, e.g. -o model.opsplan")
+    output_path(args.output)                 # a missing folder is a usage error before the capture
     info = compile_to_file(args.output, args.model, args.backend, passes=args.passes, train=args.train)
     if args.json:
         emit_json(info)

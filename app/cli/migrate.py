@@ -14,7 +14,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, table
+from .common import add_json, console, emit_json, output_path, table
 
 
 def register(sub) -> None:
@@ -78,24 +78,13 @@ def _size(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
-def _output_path(path: str | None) -> Path | None:
-    if path is None:
-        return None
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise UsageError(f"-o {path}: folder {out.parent} does not exist; create it or write elsewhere")
-    if out.is_dir():
-        raise UsageError(f"-o {path} is a folder: give a file name")
-    return out
-
-
 def scan_main(args) -> int:
     from opscope.app.migrate.report import summarize, to_json
     from opscope.app.migrate.scan import scan_path
 
     if args.html and not args.output:
         raise UsageError("--html needs -o FILE: the report is a file to open in a browser")
-    out = _output_path(args.output)
+    out = output_path(args.output)
     show = args.progress or (sys.stderr.isatty() and not args.json and not args.no_progress)
     import os
     jobs = args.jobs if args.jobs != 0 else (os.cpu_count() or 1)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, table
 
 HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (run-to-run noise)
 
@@ -29,6 +29,7 @@ def main(args) -> int:
         raise UsageError(f"--cycles and --steps must be >= 1 (got {args.cycles} and {args.steps})")
     from opscope.runtime import backends
     backends.resolve(args.backend)                       # a bad backend fails before any model loads
+    output_path(args.output)                             # so does an output in a folder that does not exist
     specs = _suite(args.suite) if args.suite else [args.model]
     docs = []
     for spec in specs:
