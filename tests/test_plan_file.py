@@ -208,3 +208,13 @@ def test_run_plan_from_the_cli_matches_eager_and_refuses_another_backend(cli, gp
 def test_compile_into_a_folder_that_does_not_exist_is_one_line_exit_2(cli, tmp_path):
     r = cli("compile", "demo:mlp", "-b", "numpy", "-o", tmp_path / "no" / "such" / "x.opsplan")
     assert r.returncode == 2 and "does not exist" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_plan_whose_members_claim_absurd_sizes_is_refused_before_reading(tmp_path):
+    """Reads are bounded by the archive's own sizes: an oversized checksum member is refused unread."""
+    bad = tmp_path / "big.opsplan"
+    with zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("plan.json", "{}")
+        z.writestr("plan.sha256", "0" * (1 << 20))
+    with pytest.raises(UsageError, match="not a checksum"):
+        read_plan(bad)

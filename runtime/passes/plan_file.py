@@ -40,6 +40,7 @@ from ..graph import Graph, Node, Ref, TensorMeta
 
 FORMAT, VERSION = "opscope-plan", 1
 MAX_JSON = 256 << 20
+MAX_INLINE = 2 << 30          # the values a plan holds itself (folded constants; weights are only named)
 _CONST_NAME = re.compile(r"^constants/\d+\.npy$")
 
 
@@ -260,6 +261,11 @@ def read_plan(path) -> tuple[dict, dict]:
                 raise UsageError(f"{where}: not an opscope plan (no plan.json); make one with `opscope compile`")
             if members["plan.json"].file_size > MAX_JSON:
                 raise UsageError(f"{where}: plan.json is larger than {MAX_JSON} bytes")
+            if members["plan.sha256"].file_size > 128:
+                raise UsageError(f"{where}: corrupted (plan.sha256 is not a checksum); compile it again")
+            inline = sum(i.file_size for n, i in members.items() if _CONST_NAME.match(n))
+            if inline > MAX_INLINE:      # a zip's sizes bound what reading it decompresses
+                raise UsageError(f"{where}: holds {inline} bytes of values, over the {MAX_INLINE}-byte limit")
             body = z.read("plan.json")
             digest = z.read("plan.sha256").decode("ascii", "replace").strip()
             files = {n: z.read(n) for n in members if _CONST_NAME.match(n)}
