@@ -378,11 +378,21 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
     import sys
     import threading
 
+    import psutil
+
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "--backend", "sim:npu-a1",
                              "--steps", "20", "--web", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_able,
                             env=dict(os.environ, OPSCOPE_HOME=str(opscope_home)))
+    # On a loaded machine the 20 steps could end before the page first loads, and there would be no
+    # growth to watch: the runner is held (SIGSTOP) from its start until the page shows the run.
+    runner = None
+    while runner is None and proc.poll() is None:
+        runner = next((c for c in psutil.Process(proc.pid).children()
+                       if "opscope.profiler.runner" in " ".join(c.cmdline())), None)
+    assert runner is not None, proc.stderr.read()
+    runner.suspend()
     lines, url = [], None
     try:
         t0 = time.time()
@@ -399,7 +409,8 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
         reader.start()
         browser.get(url)
         wait_text(browser, "run-badge", "running", timeout=TIMEOUT)
-        counts = []
+        counts = [int(re.search(r"([\d,]+) events", text_of(browser, "run-badge")).group(1).replace(",", ""))]
+        runner.resume()
         until(browser, TIMELINE_DRAWN)
         while "ok" not in text_of(browser, "run-badge").split("\n"):      # the badge follows the run
             counts.append(int(re.search(r"([\d,]+) events", text_of(browser, "run-badge")).group(1).replace(",", "")))
@@ -415,6 +426,9 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
         browser.get(url.replace("/timeline", "/operators"))
         until(browser, ROWS, "ops-table")
     finally:
+        browser.get("about:blank")         # no request of the page's in flight when the server goes
+        if runner.is_running():
+            runner.resume()
         proc.send_signal(signal.SIGINT)                                     # Ctrl-C
         try:
             proc.wait(timeout=30)

@@ -133,6 +133,8 @@ def run_rank(job: DistJob, rank: int, world_size: int):
             trainer.rebalance = Rebalancer(trainer.ratios, tolerance=job.tolerance, patience=job.patience)
         for _ in range(job.steps):
             yield trainer.step()
-        yield {"kind": "done", "rank": rank, "parameters_digest": f"{trainer.digest() & (2 ** 64 - 1):016x}"}
+        digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
+        trainer.finish()
+        yield {"kind": "done", "rank": rank, "parameters_digest": digest}
     finally:
         destroy_process_group()

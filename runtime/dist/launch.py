@@ -131,9 +131,10 @@ def _diagnose(job: DistJob, result: DistResult, timed_out: bool) -> str | None:
         who = f"rank {rank} ({job.specs[rank]})"
         if rank in errors:
             return f"{who}: {errors[rank]['message']}"
+        last = (result.stderr[rank].strip().splitlines() or ["no message"])[-1][:300]
         if c is not None and c < 0:
-            return f"{who} died ({signal.Signals(-c).name}) after step {steps.get(rank, -1) + 1} of {job.steps}"
-        last = (result.stderr[rank].strip().splitlines() or ["no message"])[-1]
+            return (f"{who} died ({signal.Signals(-c).name}) after step {steps.get(rank, -1) + 1} of {job.steps}"
+                    + (f" ({last})" if result.stderr[rank].strip() else ""))
         return f"{who} exited with code {c}: {last}"
 
     bad = [r for r, c in enumerate(codes) if c != 0]

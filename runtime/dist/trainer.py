@@ -81,6 +81,11 @@ class DistTrainer:
             self._steps[n] = step
         return self._steps[n]
 
+    def finish(self) -> None:
+        """Wait for every rank: a rank that tears its group down while a peer is still in the last
+        all-reduce makes gloo's pair threads throw on the closed socket, and that aborts the peer."""
+        self._collective("barrier at the end", self.comm.barrier)
+
     def _collective(self, what: str, fn, *args):
         try:
             return fn(*args)

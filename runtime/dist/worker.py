@@ -32,4 +32,9 @@ def main() -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every record is out and the group is destroyed: skip interpreter finalization, where torch's
+    # and gloo's C++ threads can still abort (SIGABRT) a rank whose work is complete.
+    os._exit(code)
