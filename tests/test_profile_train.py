@@ -97,3 +97,23 @@ def test_profile_train_bad_input_is_one_line_exit_2(cli):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "-- python" in r.stderr
     r = cli("profile", "demo:mlp", "--train", "--lr", "-1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("irregular", [False, True], ids=["columns", "event-by-event"])
+def test_an_exported_training_run_imports_back_with_its_phases_and_forward_links(tmp_path, irregular):
+    """A training run exported to Chrome JSON came back all-forward: the importer dropped args.phase."""
+    from opscope.profiler.importers import import_trace
+    model, inputs = models.load_train("demo:mlp")
+    rid = profile("demo:mlp", "numpy", steps=2, model=model, inputs=inputs, train={"optimizer": "sgd"})
+    store = RunStore()
+    out = tmp_path / "train.json"
+    export(store, rid, "chrome", out)
+    if irregular:        # one B/E pair sends the whole file down the event-by-event parser
+        doc = load_chrome(out)
+        doc["traceEvents"] += [{"ph": "B", "name": "mark", "cat": "user", "pid": 1, "tid": 99, "ts": 0},
+                               {"ph": "E", "pid": 1, "tid": 99, "ts": 1}]
+        out.write_text(json.dumps(doc))
+    back = import_trace(out, store=store)
+    q = "SELECT phase, node, fwd_node, count(*) FROM events WHERE run_id = ? AND op <> 'mark' GROUP BY ALL ORDER BY ALL"
+    assert store.query(q, [back]) == store.query(q, [rid])
+    assert {p for p, *_ in store.query(q, [back])} == {"forward", "backward", "optimizer"}

@@ -199,8 +199,9 @@ class EventTable:
     """Imported events, kept as columns (one list or array per events column) until saved."""
 
     COLUMNS = ["step", "op", "node", "module", "source", "backend", "device", "thread", "start_ns", "end_ns",
-               "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback"]
-    _DEFAULTS = {"step": 0, "fallback": False}
+               "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback",
+               "phase", "fwd_node"]
+    _DEFAULTS = {"step": 0, "fallback": False, "phase": "forward", "fwd_node": ""}
 
     def __init__(self):
         self.cols: dict[str, list] = {c: [] for c in self.COLUMNS}
@@ -214,7 +215,7 @@ class EventTable:
 
     def add(self, *, op, node, backend, device, thread, start_ns, end_ns, step=0, module=None, source=None,
             input_shapes=None, input_dtypes=None, output_shapes=None, output_dtypes=None, bytes=None, flops=None,
-            fallback=False):
+            fallback=False, phase="forward", fwd_node=""):
         c = self.cols
         c["step"].append(step); c["op"].append(op); c["node"].append(node); c["module"].append(module)
         c["source"].append(source); c["backend"].append(backend); c["device"].append(device)
@@ -222,6 +223,7 @@ class EventTable:
         c["input_shapes"].append(input_shapes); c["input_dtypes"].append(input_dtypes)
         c["output_shapes"].append(output_shapes); c["output_dtypes"].append(output_dtypes)
         c["bytes"].append(bytes); c["flops"].append(flops); c["fallback"].append(bool(fallback))
+        c["phase"].append(phase); c["fwd_node"].append(fwd_node)
 
     def extend(self, n: int, cols: dict) -> None:
         """Append whole columns (lists or arrays of length n); missing ones get defaults."""
@@ -281,7 +283,7 @@ class EventTable:
                "fallback": np.asarray(c["fallback"], dtype=bool), "device": devices,
                "rank": np.full(n, self.rank, dtype=np.int64), "world_size": np.full(n, self.world_size, dtype=np.int64)}
         for k in ("op", "node", "module", "source", "backend", "input_shapes", "input_dtypes", "output_shapes",
-                  "output_dtypes"):
+                  "output_dtypes", "phase", "fwd_node"):
             out[k] = _objects(c[k])
         nulls = {"live_bytes": np.ones(n, dtype=bool)}
         out["live_bytes"] = np.zeros(n, dtype=np.int64)

@@ -160,7 +160,8 @@ def _parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[
                       source=text(args.get("source")), input_shapes=text(args.get("input_shapes")),
                       input_dtypes=text(args.get("input_dtypes")), output_shapes=text(args.get("output_shapes")),
                       output_dtypes=text(args.get("output_dtypes")), bytes=_size(args.get("bytes")),
-                      flops=_size(args.get("flops")), fallback=bool(args.get("fallback", False)))
+                      flops=_size(args.get("flops")), fallback=bool(args.get("fallback", False)),
+                      phase=text(args.get("phase")) or "forward", fwd_node=text(args.get("fwd_node")) or "")
             seqs.append(index(args, "seq", where, len(seqs)))
         else:
             if cat in _GPU_CATS:
@@ -393,8 +394,8 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         if not set(map(type, args)) <= {dict}:
             args = [a if isinstance(a, dict) else {} for a in args]
         a_cols = _fields(args, ("node", "step", "seq", "module", "source", "input_shapes", "input_dtypes",
-                                "output_shapes", "output_dtypes", "bytes", "flops", "fallback"),
-                         {"step": 0, "fallback": False})
+                                "output_shapes", "output_dtypes", "bytes", "flops", "fallback", "phase", "fwd_node"),
+                         {"step": 0, "fallback": False, "phase": "forward", "fwd_node": ""})
         where: dict = {}
         for pt in set(zip(pid_list, tid_list)):
             pid, tid = pt
@@ -419,6 +420,12 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         for c in ("module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
             vals = a_cols[c]
             cols[c] = vals if set(map(type, vals)) <= {str, type(None)} else list(map(text, vals))
+        # a training run's export: the phase (forward / backward / optimizer) and the forward node a
+        # backward op differentiates come back, so the re-imported run keeps its phase band
+        for c in ("phase", "fwd_node"):
+            vals = a_cols[c]
+            cols[c] = vals if set(map(type, vals)) <= {str} else [v if isinstance(v, str) else text(v) or
+                                                                  EventTable._DEFAULTS[c] for v in vals]
         for c in ("bytes", "flops"):
             vals = a_cols[c]
             ints = set(map(type, vals)) <= {int, type(None)}
