@@ -73,12 +73,12 @@ def import_phases(store, path) -> dict:
     parsing it into columns, nesting and numbering (columns), writing the store (events, details, finish)."""
     import gc
     from opscope.profiler.importers import kineto
-    from opscope.profiler.importers.common import read_json, save
+    from opscope.profiler.importers.common import read_trace, save
     out = {}
     enabled = gc.isenabled()
     gc.disable()                            # as import_trace does
     try:
-        out["read json"], doc = timed(lambda: read_json(path), cpu=True)
+        out["read json"], doc = timed(lambda: read_trace(path), cpu=True)
         out["parse"], (table, run) = timed(lambda: kineto.parse(doc, str(path)), cpu=True)
         out["free json"], _ = timed(doc.clear, cpu=True)         # a million dicts to free: not nothing
         del doc

@@ -306,3 +306,44 @@ def test_hostile_files_through_the_cli_exit_2_with_one_line(tmp_path, cli):
     r = cli("trace", "import", ok, "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert RunStore().get_run(json.loads(r.stdout)["run_id"])["events"] == 2
+
+
+def _outcome(path, store):
+    """-> ('refused', the line) or ('ok', every stored column of every event, and the run's config)."""
+    try:
+        rid = import_trace(path, store=store)
+    except UsageError as e:
+        return "refused", str(e)
+    frame = store.events_frame(rid)
+    run = store.get_run(rid)
+    store.delete_run(rid)
+    return "ok", {k: v.tolist() for k, v in frame.items()}, run["steps"], run["config"]
+
+
+@pytest.mark.slow
+def test_typed_decoding_of_an_opscope_export_imports_exactly_what_dict_decoding_does(seeds, tmp_path, monkeypatch):
+    """opscope's own export decodes into typed events (importers/typed.py), every other file into dicts:
+    on the export and on its mutations both roads must end in the same run or the same one-line refusal."""
+    from opscope.profiler.importers import typed
+    store = RunStore()
+    decode = typed.decode
+    took: list = []
+
+    def outcomes(path):
+        monkeypatch.setattr(typed, "decode", lambda data: took.append(decode(data) is not None) or decode(data))
+        fast = _outcome(path, store)
+        monkeypatch.setattr(typed, "decode", lambda data: None)
+        return fast, _outcome(path, store)
+
+    fast, slow = outcomes(_write(tmp_path / "seed.json", seeds["opscope"]))
+    assert took == [True] and fast[0] == "ok" and fast == slow
+
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(mutations=st.lists(mutation, min_size=1, max_size=4))
+    def fuzz(mutations):
+        fast, slow = outcomes(_write(tmp_path / "mutated.json", mutate(seeds["opscope"], mutations)))
+        assert fast == slow
+
+    fuzz()
+    assert took.count(True) > 20            # most mutations still take the typed road

@@ -16,14 +16,14 @@ from pathlib import Path
 from opscope.runtime.errors import UsageError
 
 from . import kineto, onnxruntime
-from .common import read_json, save
+from .common import read_trace, save
 from .ranks import import_rank_folder
 
 
 def parse_trace(path, max_bytes: int | None = None):
     """-> (EventTable, run fields). Raises UsageError (one line) for anything it cannot read."""
     path = Path(path)
-    doc = read_json(path, max_bytes)
+    doc = read_trace(path, max_bytes)
     src = str(path)
     if onnxruntime.is_onnxruntime(doc):
         return onnxruntime.parse(doc, src)

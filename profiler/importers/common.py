@@ -45,9 +45,26 @@ def max_bytes(override: int | None = None) -> int:
 def read_json(path, limit: int | None = None):
     """Parse a (possibly gzipped) JSON trace file, or raise a one-line UsageError."""
     path = Path(path)
+    return _decode(path, _read(path, limit))
+
+
+def read_trace(path, limit: int | None = None):
+    """`read_json`, except that opscope's own export comes back with typed events (typed.py says why)."""
+    from . import typed
+    path = Path(path)
+    data = _read(path, limit)
+    doc = typed.decode(data)
+    return doc if doc is not None else _decode(path, data)
+
+
+def _read(path: Path, limit: int | None) -> bytes:
     data = read_bounded(path, max_bytes(limit))
     if not data.strip():
         raise UsageError(f"cannot import {path}: the file is empty")
+    return data
+
+
+def _decode(path: Path, data: bytes):
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
-from itertools import repeat
 
 import numpy as np
 
 from .common import as_int, count, key, nesting_depth, span_ns, text, where_of
+from .typed import column
 
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
 _MODULE = "nn.Module: "
@@ -54,7 +54,7 @@ def count_kinds(events, phs=None) -> Counter:
     caller has them (then the count is one C-level pass over (category, phase) pairs)."""
     if phs is not None:
         try:
-            pairs = Counter(zip(map(dict.get, events, repeat("cat")), phs))
+            pairs = Counter(zip(column(events, "cat"), phs))
         except TypeError:           # a category or phase that is a list or an object
             pass
         else:

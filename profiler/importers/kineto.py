@@ -38,6 +38,7 @@ from opscope.runtime.errors import UsageError
 
 from .common import DTYPES, INDEX_MAX, INT64_MAX, EventTable, index, as_int as _int, count as _size, key, number, shapes_json, \
     short, span_ns, text, where_of
+from . import typed
 from .details import Details, count_kinds, kind_of
 from .flops import MATMUL_FAMILY, cost as _matmul_cost
 from .names import op_for_aten_name
@@ -66,6 +67,8 @@ def parse(doc, source: str, shift_ns: int = 0) -> tuple[EventTable, dict]:
     try:
         table, run = _parse_columns(events, other, source, shift_ns)
     except _Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
+        if typed.is_typed(events):
+            events = events.as_dicts()
         table, run = _parse_events(events, other, source, shift_ns)
     dist = distributed_info(doc)
     if dist is not None:
@@ -251,6 +254,8 @@ def _fields(dicts: list, keys: tuple, defaults: dict) -> dict[str, list]:
     """key -> [d.get(key, default) for d in dicts]: one C-level pass per key (itemgetter where every dict has
     the key, the usual case, else dict.get with the default)."""
     out = {}
+    if dicts and typed.is_record(dicts[0]):
+        return {k: typed.column(dicts, k) for k in keys}
     for k in keys:
         try:
             out[k] = list(map(itemgetter(k), dicts))
@@ -295,7 +300,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     _Irregular for anything else, and the event-by-event parser takes over.
     """
     try:
-        phs = list(map(dict.get, events, repeat("ph")))       # C-level passes: no Python code per event
+        phs = typed.column(events, "ph")       # C-level passes: no Python code per event
         kinds_of_ph = set(phs)
     except (AttributeError, TypeError):       # an event that is not an object; a "ph" that is a list
         raise _Irregular from None
@@ -390,8 +395,10 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["flops"] = [f for f, _ in fb]
         cols["bytes"] = [b for _, b in fb]
     elif kind == "opscope":
-        args = list(map(dict.get, kept, repeat("args")))
-        if not set(map(type, args)) <= {dict}:
+        args = typed.column(kept, "args")
+        if typed.is_typed(events):      # typed args: every field there, absent ones at their defaults
+            args = [typed.NO_ARGS if a is None else a for a in args] if None in args else args
+        elif not set(map(type, args)) <= {dict}:
             args = [a if isinstance(a, dict) else {} for a in args]
         a_cols = _fields(args, ("node", "step", "seq", "module", "source", "input_shapes", "input_dtypes",
                                 "output_shapes", "output_dtypes", "bytes", "flops", "fallback", "phase", "fwd_node"),
@@ -618,9 +625,9 @@ def _metadata(events, source):
     procs: dict = {}
     threads: dict = {}
     for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "M":
+        if not (isinstance(ev, dict) or typed.is_record(ev)) or ev.get("ph") != "M":
             continue
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = ev.get("args") if isinstance(ev.get("args"), dict) or typed.is_record(ev.get("args")) else {}
         name = args.get("name")
         if not isinstance(name, str):
             continue

@@ -1,0 +1,116 @@
+"""opscope's own Chrome export, decoded into compact event records instead of a million dicts.
+
+A dict per event is most of a large import's time: building it (JSON decoding), reading it (every
+field lookup misses the cache) and freeing it. msgspec decodes each event straight into a slotted
+record whose absent fields hold the default the column parser would use (`dict.get(k, default)`),
+so one C-level `attrgetter` pass reads a field of every event.
+
+Only a file that says it is opscope's (`otherData.opscope`) and whose events use no field outside
+the Chrome format's takes this path: anything else -- a torch.profiler trace, an unknown field, a
+value the record cannot hold, invalid JSON -- is decoded by orjson as before, so every refusal and
+every odd trace keeps the one parser that judges it (`read_json`, `kineto._parse_events`).
+"""
+from __future__ import annotations
+
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import orjson
+
+
+class _Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    def get(self, key, default=None):
+        """Dict-like reads for the few records (metadata, step spans) code reads one at a time."""
+        v = getattr(self, key) if key in self.__struct_fields__ else None
+        return default if v is None else v
+
+
+class Args(_Record):
+    """An event's args as opscope's export writes them; absent fields read as the column parser's
+    defaults (step 0, fallback False, phase "forward", fwd_node "")."""
+    node: Any = None
+    step: Any = 0
+    seq: Any = None
+    module: Any = None
+    source: Any = None
+    input_shapes: Any = None
+    input_dtypes: Any = None
+    output_shapes: Any = None
+    output_dtypes: Any = None
+    bytes: Any = None
+    flops: Any = None
+    fallback: Any = False
+    phase: Any = "forward"
+    fwd_node: Any = ""
+    members: Any = None
+    live_bytes: Any = None
+    name: Any = None
+    sort_index: Any = None
+
+
+NO_ARGS = Args()
+
+
+class Event(_Record):
+    """One trace event; absent fields read as `kineto._parse_columns`' defaults (pid, tid, dur: 0)."""
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = None
+    dur: Any = 0
+    args: Args | None = None
+    id: Any = None
+    bp: Any = None
+    s: Any = None
+
+
+class Events(list):
+    """Typed events, with the JSON they came from: a parser that needs dicts decodes it again."""
+    raw = None
+
+    def as_dicts(self) -> list:
+        return orjson.loads(memoryview(self.raw))
+
+
+def column(events: list, key: str, default=None) -> list:
+    """[e.get(key, default) for e in events] in one C-level pass, for dicts or typed events."""
+    if events and isinstance(events[0], _Record):
+        return list(map(attrgetter(key), events))       # an absent field already holds its default
+    return list(map(dict.get, events, repeat(key), repeat(default)))
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[Event])
+
+
+def decode(data: bytes):
+    """-> the document with its traceEvents as `Events`, or None when the file is not one to decode
+    this way (the caller decodes it with orjson, which also judges a broken file)."""
+    try:
+        top = _TOP.decode(data)
+        raw = top.get("traceEvents")
+        other = orjson.loads(memoryview(top["otherData"])) if "otherData" in top else None
+        if raw is None or not (isinstance(other, dict) and other.get("opscope")):
+            return None
+        events = Events(_EVENTS.decode(raw))
+    except (msgspec.DecodeError, msgspec.ValidationError, orjson.JSONDecodeError, RecursionError):
+        return None
+    events.raw = raw
+    try:
+        doc = {k: orjson.loads(memoryview(v)) for k, v in top.items() if k not in ("traceEvents", "otherData")}
+    except orjson.JSONDecodeError:
+        return None
+    doc["otherData"], doc["traceEvents"] = other, events
+    return doc
+
+
+def is_typed(events) -> bool:
+    return isinstance(events, Events)
+
+
+def is_record(v) -> bool:
+    return isinstance(v, _Record)
