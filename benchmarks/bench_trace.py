@@ -4,6 +4,7 @@
     python benchmarks/bench_trace.py --quick    # 100k events, 1 round
     python benchmarks/bench_trace.py --events 500000 --phases   # a 1M-trace-event file (an op + a memory counter
                                                                 # each), with the import's phases every round
+    python benchmarks/bench_trace.py --kineto   # a real torch.profiler trace tiled to 1M events, imported
 
 Every timing is wall-clock seconds; phases also give CPU seconds (all threads), which is what the import
 would take on an idle machine -- on a shared one the wall time mostly measures the neighbours. The load
@@ -93,6 +94,79 @@ def import_phases(store, path) -> dict:
     return out
 
 
+def kineto_trace(path: Path, n: int) -> int:
+    """A real torch.profiler trace (a small transformer layer, record_shapes + with_stack + profile_memory,
+    ProfilerStep#N steps) tiled in time until it holds `n` events: each copy shifted past the last, its
+    ids shifted too so flows and steps stay apart. -> the number of events written."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    x = torch.randn(2, 16, 64)
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_stack=True, profile_memory=True, schedule=sched) as prof:
+        for _ in range(4):
+            with torch.no_grad():
+                layer(x)
+            prof.step()
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    meta = [e for e in doc["traceEvents"] if e.get("ph") == "M"]
+    body = [e for e in doc["traceEvents"] if e.get("ph") != "M"]
+    times = [float(e["ts"]) for e in body if isinstance(e.get("ts"), (int, float))]
+    span = max(times) - min(times) + 1000.0
+    out, k = list(meta), 0
+    while len(out) < n:
+        for e in body:
+            c = dict(e)
+            if isinstance(c.get("ts"), (int, float)):
+                c["ts"] = c["ts"] + k * span
+            if c.get("name", "").startswith("ProfilerStep#"):
+                c["name"] = f"ProfilerStep#{k * 10 + int(c['name'][13:])}"
+            if "id" in c and isinstance(c["id"], int):
+                c["id"] += k * 1_000_000
+            out.append(c)
+        k += 1
+    doc["traceEvents"] = out[:n]
+    path.write_bytes(orjson_dumps(doc))
+    return len(doc["traceEvents"])
+
+
+def orjson_dumps(doc) -> bytes:
+    import orjson
+    return orjson.dumps(doc)
+
+
+def bench_kineto(args) -> int:
+    """Import of a 1M-event torch.profiler trace, interleaved with a plain json.load of the same file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["OPSCOPE_HOME"] = tmp
+        from opscope.profiler.importers import import_trace
+        from opscope.profiler.store import RunStore
+        store = RunStore(Path(tmp) / "runs.duckdb")
+        path = Path(tmp) / "kineto.json"
+        n = kineto_trace(path, args.events)
+        print(f"torch.profiler trace tiled to {n:,} events ({path.stat().st_size / 2**20:.0f} MiB)")
+        imp, cpu, base = [], [], []
+        for r in range(args.rounds):
+            (t, c), rid = timed(lambda: import_trace(path, store=store), cpu=True)
+            imp.append(t)
+            cpu.append(c)
+            store.delete_run(rid)
+
+            def load():
+                with open(path) as f:
+                    return len(json.load(f)["traceEvents"])
+            base.append(timed(load)[0])
+            print(f"round {r + 1}/{args.rounds}: import {imp[-1]:.2f} s ({cpu[-1]:.2f} s CPU), "
+                  f"json.load {base[-1]:.2f} s", flush=True)
+        mi, mb = statistics.median(imp), statistics.median(base)
+        print(f"\nmedians over {args.rounds} round(s): import {mi:.2f} s ({n / mi / 1e6:.2f} M events/s), "
+              f"CPU {statistics.median(cpu):.2f} s; json.load {mb:.2f} s; import / json.load = {mi / mb:.2f}x")
+        print("  load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
+    return 0
+
+
 def timed(fn, cpu: bool = False):
     """-> (wall seconds, or (wall, CPU seconds) when cpu, fn's result)."""
     t, c = time.perf_counter(), time.process_time()
@@ -107,9 +181,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="100k events, one round: a smoke run")
     ap.add_argument("--phases", action="store_true", help="also time each phase of the import once")
+    ap.add_argument("--kineto", action="store_true",
+                    help="import a torch.profiler trace (shapes, stacks, memory) tiled to --events events instead")
     args = ap.parse_args()
     if args.quick:
         args.events, args.rounds = 100_000, 1
+    if args.kineto:
+        return bench_kineto(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["OPSCOPE_HOME"] = tmp

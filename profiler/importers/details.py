@@ -24,7 +24,7 @@ from collections import Counter
 
 import numpy as np
 
-from .common import as_int, count, key, nesting_depth, span_ns, text, where_of
+from .common import as_int, count, instant_ns, key, nesting_depth, text
 from .typed import column
 
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
@@ -89,7 +89,7 @@ class Details:
         self.kept: Counter = Counter()
         self.stored_as: dict[str, set] = {}
         ev, st, en = x_other.events, x_other.start, x_other.end
-        cats = [kind_of(e) for e in ev]
+        cats = [c if type(c) is str and c else kind_of(e) for c, e in zip(column(ev, "cat"), ev)]
         py = [i for i, c in enumerate(cats) if c == "python_function"]
         self.py = ([ev[i] for i in py], [st[i] for i in py], [en[i] for i in py])
         sp = [i for i, c in enumerate(cats) if c != "python_function"]
@@ -148,12 +148,27 @@ class Details:
             self.stack_rows = None
             return
         names = [e.get("name") for e in ev]
-        parsed = [(None, str(n)) if not isinstance(n, str) else
-                  ((None, n) if n.startswith(_MODULE) else _user_frame(n)) for n in names]
-        pth = [as_int(e.get("tid", 0)) for e in ev]
-        # (thread, start, -end, kind, index): frames (kind 0) open before ops (kind 1) that start with them
-        items = sorted([(pth[i], pst[i], -pen[i], 0, i) for i in range(len(ev))] +
-                       [(int(thread[i]), int(start[i]), -int(end[i]), 1, i) for i in range(self.n_host)])
+        # a trace repeats a few hundred frames hundreds of thousands of times: each is parsed once
+        seen: dict = {}
+        parsed = [(None, str(n)) if not isinstance(n, str) else seen[n] if n in seen else
+                  seen.setdefault(n, (None, n) if n.startswith(_MODULE) else _user_frame(n)) for n in names]
+        tids = [e.get("tid", 0) for e in ev]
+        try:
+            ids = {t: as_int(t) for t in set(tids)}
+            pth = list(map(ids.__getitem__, tids))
+        except TypeError:            # a tid that is a list or an object
+            pth = list(map(as_int, tids))
+        # (thread, start, -end, kind, index) in order: frames (kind 0) open before ops (kind 1) that
+        # start with them; numpy sorts the million keys, Python only walks them
+        n_py = len(ev)
+        th = np.concatenate([np.asarray(pth, dtype=np.int64), np.asarray(thread, dtype=np.int64)])
+        st = np.concatenate([np.asarray(pst, dtype=np.int64), np.asarray(start, dtype=np.int64)])
+        en = np.concatenate([np.asarray(pen, dtype=np.int64), np.asarray(end, dtype=np.int64)])
+        kinds = np.concatenate([np.zeros(n_py, dtype=np.int64), np.ones(self.n_host, dtype=np.int64)])
+        idx = np.concatenate([np.arange(n_py, dtype=np.int64), np.arange(self.n_host, dtype=np.int64)])
+        order = np.lexsort((idx, kinds, -en, st, th))
+        items = zip(th[order].tolist(), st[order].tolist(), (-en[order]).tolist(), kinds[order].tolist(),
+                    idx[order].tolist())
         depth = [0] * len(ev)
         src = list(c["source"]) if not isinstance(c["source"], list) else c["source"]
         mod = list(c["module"]) if not isinstance(c["module"], list) else c["module"]
@@ -196,7 +211,7 @@ class Details:
             if e.get("name") != "[memory]" or e.get("ph") not in ("i", "I"):
                 continue
             args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            t, _ = span_ns(dict(e, dur=0), where_of(self.source, i, e.get("name")))
+            t = instant_ns(e, self.source, i)
             dev = as_int(args.get("Device Type", 0))
             kind = _DEVICE_TYPES.get(dev, f"device{dev}")
             backend = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(args.get('Device Id', 0))}"
@@ -221,9 +236,16 @@ class Details:
         """(pid, tid) as written -> the track (backend, device, thread) its events went to."""
         c = table.cols
         lanes: dict = {}
+        seen: set = set()
         for off, evs in ((0, host_events), (self.n_host, gpu_events)):
-            for r, e in enumerate(evs):
-                k = (key(e.get("pid", 0)), key(e.get("tid", 0)))
+            for r, raw in enumerate(zip(column(evs, "pid", 0), column(evs, "tid", 0))):
+                try:
+                    if raw in seen:           # most events are on a lane seen already
+                        continue
+                    seen.add(raw)
+                except TypeError:             # a pid or tid that is a list or an object
+                    pass
+                k = (key(raw[0]), key(raw[1]))
                 if k not in lanes:
                     lanes[k] = (c["backend"][off + r], c["device"][off + r], int(c["thread"][off + r]))
         return lanes
@@ -239,7 +261,7 @@ class Details:
             side = _FLOW_PHS.get(e.get("ph"))
             if side is None or "id" not in e:
                 continue
-            t, _ = span_ns(dict(e, dur=0), where_of(self.source, i, e.get("name")))
+            t = instant_ns(e, self.source, i)
             ends.setdefault((kind_of(e), key(e.get("id"))), [None, None])[side] = (e, t)
         for (kind, fid), (a, b) in ends.items():
             if a is None or b is None:

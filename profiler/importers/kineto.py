@@ -33,6 +33,7 @@ from itertools import compress, repeat
 from operator import eq, itemgetter, ne
 
 import numpy as np
+import orjson
 
 from opscope.runtime.errors import UsageError
 
@@ -388,7 +389,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
         cols["thread"] = _thread_ids(tid_list)
         args = _arg_dicts(kept)
-        io = [_kineto_inputs(a) for a in args]
+        io = _all_inputs(args)
         cols["input_shapes"] = [a for a, _ in io]
         cols["input_dtypes"] = [b for _, b in io]
         fb = [_kineto_cost(x, a) if x in MATMUL_FAMILY else (None, None) for x, a in zip(names, args)]
@@ -650,6 +651,22 @@ def _kineto_cost(name: str, args: dict):
         return None, None
     got = _matmul_cost(name, dims, [DTYPES.get(t) for t in types if isinstance(t, str)], args.get("Concrete Inputs"))
     return got if got is not None else (None, None)
+
+
+def _all_inputs(args: list) -> list:
+    """`_kineto_inputs` of every op's args, worked out once per distinct (Input Dims, Input type): a model
+    runs the same shapes through every layer and every step."""
+    seen: dict = {}
+    out = []
+    for a in args:
+        try:
+            k = orjson.dumps((a.get("Input Dims"), a.get("Input type")))
+        except TypeError:         # nested past orjson's depth: worked out as it is
+            out.append(_kineto_inputs(a))
+            continue
+        got = seen.get(k)
+        out.append(got if got is not None else seen.setdefault(k, _kineto_inputs(a)))
+    return out
 
 
 def _kineto_inputs(args: dict):
