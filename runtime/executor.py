@@ -152,6 +152,7 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True,
     from .ops import OPS
     views = {s for node, _ in placement.assignments for s in node.outputs
              if OPS.get(node.op) is not None and OPS[node.op].kind == "view"}
+    inputs = set(graph.input_slots)
     steps = []
     for i, (node, b) in enumerate(placement.assignments):
         if node.op == "transfer":
@@ -164,7 +165,10 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True,
         alloc = 0 if node.outputs and node.outputs[0] in views else \
             sum(m.nbytes for m in node.output_meta if m is not None)
         frees = free_at.get(i, [])
-        free_bytes = sum(graph.slot_meta[s].nbytes for s in frees if s in graph.slot_meta and s not in views)
+        # the caller's inputs were never counted in (alloc is what the plan makes): freeing them must
+        # not count out either, or live bytes dip below what is really held and the peak comes out low
+        free_bytes = sum(graph.slot_meta[s].nbytes for s in frees
+                         if s in graph.slot_meta and s not in views and s not in inputs)
         steps.append(Step(node, b, kernel, node.args, node.kwargs, None if nested else flat, node.outputs, frees,
                           alloc, free_bytes, bool(getattr(node, "fallback", False))))
     plan = Plan(graph, backend, steps, placement, constants, graph.output_refs, dict(carry or {}), constant_backend,

@@ -24,17 +24,21 @@ def gpt_plan(tmp_path_factory):
     return path, info
 
 
-def test_compile_then_run_plan_gives_fresh_capture_outputs_and_starts_faster(gpt_plan):
+def test_compile_then_run_plan_gives_fresh_capture_outputs_without_capturing(gpt_plan, monkeypatch):
     path, info = gpt_plan
     assert info["passes"] == ["dce", "fold", "cse", "layout", "fuse", "memplan"] and info["format"] == "opscope-plan"
     fresh = open_session("demo:gpt", "sim:npu-a1")
+
+    def no_export(*a, **k):
+        raise AssertionError("a saved plan must start without torch.export")
+    monkeypatch.setattr("torch.export.export", no_export)
     s = open_plan_session(path, "demo:gpt")
     out, want = s.run_host(), fresh.run_host()
     assert compare(out, want)["max_abs"] <= 1e-5 and compare(out, s.eager())["max_abs"] <= 1e-4
     plan = s.extra["plan"]
     assert plan["backend"] == "sim:npu-a1" and any(n.op == "fused" for n in s.plan.graph.nodes)
-    # start-up: loading the plan vs capturing (and optimizing) again
-    assert plan["startup_seconds"] < fresh.capture_seconds and plan["saved_seconds"] > 0
+    # start-up is reported beside the capture it replaced (how much it saves: benchmarks/bench_passes.py)
+    assert plan["saved_seconds"] == pytest.approx(plan["capture_seconds"] - plan["startup_seconds"])
     assert s.plan.memory_plan["peak_bytes"] == info["memory_plan"]["peak_bytes"]
 
 
