@@ -1,9 +1,14 @@
-"""`opscope serve`: the web analyzer over every run in the store."""
+"""`opscope serve [FOLDER]`: the web analyzer over every run in the store, or over the jobs of a shared
+folder (`train --hybrid --shared-dir`), imported into a private store that lives as long as the server."""
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 
 from opscope.runtime.errors import UsageError
+from opscope.runtime.home import HOME_ENV
 
 
 def register(sub) -> None:
@@ -11,6 +16,9 @@ def register(sub) -> None:
                        description="Serve the web analyzer. It binds 127.0.0.1 unless --host says otherwise; any "
                                    "other address needs a token, set with OPSCOPE_TOKEN or --token-file (one is "
                                    "generated and printed when none is set).")
+    p.add_argument("folder", nargs="?", default=None,
+                   help="a --shared-dir folder of per-rank Parquet: serve its jobs (each one run) from a private "
+                        "temporary store, deleted when the server stops, instead of the store in OPSCOPE_HOME")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; any other address needs a token, or one is generated)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
@@ -46,6 +54,37 @@ def main(args) -> int:
     from .profile import check_port      # here, so that profile.py can import add_token_options from this module
     check_port(args.host, args.port)
     token = token_from(args)
+    if args.folder is None:
+        return _serve(args, token)
+    home = _private_home()
+    try:
+        _import_folder(args.folder, home)
+        return _serve(args, token)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _private_home() -> str:
+    """A temporary OPSCOPE_HOME for this process, set before any store is made (mkdtemp: mode 0700)."""
+    home = tempfile.mkdtemp(prefix="opscope-serve-")
+    os.environ[HOME_ENV] = home
+    return home
+
+
+def _import_folder(folder: str, home: str) -> None:
+    from opscope.profiler.shared import import_shared
+    from opscope.profiler.store import RunStore
+    store = RunStore()
+    run_ids = import_shared(folder, store)
+    print(f"serving {len(run_ids)} run(s) from {os.path.abspath(folder)} (imported into {home}, deleted when the "
+          f"server stops):", flush=True)
+    for rid in run_ids:
+        run = store.get_run(rid)
+        print(f"  {rid}  {run.get('model')}  {run['config'].get('world_size')} ranks  {run.get('status')}"
+              + (f"  ({run['error']})" if run.get("error") else ""), flush=True)
+
+
+def _serve(args, token) -> int:
     from opscope.app.web.server import serve
     run_id = None
     if args.run:

@@ -24,8 +24,9 @@ def register(sub) -> None:
 
     i = tsub.add_parser("import", help="a torch.profiler (Kineto) / Chrome trace or ONNX Runtime profile -> a run; "
                                        "a folder of per-rank torch.profiler traces -> one multi-rank run")
-    i.add_argument("file", help="trace JSON (.json or .json.gz), or a folder holding one torch.profiler trace per "
-                                "rank (each with distributedInfo, as torch.distributed jobs write them)")
+    i.add_argument("file", help="trace JSON (.json or .json.gz), a folder holding one torch.profiler trace per "
+                                "rank (each with distributedInfo, as torch.distributed jobs write them), or a "
+                                "--shared-dir folder of per-rank Parquet (one run per job in it)")
     i.add_argument("--max-bytes", type=count_arg("--max-bytes"), default=None,
                    help="refuse files larger than this (default 2 GiB, or $OPSCOPE_IMPORT_MAX_BYTES)")
     add_json(i)
@@ -56,15 +57,30 @@ def import_main(args) -> int:
     from opscope.profiler.importers import import_trace
     from opscope.profiler.store import RunStore
 
+    from opscope.profiler.shared import import_shared, is_shared
+
     store = RunStore()
-    run_id = import_trace(args.file, store=store, max_bytes=args.max_bytes)
+    if is_shared(args.file):            # `train --hybrid --shared-dir`: one run per job in the folder
+        run_ids = import_shared(args.file, store, max_bytes=args.max_bytes)
+    else:
+        run_ids = [import_trace(args.file, store=store, max_bytes=args.max_bytes)]
+    run_id = run_ids[0]
     run = store.get_run(run_id)
     cfg = run.get("config") or {}
     if args.json:
-        emit_json({"run_id": run_id, "format": cfg.get("format"), "events": run.get("events"),
+        emit_json({"run_id": run_id, "run_ids": run_ids, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
                    "skipped": cfg.get("skipped", {}), "import": cfg.get("import"),
-                   "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock")})
+                   "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock"),
+                   "status": run.get("status"), "error": run.get("error")})
+        return 0
+    if len(run_ids) > 1 or cfg.get("format") == "opscope-shared":
+        for rid in run_ids:
+            r = store.get_run(rid)
+            print(rid)
+            print(f"imported {r.get('events')} events of {r.get('model')} ({r['config'].get('world_size')} ranks, "
+                  f"{r['config'].get('steps_written')} step(s)) from {r.get('source')} as run {rid}: {r.get('status')}"
+                  + (f" ({r['error']})" if r.get("error") else ""), file=sys.stderr)
         return 0
     # the id alone on stdout, so RUN=$(opscope trace import f.json) works; the story on stderr
     print(run_id)

@@ -3,6 +3,7 @@
     from opscope.profiler.importers import import_trace
     run_id = import_trace("trace.json")            # engine "import", source = the file
     run_id = import_trace("traces/")               # one torch.profiler trace per rank -> one multi-rank run
+    run_id = import_trace("shared/")               # `train --hybrid --shared-dir` Parquet: profiler/shared.py
 
 The run holds one event per operator in the file, nested by time per thread (so self time works),
 and every view and analysis reads it like a profiled run.
@@ -39,6 +40,9 @@ def import_trace(path, store=None, max_bytes: int | None = None) -> str:
     a partial run."""
     with _no_gc():
         if Path(path).is_dir():
+            from ..shared import import_shared, is_shared
+            if is_shared(path):           # per-rank Parquet from `--shared-dir`: the first job's run
+                return import_shared(path, store, max_bytes)[0]
             return import_rank_folder(path, store, max_bytes)
         return _import(path, store, max_bytes)
 

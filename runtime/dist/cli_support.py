@@ -1,6 +1,6 @@
 """`--hybrid` for `opscope train` (and `python -m opscope.runtime.dist`): the flags, and the command.
 
-    add_hybrid_arguments(parser)              # --hybrid, --switch-threshold, --rebalance, --timeout
+    add_hybrid_arguments(parser)              # --hybrid, --switch-threshold, --rebalance, --timeout, --shared-dir
     if args.hybrid: return train_hybrid(args) # spawns one process per share, or is one rank under torchrun
 
 Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) every process is one rank and rank 0
@@ -11,10 +11,13 @@ rank's rows and device time; plus every calibration and re-balancing event with 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 
-from ..errors import ModelError
+from ..errors import ModelError, UsageError
+
+SHARED_ENV = "OPSCOPE_SHARED_DIR"
 
 
 def add_hybrid_arguments(p) -> None:
@@ -27,6 +30,9 @@ def add_hybrid_arguments(p) -> None:
                    help="move shares when a rank's step time drifts (hysteresis: 10%% for 2 steps)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="seconds a collective waits for a silent rank before the run stops (default 60)")
+    p.add_argument("--shared-dir", default=os.environ.get(SHARED_ENV) or None, metavar="DIR",
+                   help="every rank also writes its events to DIR/<job>/ as Parquet (a folder every node "
+                        f"reaches); `opscope serve DIR` or `opscope trace import DIR` reads them (or ${SHARED_ENV})")
 
 
 def job_from_args(args):
@@ -34,7 +40,26 @@ def job_from_args(args):
     lr = args.lr if getattr(args, "lr", None) is not None else (1e-2 if args.optimizer == "sgd" else 1e-3)
     return DistJob.parse(args.model, args.hybrid, steps=args.steps, optimizer=args.optimizer, lr=lr,
                          rebalance=args.rebalance, timeout_s=args.timeout, switch_threshold=args.switch_threshold,
-                         allow_fallback=not getattr(args, "no_fallback", False))
+                         allow_fallback=not getattr(args, "no_fallback", False),
+                         shared_dir=shared_folder(getattr(args, "shared_dir", None)))
+
+
+def shared_folder(path: str | None) -> str:
+    """--shared-dir as an absolute path to a folder this process can write (created if need be), or one line."""
+    if not path:
+        return ""
+    folder = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--shared-dir {path}: it is a file, not a folder") from None
+    except OSError as e:
+        raise UsageError(f"--shared-dir {path}: cannot create it ({e.strerror or e})") from None
+    if not os.path.isdir(folder):
+        raise UsageError(f"--shared-dir {path}: it is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--shared-dir {path}: this user cannot write there")
+    return folder
 
 
 def train_hybrid(args) -> int:
@@ -107,7 +132,8 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
             "optimizer": {"name": job.optimizer, "lr": job.lr}, "steps_requested": job.steps,
             "steps": [steps[k] for k in sorted(steps)], "losses": [steps[k]["loss"] for k in sorted(steps)],
             "identical_parameters": bool(steps) and all(s["identical"] for s in steps.values()),
-            "events": events, "status": "failed" if error else "ok", "error": error}
+            "events": events, "status": "failed" if error else "ok", "error": error,
+            "shared": next((r["shared"] for r in records if r.get("kind") == "start" and r.get("shared")), None)}
 
 
 def span_events(rec: dict) -> dict:
@@ -168,5 +194,7 @@ def _print(report: dict, args) -> None:
         out.write(f"  stopped: {report['error']}\n")
     if report.get("run_id"):
         out.write(f"  run {report['run_id']} (`opscope runs`)\n")
+    if report.get("shared"):
+        out.write(f"  every rank's events: {report['shared']} (`opscope serve {os.path.dirname(report['shared'])}`)\n")
     if report["error"]:
         print(f"opscope: error: {report['error']}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
     job = DistJob.parse("demo:gpt", "torch:cpu=0.7,sim:npu-a1=0.3", steps=5)
     for record in run_rank(job, rank, world_size):  # inside a process group's process
-        ...                                         # {"kind": "step"|"calibrate"|"rebalance"|"error", ...}
+        ...                                         # {"kind": "start"|"step"|"calibrate"|"done"|"error", ...}
+    DistJob.parse(..., shared_dir="/mnt/shared")    # every rank also writes its steps there (profiler/shared.py)
 
 The job travels to child processes as JSON in OPSCOPE_DIST_JOB (nothing is unpickled); ranks,
 world size and the rendezvous come from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -15,7 +16,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..errors import UsageError
+from ..errors import OpscopeError, UsageError
 
 ENV_JOB = "OPSCOPE_DIST_JOB"
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -37,6 +38,7 @@ class DistJob:
     switch_threshold: int = 0
     allow_fallback: bool = True
     hybrid: str = ""
+    shared_dir: str = ""                    # each rank also writes its events here (profiler/shared.py)
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -125,16 +127,67 @@ def run_rank(job: DistJob, rank: int, world_size: int):
         opt = OptimizerSpec(job.optimizer, lr=job.lr)
         trainer = DistTrainer(model, inputs, job.specs, ratios, rank, opt, name=job.model,
                               allow_fallback=job.allow_fallback)
-        yield {"kind": "start", "rank": rank, "world_size": world_size, "backend": job.specs[rank],
-               "engine": engine, "pid": os.getpid(), "rows": trainer.rows}
-        if job.ratios is None:
-            yield trainer.calibrate(job.probe_steps)
-        if job.rebalance:
-            trainer.rebalance = Rebalancer(trainer.ratios, tolerance=job.tolerance, patience=job.patience)
-        for _ in range(job.steps):
-            yield trainer.step()
-        digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
-        trainer.finish()
-        yield {"kind": "done", "rank": rank, "parameters_digest": digest}
+        start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": job.specs[rank],
+                 "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base}
+        shared = _SharedRank(job, start)
+        if shared.writer is not None:
+            start["shared"] = str(shared.writer.folder)
+        with shared:
+            yield start
+            if job.ratios is None:
+                yield shared.keep(trainer.calibrate(job.probe_steps))
+            if job.rebalance:
+                trainer.rebalance = Rebalancer(trainer.ratios, tolerance=job.tolerance, patience=job.patience)
+            for _ in range(job.steps):
+                yield shared.keep(trainer.step())
+            digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
+            trainer.finish()
+            yield shared.keep({"kind": "done", "rank": rank, "parameters_digest": digest})
     finally:
         destroy_process_group()
+
+
+class _SharedRank:
+    """--shared-dir: this rank's steps, status and (rank 0) the job's report, written where every node can
+    read them (profiler/shared.py owns the layout). Without --shared-dir it only passes records through."""
+
+    def __init__(self, job: DistJob, start: dict):
+        self.job, self.start, self.records, self.writer = job, start, [start], None
+        if not job.shared_dir:
+            return
+        from opscope.profiler.shared import RankWriter, job_name
+        rank = start["rank"]
+        self.writer = RankWriter(job.shared_dir, job_name(job.model, start["base"]), rank)
+        run = None
+        if rank == 0:
+            run = {"model": job.model, "hybrid": job.hybrid, "backends": job.specs, "world_size": start["world_size"],
+                   "steps": job.steps, "engine": start["engine"]}
+        self.writer.begin(run, {"backend": start["backend"], "rows": start["rows"]})
+
+    def keep(self, rec: dict) -> dict:
+        self.records.append(rec)
+        if self.writer is not None and rec.get("kind") == "step":
+            from .cli_support import span_events
+            self.writer.step(rec["step"], span_events(rec))
+        return rec
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if self.writer is None:
+            return False
+        from ..errors import first_line
+        from .cli_support import summarize
+        error = None
+        if exc is not None:
+            # a generator closed early (the launcher went away) is no error of the rank's, but it did not finish
+            error = "stopped before the end" if kind is GeneratorExit else \
+                (str(exc) if isinstance(exc, OpscopeError) else f"{kind.__name__}: {first_line(exc)}")
+        status = "failed" if exc is not None else "ok"
+        try:
+            self.writer.end(status, error, report=summarize(self.job, self.records, error))
+        except OSError:           # the shared folder went away: the training's own outcome matters more
+            if exc is None:
+                raise
+        return False
