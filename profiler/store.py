@@ -309,6 +309,10 @@ class RunStore:
     def add_memory(self, run_id: str, rows, *, con=None) -> int:
         return self._insert_rows("memory", MEMORY_COLUMNS, run_id, rows, con=con)
 
+    def add_memory_columns(self, run_id: str, cols: dict, *, con=None) -> int:
+        """Memory samples as columns keyed by MEMORY_COLUMNS (an import's millions of samples)."""
+        return self._insert("memory", ["run_id", *MEMORY_COLUMNS], run_id, cols, con=con)
+
     def add_tensors(self, run_id: str, rows, *, con=None) -> int:
         return self._insert_rows("tensors", TENSOR_COLUMNS, run_id, rows, con=con)
 

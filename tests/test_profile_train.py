@@ -118,3 +118,16 @@ def test_an_exported_training_run_imports_back_with_its_phases_and_forward_links
     q = "SELECT phase, node, fwd_node, count(*) FROM events WHERE run_id = ? AND op <> 'mark' GROUP BY ALL ORDER BY ALL"
     assert store.query(q, [back]) == store.query(q, [rid])
     assert {p for p, *_ in store.query(q, [back])} == {"forward", "backward", "optimizer"}
+    # the live-memory counters come back as the memory the web app draws, peak and peak op included
+    # (the event-by-event parser, which takes B/E pairs, counts them as dropped instead)
+    from opscope.app.web.data import WebData
+    data = WebData(store)
+    series = {r: data.memory_series(r) for r in (rid, back)}
+    peaks = {r: [(p["backend"], p["bytes"], p["op"], p["node"]) for p in data.memory_peaks(store.get_run(r))]
+             for r in (rid, back)}
+    if irregular:
+        assert store.get_run(back)["config"]["import"]["kinds_dropped"]["ph:C"] > 0
+    else:
+        assert {b: v for b, (_, v) in series[back].items()} == {b: v for b, (_, v) in series[rid].items()}
+        assert peaks[back] == peaks[rid] and peaks[rid][0][1] > 0
+        assert store.get_run(back)["config"]["import"]["stored_as"]["ph:C"] == ["memory"]

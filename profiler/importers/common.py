@@ -235,6 +235,7 @@ class EventTable:
         self.flat_from = None    # rows from here on are on device streams: one lane each, never nested
         self.details = None      # what the trace holds besides ops (details.Details), written beside them
         self.rank, self.world_size = 0, 1     # from the trace's distributedInfo; one value for every row
+        self.memory = None       # live-bytes samples as memory-table columns (our own export's counters)
 
     def __len__(self):
         return len(self.cols["start_ns"])
@@ -399,6 +400,8 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
             for t, (own, _) in zip(tables, parts):
                 if t.details is not None:
                     t.details.write(store, run_id, own, t.details.step_spans, con)
+                if t.memory is not None:
+                    store.add_memory_columns(run_id, t.memory, con=con)
         store.finish_run(run_id, status="ok")
     except BaseException:
         _remove(store, run_id)

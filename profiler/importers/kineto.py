@@ -208,7 +208,7 @@ def _finish(table: EventTable, step_spans: list, gpu=None, seq=None, details=Non
         table.details = details
 
 
-def _run_fields(kind, table, other, pids, imported, total, step_kinds, details) -> dict:
+def _run_fields(kind, table, other, pids, imported, total, step_kinds, details, memory_kinds=None) -> dict:
     steps = len(set(np.asarray(table.cols["step"]).tolist())) if len(table) else 0
     if kind == "opscope":
         model = text(other.get("model") or "import") if isinstance(other, dict) else "import"
@@ -219,9 +219,11 @@ def _run_fields(kind, table, other, pids, imported, total, step_kinds, details) 
     if details is not None:
         accounting = details.config(total, imported)
     else:
-        kept = imported + step_kinds
+        memory_kinds = memory_kinds or Counter()
+        kept = imported + step_kinds + memory_kinds
         accounting = {"kinds_kept": dict(kept), "kinds_dropped": dict(total - kept),
-                      "stored_as": {**{k: ["steps"] for k in step_kinds}, **{k: ["events"] for k in imported}}}
+                      "stored_as": {**{k: ["steps"] for k in step_kinds}, **{k: ["memory"] for k in memory_kinds},
+                                    **{k: ["events"] for k in imported}}}
     # import: every kind of event in the file, kept (and where) or dropped, with counts; `skipped` is the
     # dropped ones again, under the name `trace import --json` prints
     config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "import": accounting,
@@ -452,7 +454,59 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     table = EventTable()
     table.extend(n, cols)
     _finish(table, step_spans, gpu, seq if kind == "opscope" else None, details, kept, gpu_spans.events)
-    return table, _run_fields(kind, table, other, pids, imported, count_kinds(events, phs), step_kinds, details)
+    memory_kinds = Counter()
+    if kind == "opscope":
+        counters = list(compress(events, map(eq, phs, repeat("C"))))
+        table.memory = _live_memory(counters, procs, t0, cols, seq)
+        if table.memory is not None:
+            memory_kinds = count_kinds(counters, ["C"] * len(counters))
+    return table, _run_fields(kind, table, other, pids, imported, count_kinds(events, phs), step_kinds, details,
+                              memory_kinds)
+
+
+def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict | None:
+    """Our export's "live memory" counters back into the memory table, so a re-imported run keeps its live-bytes
+    track and Memory page: each sample at its process's backend, with the step and seq of the op that ended
+    last at or before it. None (the counters stay counted as dropped) unless every one is well formed."""
+    if not counters:
+        return None
+    f = _fields(counters, ("name", "pid", "ts", "args"), {"pid": 0})
+    args = f["args"]
+    if any(x != "live memory" for x in f["name"]) or not set(map(type, args)) <= {dict, typed.Args}:
+        return None
+    live = typed.column(args, "live_bytes")
+    if not set(map(type, live)) <= {int} or min(live) < 0 or max(live) > INT64_MAX:
+        return None
+    try:
+        ts = _numbers(f["ts"]) * 1000
+    except _Irregular:
+        return None
+    if not (np.abs(ts).max() < _NS_FAST and abs(t0) < _NS_FAST):
+        return None
+    t = t0 + np.rint(ts).astype(np.int64)
+    pids = _keys(f["pid"])
+    names = {p: procs[p][0] if p in procs else f"pid {p}" for p in set(pids)}
+    # the op that ended last at or before each sample, on the sample's backend (compared as codes)
+    codes = {b: i for i, b in enumerate(dict.fromkeys(names.values()))}
+    sample_code = np.fromiter(map(codes.get, map(names.__getitem__, pids)), dtype=np.int64, count=len(pids))
+    op_code = np.fromiter(map(codes.get, ops["backend"], repeat(-1)), dtype=np.int64, count=len(ops["backend"]))
+    step = np.zeros(len(t), dtype=np.int64)
+    at = np.zeros(len(t), dtype=np.int64)
+    op_end = np.asarray(ops["end_ns"], dtype=np.int64)
+    op_step, op_seq = np.asarray(ops["step"], dtype=np.int64), np.asarray(seq, dtype=np.int64)
+    for c in codes.values():
+        mine, theirs = np.flatnonzero(sample_code == c), np.flatnonzero(op_code == c)
+        if not len(theirs):
+            continue
+        order = theirs[np.argsort(op_end[theirs], kind="stable")]
+        k = np.clip(np.searchsorted(op_end[order], t[mine], side="right") - 1, 0, None)
+        step[mine], at[mine] = op_step[order[k]], op_seq[order[k]]
+    none = np.ones(len(t), dtype=bool)
+    backend = np.asarray(list(codes), dtype=object)[sample_code]
+    return {"step": step, "seq": at, "t_ns": t, "backend": backend,
+            "live_bytes": np.asarray(live, dtype=np.int64),
+            "alloc_bytes": np.ma.masked_array(np.zeros(len(t), np.int64), mask=none),
+            "free_bytes": np.ma.masked_array(np.zeros(len(t), np.int64), mask=none)}
 
 
 def _t0(kind: str, other, source: str) -> int:
