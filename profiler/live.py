@@ -189,7 +189,10 @@ class LiveRun:
         except subprocess.TimeoutExpired:          # said "end" but hangs on exit (a stuck thread)
             self.proc.kill()
             self.proc.wait()
-        self.collector.stop(drain_s=0.5)
+        # A runner that exited cleanly sent its end: on a loaded machine it may still sit in the socket
+        # behind a backlog, and ZeroMQ's I/O thread can pause longer than the usual half second between
+        # two messages. The drain stops as soon as the end is in, so waiting longer costs nothing then.
+        self.collector.stop(drain_s=10.0 if self.proc.returncode == 0 else 0.5)
         if self._pump is not None:
             self._pump.join(5)
         if self._hardware:

@@ -32,7 +32,9 @@ from .batch import Batch, BatchWriter
 from .wire import MAX_FRAME, BadMessage, Opener, Sealer, new_key
 
 DEFAULT_HWM = 64            # batches queued on each side before the sender drops
-END_TIMEOUT_MS = 30_000     # how long the runner waits to deliver its final message
+# How long the runner waits to deliver a control message (hello, meta, end) and, on exit, what is still
+# queued: the collector may be far behind on a loaded machine, and a runner never outlives its parent.
+END_TIMEOUT_MS = 120_000
 MAX_REASONS = 16            # distinct rejection reasons kept (the reasons are fixed phrases anyway)
 
 
