@@ -21,16 +21,9 @@ import time
 import numpy as np
 import torch
 
+from harness import NullSink
 
-class NullSink:
-    """Keeps batches in memory: measures the recorder, not the stream."""
 
-    def __init__(self):
-        self.events = 0
-
-    def send(self, batch):
-        self.events += batch.n
-        return True
 
 
 def bench_overhead(reps: int) -> dict:

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from harness import add_round_arguments, parse_round_arguments
 from opscope.runtime import open_session
 
 
@@ -23,15 +24,8 @@ def _time(fn) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="demo:gpt")
-    ap.add_argument("--repeat", type=int, default=30, help="timed rounds (each round runs every side once)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (default 1: a shared machine times more stably on one)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 5 rounds, 1 warm-up")
-    args = ap.parse_args()
-    if args.quick:
-        args.repeat, args.warmup = 5, 1
+    add_round_arguments(ap)
+    args = parse_round_arguments(ap)
 
     torch.set_num_threads(args.threads)
     torch_s = open_session(args.model, "torch:cpu")

@@ -22,18 +22,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness import NullSink
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "train_tiny.py"
 MODES = ("plain", "native", "eager", "torch.profiler")
 
 
-class NullSink:
-    def __init__(self):
-        self.events = 0
-
-    def send(self, batch) -> bool:
-        self.events += batch.n
-        return True
 
 
 def child(mode: str, steps: int) -> None:

@@ -20,16 +20,9 @@ import time
 
 import torch
 
+from harness import NullSink, add_round_arguments, parse_round_arguments
 
-class NullSink:
-    """Keeps the recorder's batches in memory: measures the hooks, not the stream."""
 
-    def __init__(self):
-        self.events = 0
-
-    def send(self, batch):
-        self.events += batch.n
-        return True
 
 
 def sides(model_spec: str, optimizer: str) -> dict:
@@ -106,16 +99,9 @@ def report(wall: dict, cpu: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="demo:gpt")
+    add_round_arguments(ap)
     ap.add_argument("--optimizer", default="adamw", choices=["sgd", "adamw"])
-    ap.add_argument("--repeat", type=int, default=30, help="timed rounds (each round runs every side once)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (default 1: a shared machine times more stably on one)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 5 rounds, 1 warm-up")
-    args = ap.parse_args()
-    if args.quick:
-        args.repeat, args.warmup = 5, 1
+    args = parse_round_arguments(ap)
     torch.set_num_threads(args.threads)
     fns = sides(args.model, args.optimizer)
     wall, cpu = measure(fns, args.repeat, args.warmup)
