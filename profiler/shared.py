@@ -299,7 +299,7 @@ def _status(plan: dict) -> tuple[str, str | None]:
 
 
 def _save(store, plan: dict) -> str:
-    from .importers.common import _remove
+    from .importers.common import remove_run
     run, job, world = plan["run"], plan["job"], plan["world"]
     status, error = _status(plan)
     report = run.get("report") if isinstance(run.get("report"), dict) else None
@@ -325,9 +325,9 @@ def _save(store, plan: dict) -> str:
                         [int(n), float(started) if isinstance(started, (int, float)) else None, run_id])
         store.finish_run(run_id, status, error)
     except duckdb.Error as e:
-        _remove(store, run_id)
+        remove_run(store, run_id)
         raise UsageError(f"cannot import {job}: its step files cannot be read ({first_line(e)})") from None
     except BaseException:
-        _remove(store, run_id)
+        remove_run(store, run_id)
         raise
     return run_id

@@ -404,12 +404,12 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
                     store.add_memory_columns(run_id, t.memory, con=con)
         store.finish_run(run_id, status="ok")
     except BaseException:
-        _remove(store, run_id)
+        remove_run(store, run_id)
         raise
     return run_id
 
 
-def _remove(store, run_id: str) -> None:
+def remove_run(store, run_id: str) -> None:
     try:
         store.delete_run(run_id)
     except Exception:   # the original error matters more than the cleanup's
