@@ -347,3 +347,37 @@ def test_typed_decoding_of_an_opscope_export_imports_exactly_what_dict_decoding_
 
     fuzz()
     assert took.count(True) > 20            # most mutations still take the typed road
+
+
+@pytest.mark.slow
+def test_typed_decoding_of_a_real_architectures_training_export_matches_dict_decoding(tmp_path, monkeypatch):
+    """The same two roads on material not shaped here: transformers' GPT-2 (random weights, two blocks)
+    trained two steps on torch:cpu, exported with its phases, forward links and live memory."""
+    transformers = pytest.importorskip("transformers")
+    from opscope.profiler import profile
+    from opscope.profiler.export import export
+    from opscope.profiler.importers import typed
+
+    class LM(torch.nn.Module):            # the contract: the model returns the loss
+        def __init__(self):
+            super().__init__()
+            cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64,
+                                          use_cache=False, bos_token_id=0, eos_token_id=0)
+            self.gpt = transformers.GPT2LMHeadModel(cfg)
+
+        def forward(self, ids):
+            return self.gpt(input_ids=ids, labels=ids).loss
+
+    torch.manual_seed(0)
+    store = RunStore()
+    rid = profile("gpt2", "torch:cpu", steps=2, model=LM(), inputs=(torch.randint(0, 500, (2, 16)),),
+                  train={"optimizer": "adamw"}, store=store)
+    path = tmp_path / "gpt2-train.json"
+    export(store, rid, "chrome", path)
+    assert typed.decode(path.read_bytes()) is not None           # the export takes the typed road
+    fast = _outcome(path, store)
+    monkeypatch.setattr(typed, "decode", lambda data: None)
+    slow = _outcome(path, store)
+    assert fast[0] == "ok" and fast == slow
+    phases = set(fast[1]["phase"])
+    assert {"forward", "backward", "optimizer"} <= phases and len(fast[1]["op"]) > 500
