@@ -270,7 +270,7 @@ def main(argv=None) -> int:
             traceback.print_exc()           # into the runner log the run keeps as an artifact
         sink.end("failed", error=msg, error_kind=kind)
         code = 2 if kind == "usage" else 1
-    sink.close()
+    sink.close(flush=True)
     return code
 
 

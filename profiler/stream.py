@@ -42,7 +42,10 @@ class StreamSink:
     """Runner side. `send(batch)` returns False when the batch was dropped."""
 
     def __init__(self, endpoint: str, key: bytes, hwm: int = DEFAULT_HWM, ctx: zmq.Context | None = None):
-        self.ctx = ctx or zmq.Context.instance()
+        # its own context unless given one: close(flush=True) terminates it, which would wait on (or
+        # break) any socket a profiled script made in the shared Context.instance()
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.SNDHWM, max(1, hwm))
         self.sock.setsockopt(zmq.LINGER, END_TIMEOUT_MS)
@@ -83,8 +86,15 @@ class StreamSink:
         return self.control("end", status=status, error=error, error_kind=error_kind,
                             events=self.sent + self.dropped, sent_by_step=self.sent_by_step)
 
-    def close(self) -> None:
+    def close(self, flush: bool = False) -> None:
+        """flush=True (a runner about to exit): block until ZeroMQ's I/O thread has handed every queued
+        message to the socket, up to END_TIMEOUT_MS. pyzmq does not terminate a context at interpreter
+        exit, so without this a process that exits right after `end()` can take its queued end with it:
+        on a loaded machine the I/O thread may not have run yet (seen in CI: "exited with code 0
+        without reporting the end of the run")."""
         self.sock.close()
+        if flush and self._own_ctx:
+            self.ctx.term()
 
 
 def _bind_private(sock) -> tuple[str, str | None]:

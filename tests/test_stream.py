@@ -87,3 +87,62 @@ def test_recorder_resends_sites_after_a_dropped_batch():
     stats = store.op_stats(run)
     assert sum(x["count"] for x in stats) == col.events
     assert {x["op"] for x in stats} <= {n.op for n in s.graph.nodes}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_runner_that_exits_right_after_its_end_still_delivers_it(tmp_path):
+    """The end must not die with the runner process. The collector binds only after the runner has
+    queued every message and reached exit: a runner that exits without flushing its ZeroMQ context
+    (pyzmq does not at interpreter exit) loses them all; one that flushes waits and delivers."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import zmq
+
+    from opscope.profiler.runner import KEY_ENV
+    from opscope.profiler.wire import BadMessage, Opener, new_key
+
+    key = new_key()
+    endpoint = f"ipc://{tmp_path}/stream"
+    proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint", endpoint,
+                             "--model", "demo:mlp", "--backend", "numpy", "--steps", "1"],
+                            env=dict(os.environ, **{KEY_ENV: key.hex()}), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            # the runner has done its work once its CPU time stops growing; it must still be waiting
+            if proc.poll() is None and _idle(proc.pid):
+                break
+        assert proc.poll() is None, "the runner exited with its messages undelivered:\n" + proc.stdout.read().decode()
+        sock = zmq.Context.instance().socket(zmq.PULL)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(endpoint)
+        opener, kinds = Opener(key), []
+        while "end" not in kinds:
+            assert sock.poll(60_000), f"no end arrived; got {kinds}"
+            try:
+                kinds.append(opener.open(sock.recv_multipart())[0])
+            except BadMessage as e:
+                raise AssertionError(f"a message from our runner was refused: {e}") from None
+        sock.close()
+        assert kinds[0] == "hello" and "batch" in kinds and kinds[-1] == "end"
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _idle(pid: int) -> bool:
+    import time
+
+    import psutil
+    p = psutil.Process(pid)
+    before = sum(p.cpu_times()[:2])
+    time.sleep(0.5)
+    return sum(p.cpu_times()[:2]) - before < 0.02
