@@ -25,6 +25,7 @@ import os
 import platform
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -97,14 +98,19 @@ def _masked_column(name: str, values) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def versions() -> dict:
-    import torch
     from importlib.metadata import PackageNotFoundError, version
-    try:
-        ours = version("opscope")
-    except PackageNotFoundError:
-        ours = "0+unknown"
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "duckdb": duckdb.__version__, "opscope": ours}
+
+    def installed(name: str, default: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return default
+    # torch's version as installed when this process has not imported it: importing it costs a second
+    # or more, and an import of a trace (`trace import`, a web upload) never needs torch otherwise
+    torch = sys.modules.get("torch")
+    return {"python": platform.python_version(),
+            "torch": torch.__version__ if torch is not None else installed("torch", "not installed"),
+            "numpy": np.__version__, "duckdb": duckdb.__version__, "opscope": installed("opscope", "0+unknown")}
 
 
 class StoreError(OpscopeError):

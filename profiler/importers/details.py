@@ -58,12 +58,17 @@ def count_kinds(events, phs=None) -> Counter:
         except TypeError:           # a category or phase that is a list or an object
             pass
         else:
-            out: Counter = Counter()
-            for (cat, ph), n in pairs.items():
-                if ph != "E":
-                    out[kind_of({"cat": cat, "ph": ph})] += n
-            return out
+            return kinds_of_pairs(pairs)
     return Counter(kind_of(e) for e in events if isinstance(e, dict) and e.get("ph") != "E")
+
+
+def kinds_of_pairs(pairs: Counter, only_ph=None) -> Counter:
+    """{(category, ph): n} -> {kind: n}, as count_kinds counts them (only_ph: just the events of that phase)."""
+    out: Counter = Counter()
+    for (cat, ph), n in pairs.items():
+        if ph != "E" and (only_ph is None or ph == only_ph):
+            out[kind_of({"cat": cat, "ph": ph})] += n
+    return out
 
 
 def _user_frame(name: str):

@@ -40,7 +40,7 @@ from opscope.runtime.errors import UsageError
 from .common import DTYPES, INDEX_MAX, INT64_MAX, EventTable, index, as_int as _int, count as _size, key, number, shapes_json, \
     short, span_ns, text, where_of
 from . import typed
-from .details import Details, count_kinds, kind_of
+from .details import Details, count_kinds, kind_of, kinds_of_pairs
 from .flops import MATMUL_FAMILY, cost as _matmul_cost
 from .names import op_for_aten_name
 
@@ -455,13 +455,18 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     table.extend(n, cols)
     _finish(table, step_spans, gpu, seq if kind == "opscope" else None, details, kept, gpu_spans.events)
     memory_kinds = Counter()
+    try:
+        pairs = Counter(zip(typed.column(events, "cat"), phs))      # (category, phase) -> events
+        every_kind = kinds_of_pairs(pairs)
+    except TypeError:           # a category that is a list or an object
+        pairs, every_kind = None, count_kinds(events, phs)
     if kind == "opscope":
         counters = list(compress(events, map(eq, phs, repeat("C"))))
         table.memory = _live_memory(counters, procs, t0, cols, seq)
         if table.memory is not None:
-            memory_kinds = count_kinds(counters, ["C"] * len(counters))
-    return table, _run_fields(kind, table, other, pids, imported, count_kinds(events, phs), step_kinds, details,
-                              memory_kinds)
+            memory_kinds = kinds_of_pairs(pairs, "C") if pairs is not None else \
+                count_kinds(counters, ["C"] * len(counters))
+    return table, _run_fields(kind, table, other, pids, imported, every_kind, step_kinds, details, memory_kinds)
 
 
 def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict | None:

@@ -1,7 +1,6 @@
 """Op names from other tools -> opscope op names (DESIGN.md: short, lower-case, the same everywhere)."""
 from __future__ import annotations
 
-from opscope.runtime.ops import registry
 
 # ONNX operator types -> opscope ops; types not here keep their ONNX name
 ONNX_OPS = {"Gemm": "linear", "MatMul": "matmul", "Conv": "convolution", "Relu": "relu", "Gelu": "gelu",
@@ -17,6 +16,7 @@ ONNX_OPS = {"Gemm": "linear", "MatMul": "matmul", "Conv": "convolution", "Relu":
 def op_for_aten_name(name: str) -> str:
     """`aten::linear` -> `linear` (the ATen packet `aten.linear` in the op registry); unknown names stay."""
     if name.startswith("aten::"):
+        from opscope.runtime.ops import registry     # here: it imports torch, which an opscope export never needs
         packet = "aten." + name[6:].split(".", 1)[0]
         op = registry._ATEN.get(packet)
         if op is not None:
@@ -25,5 +25,6 @@ def op_for_aten_name(name: str) -> str:
 
 
 def op_for_onnx(op_type: str) -> str:
+    from opscope.runtime.ops import registry
     op = ONNX_OPS.get(op_type)
     return op if op is not None and op in registry.OPS else op_type

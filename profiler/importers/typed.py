@@ -70,9 +70,12 @@ class Event(_Record):
 
 class Events(list):
     """Typed events, with the JSON they came from: a parser that needs dicts decodes it again."""
-    raw = None
+    raw = None          # the traceEvents array's bytes
+    data = None         # or the whole document's
 
     def as_dicts(self) -> list:
+        if self.raw is None:
+            return orjson.loads(memoryview(self.data))["traceEvents"]
         return orjson.loads(memoryview(self.raw))
 
 
@@ -83,13 +86,37 @@ def column(events: list, key: str, default=None) -> list:
     return list(map(dict.get, events, repeat(key), repeat(default)))
 
 
+class _Export(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The whole of an export as opscope writes it: decoded in one pass (no scan first for the events)."""
+    traceEvents: list[Event]
+    otherData: dict[str, Any]
+    displayTimeUnit: Any = None
+
+
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
+_EXPORT = msgspec.json.Decoder(_Export)
+# the tail of an export as opscope writes it (otherData last): only such a file is decoded in one pass
+_EXPORT_TAIL = b'"otherData":{"opscope":'
 
 
 def decode(data: bytes):
     """-> the document with its traceEvents as `Events`, or None when the file is not one to decode
     this way (the caller decodes it with orjson, which also judges a broken file)."""
+    if _EXPORT_TAIL in data[-4096:]:
+        try:
+            doc = _EXPORT.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass                        # not as opscope writes it: the general path below judges it
+        else:
+            if doc.otherData.get("opscope"):
+                events = Events(doc.traceEvents)
+                events.raw = None       # as_dicts() decodes the file again
+                events.data = data
+                out = {"traceEvents": events, "otherData": doc.otherData}
+                if doc.displayTimeUnit is not None:
+                    out["displayTimeUnit"] = doc.displayTimeUnit
+                return out
     try:
         top = _TOP.decode(data)
         raw = top.get("traceEvents")
