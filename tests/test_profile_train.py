@@ -130,4 +130,9 @@ def test_an_exported_training_run_imports_back_with_its_phases_and_forward_links
     else:
         assert {b: v for b, (_, v) in series[back].items()} == {b: v for b, (_, v) in series[rid].items()}
         assert peaks[back] == peaks[rid] and peaks[rid][0][1] > 0
-        assert store.get_run(back)["config"]["import"]["stored_as"]["ph:C"] == ["memory"]
+        acc = store.get_run(back)["config"]["import"]
+        assert acc["stored_as"]["ph:C"] == ["memory"]
+        # our own export loses nothing on the way back: its step spans are the ops' steps, its M events the
+        # track names, so nothing is listed as dropped (it once listed both)
+        assert acc["kinds_dropped"] == {} and acc["stored_as"]["ph:M"] == ["track names"]
+        assert acc["stored_as"]["step"] == ["steps"]

@@ -220,10 +220,14 @@ def _run_fields(kind, table, other, pids, imported, total, step_kinds, details, 
         accounting = details.config(total, imported)
     else:
         memory_kinds = memory_kinds or Counter()
-        kept = imported + step_kinds + memory_kinds
+        if kind == "opscope" and total.get("step") and "step" not in step_kinds:    # our step spans: the steps every op's args.step names
+            step_kinds = step_kinds + Counter({"step": total["step"]})
+        # process and thread names (M) name the run's tracks: backend, device and thread of every op
+        names = Counter({"ph:M": total["ph:M"]}) if total.get("ph:M") else Counter()
+        kept = imported + step_kinds + memory_kinds + names
         accounting = {"kinds_kept": dict(kept), "kinds_dropped": dict(total - kept),
                       "stored_as": {**{k: ["steps"] for k in step_kinds}, **{k: ["memory"] for k in memory_kinds},
-                                    **{k: ["events"] for k in imported}}}
+                                    **{k: ["track names"] for k in names}, **{k: ["events"] for k in imported}}}
     # import: every kind of event in the file, kept (and where) or dropped, with counts; `skipped` is the
     # dropped ones again, under the name `trace import --json` prints
     config = {"format": kind, "pids": [str(p) for p in pids], "imported": dict(imported), "import": accounting,
