@@ -489,3 +489,47 @@ def test_odd_otherdata_and_categories_are_a_usage_error_or_import_not_a_tracebac
     list_cat.write_text(json.dumps({"traceEvents": [dict(ev, cat=["x"])]}))
     store = RunStore()
     assert store.get_run(import_trace(list_cat, store=store))["events"] == 1
+
+
+def test_the_written_out_aten_table_is_the_registrys(tmp_path):
+    """profiler/importers/aten_table.py is generated from the op registry; a fresh process (no ops a test
+    defined) must generate the same text, or the import names ops differently from the runtime."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import opscope.profiler.importers.aten_table as table
+    fresh = subprocess.run([sys.executable, "-c", "from opscope.profiler.importers import names; "
+                            "print(names.aten_table_source(), end='')"], capture_output=True, text=True, check=True)
+    assert fresh.stdout == Path(table.__file__).read_text(), \
+        "aten_table.py is stale: regenerate it with the command in its docstring"
+    assert table.ATEN["aten.linear"] == "linear" and len(table.ATEN) > 300
+
+
+@pytest.mark.slow
+def test_an_import_needs_no_torch_and_leaves_no_cyclic_garbage(tmp_path):
+    """A torch.profiler trace with Python stacks and memory, imported in a fresh process with the garbage
+    collector off: torch is never imported (1.2 s), and nothing is left in a reference cycle -- a cycle
+    holding the parse's events cost a full collection over all of them (3 s of a 1M-event import)."""
+    import subprocess
+    import sys
+    torch.manual_seed(0)
+    layer, x = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval(), torch.randn(2, 8, 32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_stack=True, profile_memory=True) as prof:
+        for _ in range(8):
+            with torch.no_grad():
+                layer(x)
+    trace = tmp_path / "stacks.json"
+    prof.export_chrome_trace(str(trace))
+    code = ("import gc, json, sys\n"
+            "from opscope.profiler.importers import import_trace\n"
+            "gc.collect(); gc.disable()\n"
+            f"rid = import_trace({str(trace)!r})\n"
+            "print(json.dumps({'torch': 'torch' in sys.modules, 'garbage': gc.collect()}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home")))
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    events = len(json.loads(trace.read_text())["traceEvents"])
+    assert got["torch"] is False
+    assert events > 2000 and got["garbage"] < 1000, got
