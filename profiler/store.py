@@ -328,6 +328,10 @@ class RunStore:
     def add_stacks(self, run_id: str, rows, *, con=None) -> int:
         return self._insert_rows("stacks", STACK_COLUMNS, run_id, rows, con=con)
 
+    def add_stack_columns(self, run_id: str, cols: dict, *, con=None) -> int:
+        """Python stack spans as columns keyed by STACK_COLUMNS (an import's hundreds of thousands of frames)."""
+        return self._insert("stacks", ["run_id", *STACK_COLUMNS], run_id, cols, con=con)
+
     def add_artifact(self, run_id: str, kind: str, name: str, data: bytes) -> None:
         if isinstance(data, str):
             data = data.encode()

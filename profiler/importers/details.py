@@ -340,7 +340,10 @@ class Details:
 
         if self.stack_rows is not None:
             t, e, th, d, f = self.stack_rows
-            store.add_stacks(run_id, list(zip(t, (np.asarray(e) - np.asarray(t)).tolist(), th, d, f)), con=con)
+            t = np.asarray(t, dtype=np.int64)
+            store.add_stack_columns(run_id, {"t_ns": t, "dur_ns": np.asarray(e, dtype=np.int64) - t,
+                                             "thread": np.asarray(th, dtype=np.int64),
+                                             "depth": np.asarray(d, dtype=np.int64), "frame": _obj(f)}, con=con)
         ev, st, en, kinds = self.spans
         if ev:
             s = np.asarray(st, dtype=np.int64)
