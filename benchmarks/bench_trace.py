@@ -6,6 +6,8 @@
                                                                 # each), with the import's phases every round
     python benchmarks/bench_trace.py --kineto   # a real torch.profiler trace tiled to 1M events, imported
 
+`opscope trace import` is also timed as a user runs it: a fresh process, start-up and imports included.
+
 Every timing is wall-clock seconds; phases also give CPU seconds (all threads), which is what the import
 would take on an idle machine -- on a shared one the wall time mostly measures the neighbours. The load
 average is printed with the results.
@@ -147,24 +149,37 @@ def bench_kineto(args) -> int:
         path = Path(tmp) / "kineto.json"
         n = kineto_trace(path, args.events)
         print(f"torch.profiler trace tiled to {n:,} events ({path.stat().st_size / 2**20:.0f} MiB)")
-        imp, cpu, base = [], [], []
+        imp, cpu, base, cli = [], [], [], []
         for r in range(args.rounds):
             (t, c), rid = timed(lambda: import_trace(path, store=store), cpu=True)
             imp.append(t)
             cpu.append(c)
             store.delete_run(rid)
+            cli.append(cli_import(path))
 
             def load():
                 with open(path) as f:
                     return len(json.load(f)["traceEvents"])
             base.append(timed(load)[0])
             print(f"round {r + 1}/{args.rounds}: import {imp[-1]:.2f} s ({cpu[-1]:.2f} s CPU), "
-                  f"json.load {base[-1]:.2f} s", flush=True)
+                  f"`opscope trace import` {cli[-1]:.2f} s, json.load {base[-1]:.2f} s", flush=True)
         mi, mb = statistics.median(imp), statistics.median(base)
         print(f"\nmedians over {args.rounds} round(s): import {mi:.2f} s ({n / mi / 1e6:.2f} M events/s), "
-              f"CPU {statistics.median(cpu):.2f} s; json.load {mb:.2f} s; import / json.load = {mi / mb:.2f}x")
+              f"CPU {statistics.median(cpu):.2f} s; `opscope trace import` {statistics.median(cli):.2f} s; "
+              f"json.load {mb:.2f} s; import / json.load = {mi / mb:.2f}x")
         print("  load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     return 0
+
+
+def cli_import(path: Path) -> float:
+    """Wall seconds of `opscope trace import PATH` in a fresh process: what a user waits for, interpreter
+    start and module imports included (into the OPSCOPE_HOME this benchmark set)."""
+    import subprocess
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sys; from opscope.app.cli import main; "
+                    "sys.argv = ['opscope', 'trace', 'import', sys.argv[1]]; main()", str(path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
 
 
 def timed(fn, cpu: bool = False):
@@ -199,8 +214,8 @@ def main() -> int:
         t, rid = timed(lambda: make_run(store, args.events))
         print(f"{args.events:,} synthetic events inserted in {t:.2f} s")
         out, pf, base = Path(tmp) / "t.json", Path(tmp) / "t.pftrace", Path(tmp) / "baseline.json"
-        res = {k: [] for k in ("export chrome", "export perfetto", "import chrome", "baseline json.dump",
-                               "baseline json.load")}
+        res = {k: [] for k in ("export chrome", "export perfetto", "import chrome", "opscope trace import",
+                               "baseline json.dump", "baseline json.load")}
         phases: dict = {}
         import_cpu: list = []
         for r in range(args.rounds):          # interleaved, so machine load hits both sides alike
@@ -216,6 +231,7 @@ def main() -> int:
             res["import chrome"].append(t)
             import_cpu.append(cpu)
             store.delete_run(back)
+            res["opscope trace import"].append(cli_import(out))
 
             def load():
                 with open(base) as f:
@@ -233,7 +249,7 @@ def main() -> int:
               f"(chrome {out.stat().st_size / 2**20:.0f} MiB, perfetto {pf.stat().st_size / 2**20:.0f} MiB, "
               f"baseline {base.stat().st_size / 2**20:.0f} MiB):")
         for k, v in med.items():
-            print(f"  {k:20s} {v:7.2f} s  ({args.events / v / 1e6:.2f} M events/s)")
+            print(f"  {k:21s} {v:7.2f} s  ({args.events / v / 1e6:.2f} M events/s)")
         print(f"  export chrome / baseline json.dump   = {med['export chrome'] / med['baseline json.dump']:.2f}x time")
         print(f"  export perfetto / baseline json.dump = {med['export perfetto'] / med['baseline json.dump']:.2f}x time")
         print(f"  import chrome / baseline json.load   = {med['import chrome'] / med['baseline json.load']:.2f}x time"

@@ -14,6 +14,7 @@ import stat
 import zlib
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -64,12 +65,21 @@ def _read(path: Path, limit: int | None) -> bytes:
     return data
 
 
+# NOTE: msgspec, not orjson, reads JSON into dicts: typed.py decodes with msgspec too, and the two must agree
+# to the value -- orjson turns an integer past 64 bits into a float, msgspec keeps it exact
+JSON_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+def loads(data):
+    """JSON (bytes or a buffer) -> Python objects; raises one of JSON_ERRORS."""
+    return msgspec.json.decode(data)
+
+
 def _decode(path: Path, data: bytes):
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        hint = "the file is truncated" if "end of" in str(e).lower() or "eof" in str(e).lower() else \
-            "it is not a JSON trace"
+        return loads(data)
+    except JSON_ERRORS as e:
+        hint = "the file is truncated" if "truncated" in str(e).lower() else "it is not a JSON trace"
         raise UsageError(f"cannot import {path}: not valid JSON ({_one_line(e)}); {hint}") from None
 
 

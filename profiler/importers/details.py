@@ -25,7 +25,7 @@ from collections import Counter
 import numpy as np
 
 from .common import as_int, count, instant_ns, key, nesting_depth, text
-from .typed import column
+from .typed import column, is_record
 
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
 _MODULE = "nn.Module: "
@@ -59,7 +59,7 @@ def count_kinds(events, phs=None) -> Counter:
             pass
         else:
             return kinds_of_pairs(pairs)
-    return Counter(kind_of(e) for e in events if isinstance(e, dict) and e.get("ph") != "E")
+    return Counter(kind_of(e) for e in events if (isinstance(e, dict) or is_record(e)) and e.get("ph") != "E")
 
 
 def kinds_of_pairs(pairs: Counter, only_ph=None) -> Counter:
@@ -158,12 +158,12 @@ class Details:
         if not ev and not nested_flops:
             self.stack_rows = None
             return
-        names = [e.get("name") for e in ev]
+        names = column(ev, "name")
         # a trace repeats a few hundred frames hundreds of thousands of times: each is parsed once
         seen: dict = {}
         parsed = [(None, str(n)) if not isinstance(n, str) else seen[n] if n in seen else
                   seen.setdefault(n, (None, n) if n.startswith(_MODULE) else _user_frame(n)) for n in names]
-        tids = [e.get("tid", 0) for e in ev]
+        tids = column(ev, "tid", 0)
         try:
             ids = {t: as_int(t) for t in set(tids)}
             pth = list(map(ids.__getitem__, tids))

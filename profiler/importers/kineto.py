@@ -633,7 +633,7 @@ def _innermost(ops: list, queries: list) -> dict:
 
 
 def _arg_dicts(events: list) -> list:
-    args = [e.get("args") for e in events]
+    args = typed.column(events, "args")
     return args if set(map(type, args)) <= {dict} else [a if isinstance(a, dict) else {} for a in args]
 
 
@@ -685,7 +685,8 @@ def _spans(events, source):
 
 
 def _metadata(events, source):
-    """process_name / thread_name metadata: our own export names processes 'backend (device)'."""
+    """process_name / thread_name metadata: our own export names processes 'backend (device)'. An absent pid or
+    tid is 0, as for every other event (the column parser's default)."""
     procs: dict = {}
     threads: dict = {}
     for ev in events:
@@ -697,11 +698,11 @@ def _metadata(events, source):
             continue
         if ev.get("name") == "process_name":
             m = _PROCESS.match(name)
-            procs[key(ev.get("pid"))] = (m.group(1), m.group(2)) if m else (name, name)
+            procs[key(ev.get("pid", 0))] = (m.group(1), m.group(2)) if m else (name, name)
         elif ev.get("name") == "thread_name":
             m = _THREAD.match(name)
             if m:
-                threads[(key(ev.get("pid")), key(ev.get("tid")))] = _int(m.group(1))
+                threads[(key(ev.get("pid", 0)), key(ev.get("tid", 0)))] = _int(m.group(1))
     return procs, threads
 
 

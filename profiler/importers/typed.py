@@ -1,14 +1,16 @@
-"""opscope's own Chrome export, decoded into compact event records instead of a million dicts.
+"""Traces decoded into compact event records instead of a million dicts.
 
 A dict per event is most of a large import's time: building it (JSON decoding), reading it (every
 field lookup misses the cache) and freeing it. msgspec decodes each event straight into a slotted
 record whose absent fields hold the default the column parser would use (`dict.get(k, default)`),
 so one C-level `attrgetter` pass reads a field of every event.
 
-Only a file that says it is opscope's (`otherData.opscope`) and whose events use no field outside
-the Chrome format's takes this path: anything else -- a torch.profiler trace, an unknown field, a
-value the record cannot hold, invalid JSON -- is decoded by orjson as before, so every refusal and
-every odd trace keeps the one parser that judges it (`read_json`, `kineto._parse_events`).
+Two roads: opscope's own export (`otherData.opscope`; its args typed too, the whole file in one pass
+where it is laid out as we write it), and every other Chrome/Kineto trace (`KinetoEvent`, its args a
+dict). A file whose events use a field outside the Chrome format's, a value a record cannot hold (a
+null pid), or invalid JSON is decoded into dicts as before, so every refusal and every odd trace keeps
+the one parser that judges it (`read_json`, `kineto._parse_events`). Both roads decode with msgspec
+(common.loads) and must end in the same run: tests/test_import_fuzz.py fuzzes real traces to check it.
 """
 from __future__ import annotations
 
@@ -17,7 +19,13 @@ from operator import attrgetter
 from typing import Any
 
 import msgspec
-import orjson
+
+from .common import JSON_ERRORS, loads
+
+
+# what the parsers read with a default (pid, tid, dur: 0) must not be null in a typed event: where the file
+# says null, dict.get(k, 0) gives None and a record its default, so such a file is left to the dict road
+_NOT_NULL = bool | int | float | str | list | dict
 
 
 class _Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -58,14 +66,47 @@ class Event(_Record):
     ph: Any = None
     name: Any = None
     cat: Any = None
-    pid: Any = 0
-    tid: Any = 0
+    pid: _NOT_NULL = 0
+    tid: _NOT_NULL = 0
     ts: Any = None
-    dur: Any = 0
+    dur: _NOT_NULL = 0
     args: Args | None = None
     id: Any = None
     bp: Any = None
     s: Any = None
+
+
+class KinetoEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One torch.profiler (Kineto) event -- or any Chrome trace event made of the usual fields -- with its
+    args as the dict they are. Reads like the dict it replaces: `get` and `in` tell an absent id, bp or s
+    from a null one (UNSET), and the fields the column parser reads hold its defaults."""
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: _NOT_NULL = 0
+    tid: _NOT_NULL = 0
+    ts: Any = None
+    dur: _NOT_NULL = 0
+    args: dict | None = None
+    id: Any = msgspec.UNSET
+    bp: Any = msgspec.UNSET
+    s: Any = msgspec.UNSET
+
+    def get(self, key, default=None):
+        v = getattr(self, key, msgspec.UNSET) if key in self.__struct_fields__ else msgspec.UNSET
+        return default if v is msgspec.UNSET else v
+
+    def __contains__(self, key) -> bool:
+        return self.get(key, msgspec.UNSET) is not msgspec.UNSET
+
+    def keys(self) -> list:
+        return [k for k in self.__struct_fields__ if getattr(self, k) is not msgspec.UNSET]
+
+    def __getitem__(self, key):
+        v = self.get(key, msgspec.UNSET)
+        if v is msgspec.UNSET:
+            raise KeyError(key)
+        return v
 
 
 class Events(list):
@@ -75,13 +116,13 @@ class Events(list):
 
     def as_dicts(self) -> list:
         if self.raw is None:
-            return orjson.loads(memoryview(self.data))["traceEvents"]
-        return orjson.loads(memoryview(self.raw))
+            return loads(self.data)["traceEvents"]
+        return loads(self.raw)
 
 
 def column(events: list, key: str, default=None) -> list:
     """[e.get(key, default) for e in events] in one C-level pass, for dicts or typed events."""
-    if events and isinstance(events[0], _Record):
+    if events and isinstance(events[0], (_Record, KinetoEvent)):
         return list(map(attrgetter(key), events))       # an absent field already holds its default
     return list(map(dict.get, events, repeat(key), repeat(default)))
 
@@ -95,6 +136,7 @@ class _Export(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
+_KINETO_EVENTS = msgspec.json.Decoder(list[KinetoEvent])
 _EXPORT = msgspec.json.Decoder(_Export)
 # the tail of an export as opscope writes it (otherData last): only such a file is decoded in one pass
 _EXPORT_TAIL = b'"otherData":{"opscope":'
@@ -103,15 +145,15 @@ _OURS = b'"opscope"'
 
 def decode(data: bytes):
     """-> the document with its traceEvents as `Events`, or None when the file is not one to decode
-    this way (the caller decodes it with orjson, which also judges a broken file)."""
+    this way (the caller decodes it into dicts, which also judges a broken file)."""
     # otherData names opscope near one end of the file (last as we write it, first where keys were sorted):
-    # anything else -- a torch.profiler trace -- is not scanned here at all (a second pass over it was ~1 s)
+    # anything else -- a torch.profiler trace -- takes the Kineto road
     if _OURS not in data[-65536:] and _OURS not in data[:65536]:
-        return None
+        return _kineto(data)
     if _EXPORT_TAIL in data[-4096:]:
         try:
             doc = _EXPORT.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except JSON_ERRORS:
             pass                        # not as opscope writes it: the general path below judges it
         else:
             if doc.otherData.get("opscope"):
@@ -125,18 +167,35 @@ def decode(data: bytes):
     try:
         top = _TOP.decode(data)
         raw = top.get("traceEvents")
-        other = orjson.loads(memoryview(top["otherData"])) if "otherData" in top else None
+        other = loads(top["otherData"]) if "otherData" in top else None
         if raw is None or not (isinstance(other, dict) and other.get("opscope")):
             return None
         events = Events(_EVENTS.decode(raw))
-    except (msgspec.DecodeError, msgspec.ValidationError, orjson.JSONDecodeError, RecursionError):
+    except JSON_ERRORS:
         return None
     events.raw = raw
     try:
-        doc = {k: orjson.loads(memoryview(v)) for k, v in top.items() if k not in ("traceEvents", "otherData")}
-    except orjson.JSONDecodeError:
+        doc = {k: loads(v) for k, v in top.items() if k not in ("traceEvents", "otherData")}
+    except JSON_ERRORS:
         return None
     doc["otherData"], doc["traceEvents"] = other, events
+    return doc
+
+
+def _kineto(data: bytes):
+    """A trace that is not ours, its events as KinetoEvent records; None where one of them is not made of
+    the usual fields (the dict road takes the file, and judges it)."""
+    try:
+        top = _TOP.decode(data)
+        raw = top.get("traceEvents")
+        if raw is None:
+            return None
+        events = Events(_KINETO_EVENTS.decode(raw))
+        doc = {k: loads(v) for k, v in top.items() if k != "traceEvents"}
+    except JSON_ERRORS:
+        return None
+    events.raw = raw
+    doc["traceEvents"] = events
     return doc
 
 
@@ -145,4 +204,4 @@ def is_typed(events) -> bool:
 
 
 def is_record(v) -> bool:
-    return isinstance(v, _Record)
+    return isinstance(v, (_Record, KinetoEvent))
