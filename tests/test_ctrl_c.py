@@ -135,3 +135,30 @@ def test_ctrl_c_json_output_stays_parseable_or_empty(tmp_path):
     assert code == 130, err
     if out.strip():
         json.loads(out)
+
+
+def test_ctrl_c_after_the_command_finished_leaves_its_exit_code_and_no_traceback(tmp_path):
+    """A Ctrl-C that lands once the command is done -- while the interpreter shuts down -- must neither
+    change the exit code nor print "Exception ignored ... KeyboardInterrupt" (seen in CI with `opscope run`
+    interrupted just as it finished). The shutdown is held open by an atexit handler (sitecustomize) that
+    says when it starts, so the Ctrl-C always lands there."""
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "shutting-down"
+    (site / "sitecustomize.py").write_text(
+        "import atexit, pathlib, time\n"
+        f"atexit.register(lambda: (pathlib.Path({str(marker)!r}).write_text('x'), time.sleep(3)))\n")
+    env = dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home"),
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.Popen([sys.executable, "-m", "opscope.app", "backends", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
+                         start_new_session=True, preexec_fn=ctrl_c_able)
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.02)
+    assert marker.exists(), p.communicate()[1]
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert json.loads(out)

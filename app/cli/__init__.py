@@ -166,6 +166,30 @@ def main(argv=None) -> int:
     """The console script. Never returns: exits with the command's code."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        code = _run(argv, debug)
+        if argv is None:                     # the process's own entry point, not a test calling main()
+            _no_more_interrupts()
+    except KeyboardInterrupt:                # while an error line was printed: still one line and 130
+        _interrupted()
+    if code == 130:
+        _interrupted(announce=False)         # the command said it was interrupted; end the same way
+    sys.exit(code)
+
+
+def _no_more_interrupts() -> None:
+    """The command is done and its exit code decided: a Ctrl-C now could only interrupt the interpreter's
+    shutdown, which prints "Exception ignored in: ... KeyboardInterrupt" with a traceback (seen in CI:
+    `opscope run` interrupted just as it finished exited 0 with that on stderr)."""
+    import signal
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:                       # not the main thread
+        pass
+
+
+def _run(argv, debug: bool) -> int:
+    """Parse and run the command -> its exit code; every error is one line on stderr."""
+    try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
@@ -199,9 +223,7 @@ def main(argv=None) -> int:
         print(f"opscope: error: {type(e).__name__}: {first_line(e)}{_where(e)} "
               f"(OPSCOPE_DEBUG=1 shows the traceback)", file=sys.stderr)
         code = 1
-    if code == 130:
-        _interrupted(announce=False)         # the command said it was interrupted; end the same way
-    sys.exit(code)
+    return code
 
 
 def _flush_or_quiet() -> None:
