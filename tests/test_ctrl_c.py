@@ -137,17 +137,13 @@ def test_ctrl_c_json_output_stays_parseable_or_empty(tmp_path):
         json.loads(out)
 
 
-def test_ctrl_c_after_the_command_finished_leaves_its_exit_code_and_no_traceback(tmp_path):
-    """A Ctrl-C that lands once the command is done -- while the interpreter shuts down -- must neither
-    change the exit code nor print "Exception ignored ... KeyboardInterrupt" (seen in CI with `opscope run`
-    interrupted just as it finished). The shutdown is held open by an atexit handler (sitecustomize) that
-    says when it starts, so the Ctrl-C always lands there."""
+def _ctrl_c_when(tmp_path, sitecustomize: str):
+    """Run `opscope backends --json` with `sitecustomize` (which writes the file MARKER when the moment has
+    come) and Ctrl-C it at that moment. -> (exit code, stdout, stderr)."""
     site = tmp_path / "site"
     site.mkdir()
-    marker = tmp_path / "shutting-down"
-    (site / "sitecustomize.py").write_text(
-        "import atexit, pathlib, time\n"
-        f"atexit.register(lambda: (pathlib.Path({str(marker)!r}).write_text('x'), time.sleep(3)))\n")
+    marker = tmp_path / "marker"
+    (site / "sitecustomize.py").write_text(sitecustomize.replace("MARKER", repr(str(marker))))
     env = dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home"),
                PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     p = subprocess.Popen([sys.executable, "-m", "opscope.app", "backends", "--json"], stdout=subprocess.PIPE,
@@ -159,7 +155,18 @@ def test_ctrl_c_after_the_command_finished_leaves_its_exit_code_and_no_traceback
     assert marker.exists(), p.communicate()[1]
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
+    return p.returncode, out, err
+
+
+def test_ctrl_c_after_the_command_finished_leaves_its_exit_code_and_no_traceback(tmp_path):
+    """A Ctrl-C that lands once the command is done -- while the interpreter shuts down -- must neither
+    change the exit code nor print "Exception ignored ... KeyboardInterrupt" (seen in CI with `opscope run`
+    interrupted just as it finished). The shutdown is held open by an atexit handler (sitecustomize) that
+    says when it starts, so the Ctrl-C always lands there."""
+    code, out, err = _ctrl_c_when(tmp_path, "import atexit, pathlib, time\n"
+                                            "atexit.register(lambda: (pathlib.Path(MARKER).write_text('x'), "
+                                            "time.sleep(3)))\n")
+    assert code == 0, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert json.loads(out)
 
@@ -170,32 +177,18 @@ def test_ctrl_c_inside_a_finalizer_still_interrupts_with_one_line(tmp_path):
     (CI: `opscope run` interrupted at 2.8 s of 35). Here the command's first act is a finalizer that takes
     3 s and says when it starts, so the Ctrl-C always lands inside it: it must still end the command,
     130 and one line."""
-    site = tmp_path / "site"
-    site.mkdir()
-    marker = tmp_path / "in-finalizer"
-    (site / "sitecustomize.py").write_text(
+    code, out, err = _ctrl_c_when(tmp_path, (
         "import gc, pathlib, time\n"
         "import opscope.app.cli as cli\n"
         "class Slow:\n"
         "    def __del__(self):\n"
-        f"        pathlib.Path({str(marker)!r}).write_text('x')\n"
+        "        pathlib.Path(MARKER).write_text('x')\n"
         "        time.sleep(3)\n"
         "real = cli._run\n"
         "def run(argv, debug):\n"
         "    s = Slow(); s.me = s; del s\n"       # a cycle: freed by the collector, in a finalizer
         "    gc.collect()\n"
         "    return real(argv, debug)\n"
-        "cli._run = run\n")
-    env = dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home"),
-               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.Popen([sys.executable, "-m", "opscope.app", "backends", "--json"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
-                         start_new_session=True, preexec_fn=ctrl_c_able)
-    deadline = time.time() + 60
-    while not marker.exists() and time.time() < deadline and p.poll() is None:
-        time.sleep(0.02)
-    assert marker.exists(), p.communicate()[1]
-    os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130, (p.returncode, err)
+        "cli._run = run\n"))
+    assert code == 130, (code, err)
     assert "Traceback" not in err and err.strip().splitlines() == ["opscope: interrupted"], err
