@@ -199,7 +199,9 @@ def ranks_and_optimize_runs() -> tuple[str, str]:
         return json.loads(out.stdout)["run_id"]
 
     ranks = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "4")
-    optimized = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "--steps", "1")
+    # the plan goes beside the runs, not into the checkout (optimize's default is the current folder)
+    plan = os.path.join(os.environ.get("OPSCOPE_HOME") or tempfile.gettempdir(), "gpt.opsplan")
+    optimized = cli("optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "3", "--steps", "1", "-o", plan)
     return ranks, optimized
 
 
