@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
+from itertools import repeat
 
 import numpy as np
 
@@ -215,33 +216,57 @@ class Details:
         self.stack_rows = (pst, pen, pth, depth, [f for _, f in parsed]) if ev else None
 
     def _memory(self, thread, start, end) -> None:
-        """[memory] instants: live bytes after each allocation or free, at the innermost op around it."""
+        """[memory] instants: live bytes after each allocation or free, at the innermost op around it.
+        A column at a time: a profile_memory trace has one per allocation and one per free."""
         from .kineto import _innermost
-        rows, queries = [], {}
-        for i, e in self.nonx:
-            if e.get("name") != "[memory]" or e.get("ph") not in ("i", "I"):
-                continue
-            args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            t = instant_ns(e, self.source, i)
-            dev = as_int(args.get("Device Type", 0))
-            kind = _DEVICE_TYPES.get(dev, f"device{dev}")
-            backend = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(args.get('Device Id', 0))}"
-            delta = args.get("Bytes")
-            delta = delta if isinstance(delta, (int, float)) and not isinstance(delta, bool) else 0
-            live = count(args.get("Total Allocated"))
-            row = len(rows)
-            rows.append([t, backend, live, count(delta) or 0, count(-delta) or 0, None])
-            queries.setdefault(as_int(e.get("tid", 0)), []).append((t, row))
-            self._keep(kind_of(e), "memory")
-        if queries:
-            ops: dict = {}
-            for r, (th, s, en) in enumerate(zip(thread.tolist(), start.tolist(), end.tolist())):
-                if th in queries:
-                    ops.setdefault(th, []).append((s, en, r))
-            for th, q in queries.items():
-                for row, op_row in _innermost(ops.get(th, []), q).items():
-                    rows[row][5] = op_row
-        self.memory = rows
+        evs = [e for _, e in self.nonx]
+        mem = [k for k, (n, p) in enumerate(zip(column(evs, "name"), column(evs, "ph")))
+               if n == "[memory]" and p in ("i", "I")]
+        self.memory = rows = []
+        if not mem:
+            return
+        places = [self.nonx[k][0] for k in mem]
+        evs = [evs[k] for k in mem]
+        args = [a if isinstance(a, dict) else {} for a in column(evs, "args")]
+        times = [round(t * 1000) if type(t) in (int, float) and abs(t) < 1e15 else instant_ns(e, self.source, i)
+                 for t, e, i in zip(column(evs, "ts"), evs, places)]
+        deltas = [d if isinstance(d, (int, float)) and not isinstance(d, bool) else 0
+                  for d in map(dict.get, args, repeat("Bytes"))]
+        live = list(map(count, map(dict.get, args, repeat("Total Allocated"))))
+        backends: dict = {}           # (Device Type, Device Id) as written -> backend: a trace has one or two
+        samples = []
+        for dev, dev_id in zip(map(dict.get, args, repeat("Device Type"), repeat(0)),
+                               map(dict.get, args, repeat("Device Id"), repeat(0))):
+            code = (type(dev), key(dev), type(dev_id), key(dev_id))
+            b = backends.get(code)
+            if b is None:
+                d = as_int(dev)
+                kind = _DEVICE_TYPES.get(d, f"device{d}")
+                b = backends[code] = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(dev_id)}"
+            samples.append(b)
+        rows.extend([t, b, v, count(d) or 0, count(-d) or 0, None] for t, b, v, d in zip(times, samples, live, deltas))
+        try:
+            kinds = kinds_of_pairs(Counter(zip(column(evs, "cat"), column(evs, "ph"))))
+        except TypeError:           # a category that is a list or an object
+            kinds = Counter(map(kind_of, evs))
+        for kind, n in kinds.items():
+            self._keep(kind, "memory", n)
+        # the innermost op around each sample, on the sample's thread
+        queries: dict = {}
+        tids = column(evs, "tid", 0)
+        try:
+            ids = {t: as_int(t) for t in set(tids)}
+            tids = list(map(ids.__getitem__, tids))
+        except TypeError:            # a tid that is a list or an object
+            tids = list(map(as_int, tids))
+        for row, (th, t) in enumerate(zip(tids, times)):
+            queries.setdefault(th, []).append((t, row))
+        for th, q in queries.items():
+            at = np.flatnonzero(thread == th)
+            at = at[np.lexsort((-end[at], start[at]))]
+            ops = list(zip(start[at].tolist(), end[at].tolist(), at.tolist()))
+            for row, op_row in _innermost(ops, q, ordered=True).items():
+                rows[row][5] = op_row
 
     def _lanes(self, table, host_events, gpu_events) -> dict:
         """(pid, tid) as written -> the track (backend, device, thread) its events went to."""
@@ -263,10 +288,6 @@ class Details:
 
     def _flows(self, lanes, host_events, gpu_events, start) -> None:
         """Flow events paired by (category, id): 's' leaves, 'f' (or 't') arrives."""
-        at: dict = {}            # (pid, tid, start ns) -> op row, to name the events an arrow joins
-        for off, evs in ((0, host_events), (self.n_host, gpu_events)):
-            for r, e in enumerate(evs):
-                at.setdefault((key(e.get("pid", 0)), key(e.get("tid", 0)), int(start[off + r])), off + r)
         ends: dict = {}
         for i, e in self.nonx:
             side = _FLOW_PHS.get(e.get("ph"))
@@ -274,6 +295,13 @@ class Details:
                 continue
             t = instant_ns(e, self.source, i)
             ends.setdefault((kind_of(e), key(e.get("id"))), [None, None])[side] = (e, t)
+        if not ends:
+            return
+        # (pid, tid, start ns) -> the first op row there, to name the events an arrow joins (built backwards:
+        # a later row must not replace an earlier one)
+        evs = list(host_events) + list(gpu_events)
+        lanes_at = zip(map(key, column(evs, "pid", 0)), map(key, column(evs, "tid", 0)), start[:len(evs)].tolist())
+        at = dict(zip(reversed(list(lanes_at)), range(len(evs) - 1, -1, -1)))
         for (kind, fid), (a, b) in ends.items():
             if a is None or b is None:
                 continue                 # half an arrow: counted as dropped

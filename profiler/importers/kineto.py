@@ -314,6 +314,9 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     if "B" in kinds_of_ph or "E" in kinds_of_ph:
         raise _Irregular
     xs = list(compress(events, map(eq, phs, repeat("X"))))
+    # the rest (instants, flows, metadata: a few percent of a trace), with their places in the file
+    at = np.flatnonzero(np.fromiter(map(ne, phs, repeat("X")), dtype=bool, count=len(phs))).tolist()
+    nonx = list(zip(at, _picker(np.asarray(at, dtype=np.intp), len(events))(events)))
     fields = _fields(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
     cats, names, pid_list, tid_list = fields["cat"], fields["name"], _keys(fields["pid"]), _keys(fields["tid"])
     try:
@@ -379,7 +382,6 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
             gpu = _gpu_columns(gpu_spans, spans(of_cat(lambda c: c in launch_cats)),
                                _Spans(kept, start[idx].tolist(), end[idx].tolist()))
             imported.update(str(e.get("cat")) for e in gpu_spans.events)
-        nonx = list(compress(enumerate(events), map(ne, phs, repeat("X"))))
         details = Details(spans(~keep & ~of_cat(lambda c: c in _GPU_OPS)), nonx, source)
         step_spans = step_spans or details.annotation_steps()
     names = list(map(str, pick(names)))
@@ -460,12 +462,15 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     _finish(table, step_spans, gpu, seq if kind == "opscope" else None, details, kept, gpu_spans.events)
     memory_kinds = Counter()
     try:
-        pairs = Counter(zip(typed.column(events, "cat"), phs))      # (category, phase) -> events
+        # (category, phase) -> events: the X events' from their category codes, the rest one by one
+        pairs = Counter({(c, "X"): k for c, k in zip(cat_list, np.bincount(cat_code, minlength=len(cat_list)).tolist())
+                         if k})
+        pairs.update(zip(typed.column([e for _, e in nonx], "cat"), [phs[i] for i, _ in nonx]))
         every_kind = kinds_of_pairs(pairs)
     except TypeError:           # a category that is a list or an object
         pairs, every_kind = None, count_kinds(events, phs)
     if kind == "opscope":
-        counters = list(compress(events, map(eq, phs, repeat("C"))))
+        counters = [e for i, e in nonx if phs[i] == "C"]
         table.memory = _live_memory(counters, procs, t0, cols, seq)
         if table.memory is not None:
             memory_kinds = kinds_of_pairs(pairs, "C") if pairs is not None else \
@@ -614,10 +619,12 @@ def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict,
     return n, cols, launched
 
 
-def _innermost(ops: list, queries: list) -> dict:
+def _innermost(ops: list, queries: list, ordered: bool = False) -> dict:
     """ops: (start, end, name) on one thread; queries: (time, row) -> {row: the innermost op running at
-    that time}, in one sweep over both in time order (a stack of the ops open at each query)."""
-    ops.sort(key=lambda o: (o[0], -o[1]))
+    that time}, in one sweep over both in time order (a stack of the ops open at each query).
+    ordered: the ops are already in (start, -end) order."""
+    if not ordered:
+        ops.sort(key=lambda o: (o[0], -o[1]))
     found, open_, k = {}, [], 0
     for t, row in sorted(queries):
         while k < len(ops) and ops[k][0] <= t:
