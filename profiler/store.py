@@ -97,6 +97,21 @@ def _masked_column(name: str, values) -> tuple[np.ndarray, np.ndarray | None]:
     return arr, None
 
 
+def _constant_text(arr) -> tuple | None:
+    """(value,) when an object column holds one text (or None) in every row of a large batch, else None."""
+    if not (isinstance(arr, np.ndarray) and arr.dtype == object and len(arr) >= 4096):
+        return None
+    first = arr[0]
+    if not (first is None or type(first) is str):
+        return None
+    if first is None:
+        same = all(v is None for v in (arr[0], arr[-1], arr[len(arr) // 2])) and \
+            np.equal(arr, None).all()
+    else:
+        same = arr[-1] == first and arr[len(arr) // 2] == first and bool((arr == first).all())
+    return (first,) if same else None
+
+
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -353,8 +368,17 @@ class RunStore:
             return 0
         frame = {}
         select = ["$run_id"]        # one parameter, not a column of n copies of the same text to scan
+        params = {"run_id": run_id}
         for c in names:
             arr, mask = _masked_column(c, cols[c])
+            same = _constant_text(arr)
+            if same is not None:      # one text for every row (a backend, a phase): a parameter, not a column to scan
+                if same[0] is None:
+                    select.append("NULL")
+                else:
+                    params[f"_v_{c}"] = same[0]
+                    select.append(f"$_v_{c}")
+                continue
             frame[c] = arr
             if mask is None or not mask.any():
                 select.append(c)
@@ -365,11 +389,13 @@ class RunStore:
                 select.append(f"CASE WHEN _null_{c} THEN NULL ELSE {c} END")
         view = f"_batch_{table}_{threading.get_ident()}"
         sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)} FROM {view}"
+        if not frame:                 # every column constant: one row per event all the same
+            frame["_row"] = np.zeros(n, dtype=np.int8)
         if con is not None:
-            _scan(con, view, frame, sql, {"run_id": run_id})
+            _scan(con, view, frame, sql, params)
         else:
             with self.connect() as c:
-                _scan(c, view, frame, sql, {"run_id": run_id})
+                _scan(c, view, frame, sql, params)
         return n
 
     # --- reading -------------------------------------------------------------------------

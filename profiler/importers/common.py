@@ -20,6 +20,8 @@ import orjson
 
 from opscope.runtime.errors import UsageError
 
+from .nesting import nesting_depth
+
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3
 MAX_BYTES_ENV = "OPSCOPE_IMPORT_MAX_BYTES"
 
@@ -346,35 +348,6 @@ def _nullable_ints(values) -> tuple[np.ndarray, np.ndarray]:
     except (TypeError, ValueError):
         null = np.asarray([v is None for v in values], dtype=bool)
         return np.asarray([0 if v is None else v for v in values], dtype=np.int64), null
-
-
-def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """How many spans of the same lane enclose each span (0 = top level), from times alone."""
-    n = len(start)
-    depth = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return depth
-    order = np.lexsort((-end, start, lane))
-    ln, st, en = lane[order], start[order], end[order]
-    # flat (nothing encloses anything, e.g. our own export of a graph run): every span closes its
-    # predecessor -- the predecessor ends by this start, and is not a zero-length span at its end
-    prev_end, same_lane = en[:-1], ln[1:] == ln[:-1]
-    closes = (prev_end <= st[1:]) & ~((prev_end == st[1:]) & (en[1:] == st[1:]))
-    if (closes | ~same_lane).all():
-        return depth
-    order, ln, st, en = order.tolist(), ln.tolist(), st.tolist(), en.tolist()
-    stack: list[int] = []          # end times of the open spans
-    cur = None
-    for k, i in enumerate(order):
-        if ln[k] != cur:
-            stack.clear()
-            cur = ln[k]
-        s, e = st[k], en[k]
-        while stack and (stack[-1] <= s and not (stack[-1] == s and e == s)):
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(e)
-    return depth
 
 
 def shapes_json(shapes) -> str | None:

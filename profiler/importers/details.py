@@ -25,7 +25,8 @@ from itertools import repeat
 
 import numpy as np
 
-from .common import as_int, count, instant_ns, key, nesting_depth, text
+from .common import as_int, count, instant_ns, key, text
+from .nesting import ancestor_count, nearest_marked, nesting_depth, open_parents, sweep_order
 from .typed import column, is_record
 
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
@@ -70,6 +71,15 @@ def kinds_of_pairs(pairs: Counter, only_ph=None) -> Counter:
         if ph != "E" and (only_ph is None or ph == only_ph):
             out[kind_of({"cat": cat, "ph": ph})] += n
     return out
+
+
+def _frame_info(name) -> tuple:
+    """A python_function event's name -> (user source or None, frame text, module name or None)."""
+    if not isinstance(name, str):
+        return None, str(name), None
+    if name.startswith(_MODULE):
+        return None, name, name[len(_MODULE):]
+    return (*_user_frame(name), None)
 
 
 def _user_frame(name: str):
@@ -149,9 +159,14 @@ class Details:
             # only the garbage collector frees -- after an import, a full collection over every event
             # dict the details still reference (3 s of a 1M-event Kineto import)
             self.table = None
+            # the Python frames and the non-span events are read: dropped, so they are freed with the trace
+            # (most of a with_stack trace), not with the table after the store is written
+            self.py = self.nonx = None
 
     def _stacks_and_sources(self, thread, start, end) -> None:
-        """One sweep per thread over Python frames and host ops in time order, with a stack of what is open."""
+        """Python frames and host ops nested by time per thread (nesting.py): each op's source is the innermost
+        user frame around it, its module the chain of `nn.Module: NAME` frames around it; each frame's depth
+        the number of frames around it."""
         ev, pst, pen = self.py
         c = self.table.cols
         flops = c["flops"]
@@ -159,61 +174,71 @@ class Details:
         if not ev and not nested_flops:
             self.stack_rows = None
             return
+        # a trace repeats a few hundred frames hundreds of thousands of times: each is read once, by its code
         names = column(ev, "name")
-        # a trace repeats a few hundred frames hundreds of thousands of times: each is parsed once
-        seen: dict = {}
-        parsed = [(None, str(n)) if not isinstance(n, str) else seen[n] if n in seen else
-                  seen.setdefault(n, (None, n) if n.startswith(_MODULE) else _user_frame(n)) for n in names]
+        keys = names if set(map(type, names)) <= {str} else [n if type(n) is str else (type(n), key(n)) for n in names]
+        vocab: dict = {}
+        code = np.fromiter(map(vocab.setdefault, keys, map(len, repeat(vocab))), dtype=np.int64, count=len(keys)) \
+            if keys else np.zeros(0, dtype=np.int64)
+        firsts = dict(zip(keys[::-1], names[::-1]))        # each key's first name as written
+        infos = [_frame_info(firsts[k]) for k in vocab]
+        users = [u for u, _, _ in infos]
+        mods = [m for _, _, m in infos]
         tids = column(ev, "tid", 0)
         try:
             ids = {t: as_int(t) for t in set(tids)}
             pth = list(map(ids.__getitem__, tids))
         except TypeError:            # a tid that is a list or an object
             pth = list(map(as_int, tids))
-        # (thread, start, -end, kind, index) in order: frames (kind 0) open before ops (kind 1) that
-        # start with them; numpy sorts the million keys, Python only walks them
+        # frames (kind 0) open before ops (kind 1) that start with them
         n_py = len(ev)
         th = np.concatenate([np.asarray(pth, dtype=np.int64), np.asarray(thread, dtype=np.int64)])
         st = np.concatenate([np.asarray(pst, dtype=np.int64), np.asarray(start, dtype=np.int64)])
         en = np.concatenate([np.asarray(pen, dtype=np.int64), np.asarray(end, dtype=np.int64)])
         kinds = np.concatenate([np.zeros(n_py, dtype=np.int64), np.ones(self.n_host, dtype=np.int64)])
         idx = np.concatenate([np.arange(n_py, dtype=np.int64), np.arange(self.n_host, dtype=np.int64)])
-        order = np.lexsort((idx, kinds, -en, st, th))
-        items = zip(th[order].tolist(), st[order].tolist(), (-en[order]).tolist(), kinds[order].tolist(),
-                    idx[order].tolist())
-        depth = [0] * len(ev)
+        order = sweep_order(th, st, en, kinds, idx)
+        parent = open_parents(th[order], st[order], en[order])
+        at = idx[order]
+        frame = kinds[order] == 0
+        frames, op = np.flatnonzero(frame), np.flatnonzero(~frame)
+        frame_code = np.full(len(order), -1, dtype=np.int64)
+        frame_code[frames] = code[at[frames]]
+        # what each one inherits from the frames (and ops) around it: the nearest marked one, itself included
+        has_user = np.asarray([u is not None for u in users] + [False], dtype=bool)
+        is_module = np.asarray([m is not None for m in mods] + [False], dtype=bool)
+        user_at = nearest_marked(parent, has_user[frame_code])
+        mod_at = nearest_marked(parent, is_module[frame_code])
+        depth = np.zeros(n_py, dtype=np.int64)
+        depth[at[frames]] = ancestor_count(parent, frame)[frames]
+        # a module frame's path: its nearest enclosing module frame's, then its own name (parents sort first)
+        path: dict = {}
+        up_list, mod_list, code_list = parent.tolist(), mod_at.tolist(), frame_code.tolist()
+        for m in np.flatnonzero(is_module[frame_code]).tolist():
+            up = up_list[m]
+            above = path.get(mod_list[up]) if up >= 0 else None
+            name = mods[code_list[m]]
+            path[m] = name if above is None else f"{above}.{name}"
         src = list(c["source"]) if not isinstance(c["source"], list) else c["source"]
         mod = list(c["module"]) if not isinstance(c["module"], list) else c["module"]
         flops, nbytes = list(flops), list(c["bytes"])
-        stack: list = []        # (end, user source, module path, frames open, an enclosing op has FLOPs)
-        cur = None
-        for th, s, neg_e, kind, i in items:
-            e = -neg_e
-            if th != cur:
-                stack.clear()
-                cur = th
-            while stack and stack[-1][0] <= s and not (stack[-1][0] == s and e == s):
-                stack.pop()
-            top = stack[-1] if stack else (None, None, None, 0, False)
-            if kind == 0:
-                user, frame = parsed[i]
-                name = names[i]
-                module = top[2]
-                if isinstance(name, str) and name.startswith(_MODULE):
-                    module = name[len(_MODULE):] if module is None else f"{module}.{name[len(_MODULE):]}"
-                depth[i] = top[3]
-                stack.append((e, user or top[1], module, top[3] + 1, top[4]))
-            else:
-                if src[i] is None:
-                    src[i] = top[1]
-                if mod[i] is None:
-                    mod[i] = top[2]
-                has = flops[i] is not None
-                if has and top[4]:                  # counted once, on the outermost op of the family
-                    flops[i] = nbytes[i] = None
-                stack.append((e, top[1], top[2], top[3], top[4] or has))
+        op_rows = at[op]
+        for i, u, m in zip(op_rows.tolist(), user_at[op].tolist(), mod_at[op].tolist()):
+            if src[i] is None and u >= 0:
+                src[i] = users[code_list[u]]
+            if mod[i] is None and m >= 0:
+                mod[i] = path[m]
+        # FLOPs are counted once, on the outermost op of the family: an op with FLOPs inside another loses them
+        if nested_flops:
+            flop_mark = np.zeros(len(order), dtype=bool)
+            flop_mark[op] = [flops[i] is not None for i in op_rows.tolist()]
+            outer = nearest_marked(parent, flop_mark)
+            up = parent[op]
+            inside = flop_mark[op] & (up >= 0) & (outer[np.maximum(up, 0)] >= 0)
+            for i in op_rows[inside].tolist():
+                flops[i] = nbytes[i] = None
         c["source"], c["module"], c["flops"], c["bytes"] = src, mod, flops, nbytes
-        self.stack_rows = (pst, pen, pth, depth, [f for _, f in parsed]) if ev else None
+        self.stack_rows = (pst, pen, pth, depth, _obj([f for _, f, _ in infos])[code]) if ev else None
 
     def _memory(self, thread, start, end) -> None:
         """[memory] instants: live bytes after each allocation or free, at the innermost op around it.
@@ -435,6 +460,8 @@ def _steps_at(step_spans, t: np.ndarray) -> np.ndarray:
 
 
 def _obj(values) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return values
     arr = np.empty(len(values), dtype=object)
     arr[:] = list(values)
     return arr

@@ -1,0 +1,81 @@
+"""Which span encloses which, from times alone, for a million spans without a Python loop per span.
+
+Spans on one lane (a thread, a stream) nest by time: sorted by (lane, start, -end), each span sits in
+the nearest earlier span of its lane that is still open at its start. That is the stack sweep every
+trace viewer does (pop what has ended, the top is the parent), answered with numpy:
+
+    parent = open_parents(lane, start, end)      # in sorted order; -1 for a top-level span
+    depth = ancestor_count(parent, np.ones(n, bool))
+    owner = nearest_marked(parent, is_module)    # the innermost enclosing span that is a module (or itself)
+
+"Still open" is the sweep's rule: a span ends *before* one that starts where it ends, except that a
+zero-length span at that instant is still inside it. Why the nearest open one is the sweep's top: every
+span between them in the order was popped, because it ended by then; and a span that does not enclose
+the next one cannot hide one that does, so the search may jump from a closed candidate to its own parent.
+Each loop below halves the remaining distance for every span at once (pointer jumping): a handful of
+passes for the depth of a real trace.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def sweep_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *ties) -> np.ndarray:
+    """The order the sweep visits spans in: by lane, start, longest first, then the given tie-breakers."""
+    return np.lexsort((*reversed(ties), -end, start, lane))
+
+
+def open_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Spans already in sweep order -> the position of each one's parent (-1: top level)."""
+    n = len(start)
+    parent = np.arange(-1, n - 1, dtype=np.int64)
+    if n:
+        parent[np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])] = -1
+    # a candidate ending at or before this threshold is closed: the start, or just before it for a zero-length span
+    threshold = start - (end == start)
+    k = np.flatnonzero(parent >= 0)
+    while len(k):
+        c = parent[k]
+        closed = end[c] <= threshold[k]
+        k, c = k[closed], c[closed]
+        parent[k] = parent[c]        # what lies between c's parent and c closed before c started: before k too
+        k = k[parent[k] >= 0]
+    return parent
+
+
+def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """The nearest span on each one's chain of parents, itself included, that is marked; -1 where none is."""
+    found = np.where(marked, np.arange(len(parent)), parent)
+    k = np.flatnonzero(found >= 0)
+    k = k[~marked[found[k]]]
+    while len(k):
+        found[k] = found[found[k]]
+        k = k[found[k] >= 0]
+        k = k[~marked[found[k]]]
+    return found
+
+
+def ancestor_count(parent: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Sum of `weight` over each span's enclosing spans (itself excluded)."""
+    own = np.asarray(weight, dtype=np.int64)
+    total, up = own.copy(), parent.copy()
+    k = np.flatnonzero(up >= 0)
+    while len(k):
+        j = up[k]
+        total[k] += total[j]         # both from before this pass: each pass doubles the stretch summed
+        up[k] = up[j]
+        k = k[up[k] >= 0]
+    return total - own
+
+
+def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """How many spans of the same lane enclose each span (0 = top level), from times alone."""
+    n = len(start)
+    depth = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return depth
+    lane, start, end = (np.asarray(a, dtype=np.int64) for a in (lane, start, end))
+    order = sweep_order(lane, start, end)
+    parent = open_parents(lane[order], start[order], end[order])
+    depth[order] = ancestor_count(parent, np.ones(n, dtype=bool))
+    return depth

@@ -1,0 +1,86 @@
+"""Nesting by time without a Python loop per span (profiler/importers/nesting.py), held to the stack sweep it
+replaces: the sweep below is the specification -- pop what has ended, the top is the parent -- and random
+spans (several lanes, zero-length spans, equal starts, spans that overlap without nesting) must get the same
+parent, depth, nearest marked span and weighted ancestor count from both."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opscope.profiler.importers.nesting import ancestor_count, nearest_marked, nesting_depth, open_parents, sweep_order
+
+
+def sweep_parents(lane, start, end) -> list[int]:
+    """The stack sweep, span by span, over spans already in sweep order."""
+    parents, stack, cur = [], [], None
+    for k, (ln, s, e) in enumerate(zip(lane.tolist(), start.tolist(), end.tolist())):
+        if ln != cur:
+            stack.clear()
+            cur = ln
+        while stack and end[stack[-1]] <= s and not (end[stack[-1]] == s and e == s):
+            stack.pop()
+        parents.append(stack[-1] if stack else -1)
+        stack.append(k)
+    return parents
+
+
+def chain(parents, k):
+    while k >= 0:
+        yield k
+        k = parents[k]
+
+
+spans = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 12)), min_size=0, max_size=80)
+
+
+def arrays(items):
+    lane = np.asarray([a for a, _, _ in items], dtype=np.int64)
+    start = np.asarray([b for _, b, _ in items], dtype=np.int64)
+    end = start + np.asarray([c for _, _, c in items], dtype=np.int64)
+    return lane, start, end
+
+
+@settings(max_examples=400, deadline=None)
+@given(spans, st.data())
+def test_vectorised_nesting_matches_the_stack_sweep(items, data):
+    lane, start, end = arrays(items)
+    order = sweep_order(lane, start, end)
+    lane, start, end = lane[order], start[order], end[order]
+    want = sweep_parents(lane, start, end)
+    got = open_parents(lane, start, end).tolist()
+    assert got == want
+
+    n = len(want)
+    marked = np.asarray(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    weight = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    parents = np.asarray(want, dtype=np.int64)
+    nearest = nearest_marked(parents, marked).tolist()
+    counts = ancestor_count(parents, weight).tolist()
+    for k in range(n):
+        up = list(chain(want, k))
+        assert nearest[k] == next((j for j in up if marked[j]), -1)
+        assert counts[k] == sum(int(weight[j]) for j in up[1:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans)
+def test_nesting_depth_is_the_sweeps_stack_height_in_the_callers_order(items):
+    lane, start, end = arrays(items)
+    order = sweep_order(lane, start, end)
+    parents = sweep_parents(lane[order], start[order], end[order])
+    want = np.zeros(len(items), dtype=np.int64)
+    want[order] = [len(list(chain(parents, k))) - 1 for k in range(len(items))]
+    assert nesting_depth(lane, start, end).tolist() == want.tolist()
+
+
+def test_a_deep_nest_and_a_long_row_of_siblings():
+    """The two shapes that make pointer jumping work hardest: 2,000 spans each inside the last, then 2,000
+    back to back under one parent."""
+    n = 2000
+    start = np.concatenate([np.arange(n), [10 * n], 10 * n + 1 + 2 * np.arange(n)])
+    end = np.concatenate([2 * n - np.arange(n), [20 * n], 10 * n + 2 + 2 * np.arange(n)])
+    lane = np.zeros(len(start), dtype=np.int64)
+    depth = nesting_depth(lane, start, end)
+    assert depth[:n].tolist() == list(range(n))
+    assert depth[n] == 0 and set(depth[n + 1:].tolist()) == {1}
