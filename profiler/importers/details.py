@@ -98,20 +98,18 @@ def _user_frame(name: str):
 
 
 class Details:
-    def __init__(self, x_other, nonx: list, source: str):
-        """x_other: the trace's spans that are not ops (_Spans: events, start, end); nonx: (index, event) of
-        every event that is not a span (instants, flows, metadata)."""
+    def __init__(self, py, x_other, nonx: list, source: str):
+        """py: the trace's python_function spans (kineto._Spans: events, start, end); x_other: its other spans
+        that are not ops; nonx: (index, event) of every event that is not a span (instants, flows, metadata)."""
         self.source = source
         self.kept: Counter = Counter()
         self.stored_as: dict[str, set] = {}
+        self.py = (py.events, py.start, py.end)
         ev, st, en = x_other.events, x_other.start, x_other.end
         cats = [c if type(c) is str and c else kind_of(e) for c, e in zip(column(ev, "cat"), ev)]
-        py = [i for i, c in enumerate(cats) if c == "python_function"]
-        self.py = ([ev[i] for i in py], [st[i] for i in py], [en[i] for i in py])
-        sp = [i for i, c in enumerate(cats) if c != "python_function"]
-        self.spans = ([ev[i] for i in sp], [st[i] for i in sp], [en[i] for i in sp], [cats[i] for i in sp])
-        self._keep("python_function", "stacks", len(py))
-        for c, n in Counter(self.spans[3]).items():
+        self.spans = (ev, st, en, cats)
+        self._keep("python_function", "stacks", len(py.events))
+        for c, n in Counter(cats).items():
             self._keep(c, "spans", n)
         self.nonx = nonx
         self.memory: list = []

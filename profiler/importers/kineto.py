@@ -122,7 +122,7 @@ def _parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[
     step_spans: list[tuple[int, int]] = []
     t0 = _t0(kind, other, source) + shift_ns
     seqs = []
-    cpu, gpu, launches, other_x = _Spans(), _Spans(), _Spans(), _Spans()
+    cpu, gpu, launches, other_x, py = _Spans(), _Spans(), _Spans(), _Spans(), _Spans()
 
     for i, ev in enumerate(_spans(events, source)):
         cat, name = ev.get("cat"), ev.get("name")
@@ -135,13 +135,17 @@ def _parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[
         if is_step_span(name, cat):
             step_spans.append((start, end))
             if kind == "kineto":
-                other_x.add(ev, start, end)      # a step span is also a user annotation, kept as a span
+                # a step span is also a user annotation, kept as a span (or a frame, where it is one)
+                (py if cat == "python_function" else other_x).add(ev, start, end)
             else:
                 step_kinds[kind_of(ev)] += 1
             continue
         if kind == "kineto":
             if cat in _GPU_OPS:
                 gpu.add(ev, start, end)
+            elif cat == "python_function":
+                py.add(ev, start, end)
+                continue
             elif cat != "cpu_op" and not is_collective(cat, name):
                 other_x.add(ev, start, end)
                 if _is_launch(cat):
@@ -179,7 +183,7 @@ def _parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[
     details = None
     if kind == "kineto":
         nonx = [(i, e) for i, e in enumerate(events) if _ph(e) not in ("X", "B", "E")]
-        details = Details(other_x, nonx, source)
+        details = Details(py, other_x, nonx, source)
         step_spans = step_spans or details.annotation_steps()
     _finish(table, step_spans, _gpu_columns(gpu, launches, cpu) if gpu.events else None,
             seqs if kind == "opscope" else None, details, cpu.events, gpu.events)
@@ -370,8 +374,10 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
     else:
         imported = Counter({str(c): k for c, k in Counter(pick(cats)).items()})
 
-    def spans(mask):
+    def spans(mask, arrays=False):
         at = np.flatnonzero(mask)
+        if arrays:          # times that stay numpy (python frames: hundreds of thousands, only sorted)
+            return _Spans(_picker(at, len(xs))(xs), start[at], end[at])
         return _Spans(_picker(at, len(xs))(xs), start[at].tolist(), end[at].tolist())
     gpu = details = None
     gpu_spans = _Spans()
@@ -382,7 +388,8 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
             gpu = _gpu_columns(gpu_spans, spans(of_cat(lambda c: c in launch_cats)),
                                _Spans(kept, start[idx].tolist(), end[idx].tolist()))
             imported.update(str(e.get("cat")) for e in gpu_spans.events)
-        details = Details(spans(~keep & ~of_cat(lambda c: c in _GPU_OPS)), nonx, source)
+        py = of_cat(lambda c: c == "python_function")
+        details = Details(spans(py, arrays=True), spans(~keep & ~py & ~of_cat(lambda c: c in _GPU_OPS)), nonx, source)
         step_spans = step_spans or details.annotation_steps()
     names = list(map(str, pick(names)))
     pid_list, tid_list = pick(pid_list), pick(tid_list)
@@ -553,7 +560,9 @@ class _Spans:
     """Events of one kind, as columns: the event objects and their start and end (ns)."""
 
     def __init__(self, events=None, start=None, end=None):
-        self.events, self.start, self.end = events or [], start or [], end or []
+        self.events = [] if events is None else events
+        self.start = [] if start is None else start
+        self.end = [] if end is None else end
 
     def add(self, ev: dict, start: int, end: int) -> None:
         self.events.append(ev)

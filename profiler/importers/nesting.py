@@ -29,10 +29,19 @@ def open_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
     """Spans already in sweep order -> the position of each one's parent (-1: top level)."""
     n = len(start)
     parent = np.arange(-1, n - 1, dtype=np.int64)
-    if n:
-        parent[np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])] = -1
+    if n == 0:
+        return parent
+    firsts = np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])
+    parent[firsts] = -1
     # a candidate ending at or before this threshold is closed: the start, or just before it for a zero-length span
     threshold = start - (end == start)
+    # top level at once: nothing earlier on the lane ends after the threshold (a running maximum per lane), so
+    # the jumps below are only for spans inside others -- a flat run, or a lane of top-level ops, takes no jumps
+    latest = np.empty(n, dtype=np.int64)
+    for a, b in zip(firsts.tolist(), [*firsts[1:].tolist(), n]):
+        np.maximum.accumulate(end[a:b], out=latest[a:b])
+    top = np.r_[False, latest[:-1] <= threshold[1:]]
+    parent[top] = -1
     k = np.flatnonzero(parent >= 0)
     while len(k):
         c = parent[k]

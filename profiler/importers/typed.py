@@ -136,7 +136,6 @@ class _Export(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
-_KINETO_EVENTS = msgspec.json.Decoder(list[KinetoEvent])
 _EXPORT = msgspec.json.Decoder(_Export)
 # the tail of an export as opscope writes it (otherData last): only such a file is decoded in one pass
 _EXPORT_TAIL = b'"otherData":{"opscope":'
@@ -182,19 +181,28 @@ def decode(data: bytes):
     return doc
 
 
+class _KinetoDoc(msgspec.Struct, gc=False):
+    """A torch.profiler trace in one pass: its events, and the top-level keys an importer reads (the rest --
+    deviceProperties, schemaVersion, ... -- nothing reads, so nothing keeps)."""
+    traceEvents: list[KinetoEvent]
+    otherData: Any = msgspec.UNSET
+    distributedInfo: Any = msgspec.UNSET
+    baseTimeNanoseconds: Any = msgspec.UNSET
+
+
+_KINETO_DOC = msgspec.json.Decoder(_KinetoDoc)
+
+
 def _kineto(data: bytes):
     """A trace that is not ours, its events as KinetoEvent records; None where one of them is not made of
     the usual fields (the dict road takes the file, and judges it)."""
     try:
-        top = _TOP.decode(data)
-        raw = top.get("traceEvents")
-        if raw is None:
-            return None
-        events = Events(_KINETO_EVENTS.decode(raw))
-        doc = {k: loads(v) for k, v in top.items() if k != "traceEvents"}
+        top = _KINETO_DOC.decode(data)
     except JSON_ERRORS:
         return None
-    events.raw = raw
+    events = Events(top.traceEvents)
+    events.data = data              # as_dicts() decodes the file again
+    doc = {k: getattr(top, k) for k in top.__struct_fields__ if getattr(top, k) is not msgspec.UNSET}
     doc["traceEvents"] = events
     return doc
 
