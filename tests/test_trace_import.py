@@ -224,6 +224,26 @@ def test_a_failed_write_removes_the_partial_run(tmp_path):
     assert store.list_runs() == [] and store.query("SELECT count(*) FROM events")[0][0] == 0
 
 
+class StacksFailStore(RunStore):
+    """A store whose stack write fails while the events are being written beside it (on a second connection)."""
+
+    def add_stack_columns(self, run_id, cols, **kw):
+        raise OSError("No space left on device")
+
+
+def test_a_failed_details_write_waits_for_the_events_and_removes_them_too(tmp_path):
+    trace = tmp_path / "t.json"
+    torch.manual_seed(0)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as prof:
+        TinyNet()(torch.randn(8, 16))
+    prof.export_chrome_trace(str(trace))
+    store = StacksFailStore()
+    with pytest.raises(StoreError, match="no space left on device"):
+        import_trace(trace, store=store)
+    assert store.list_runs() == []
+    assert [store.query(f"SELECT count(*) FROM {t}")[0][0] for t in ("events", "stacks", "spans")] == [0, 0, 0]
+
+
 # --- GPU activity: a torch.profiler trace recorded with ProfilerActivity.CUDA, written by hand --------
 # (no GPU here). The layout is Kineto's: host events on pid = the process, tid = the thread; GPU events
 # on pid = the device, tid = the stream; a launch (cuda_runtime) and what it launched share
