@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opscope.profiler.importers.nesting import ancestor_count, nearest_marked, nesting_depth, open_parents, sweep_order
+from opscope.profiler.importers.nesting import ancestor_count, innermost_at, nearest_marked, nesting_depth, open_parents, \
+    sweep_order
 
 
 def sweep_parents(lane, start, end) -> list[int]:
@@ -84,3 +85,34 @@ def test_a_deep_nest_and_a_long_row_of_siblings():
     depth = nesting_depth(lane, start, end)
     assert depth[:n].tolist() == list(range(n))
     assert depth[n] == 0 and set(depth[n + 1:].tolist()) == {1}
+
+
+def sweep_innermost(ops, queries) -> dict:
+    """The sweep over ops and instants together: (start, end, name) ops and (time, row) instants on one lane ->
+    {row: the innermost op running at that time}."""
+    ops = sorted(ops, key=lambda o: (o[0], -o[1]))
+    found, open_, k = {}, [], 0
+    for t, row in sorted(queries):
+        while k < len(ops) and ops[k][0] <= t:
+            while open_ and open_[-1][0] < ops[k][0]:
+                open_.pop()
+            open_.append((ops[k][1], ops[k][2]))
+            k += 1
+        while open_ and open_[-1][0] < t:
+            open_.pop()
+        if open_:
+            found[row] = open_[-1][1]
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 55)), max_size=40))
+def test_innermost_at_matches_the_sweep(items, instants):
+    lane, start, end = arrays(items)
+    got = innermost_at(lane, start, end, [a for a, _ in instants], [t for _, t in instants]).tolist()
+    for ln in range(3):
+        ops = [(s, e, i) for i, (a, s, e) in enumerate(zip(lane.tolist(), start.tolist(), end.tolist())) if a == ln]
+        queries = [(t, r) for r, (a, t) in enumerate(instants) if a == ln]
+        want = sweep_innermost(ops, queries)
+        for _, r in queries:
+            assert got[r] == want.get(r, -1), (r, ops, queries)

@@ -26,7 +26,7 @@ from itertools import repeat
 import numpy as np
 
 from .common import as_int, count, instant_ns, key, text
-from .nesting import ancestor_count, nearest_marked, nesting_depth, open_parents, sweep_order
+from .nesting import ancestor_count, innermost_at, nearest_marked, nesting_depth, open_parents, sweep_order
 from .typed import column, is_record
 
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")       # "path/model.py(12): forward"
@@ -241,7 +241,6 @@ class Details:
     def _memory(self, thread, start, end) -> None:
         """[memory] instants: live bytes after each allocation or free, at the innermost op around it.
         A column at a time: a profile_memory trace has one per allocation and one per free."""
-        from .kineto import _innermost
         evs = [e for _, e in self.nonx]
         mem = [k for k, (n, p) in enumerate(zip(column(evs, "name"), column(evs, "ph")))
                if n == "[memory]" and p in ("i", "I")]
@@ -253,9 +252,13 @@ class Details:
         args = [a if isinstance(a, dict) else {} for a in column(evs, "args")]
         times = [round(t * 1000) if type(t) in (int, float) and abs(t) < 1e15 else instant_ns(e, self.source, i)
                  for t, e, i in zip(column(evs, "ts"), evs, places)]
-        deltas = [d if isinstance(d, (int, float)) and not isinstance(d, bool) else 0
-                  for d in map(dict.get, args, repeat("Bytes"))]
-        live = list(map(count, map(dict.get, args, repeat("Total Allocated"))))
+        deltas = list(map(dict.get, args, repeat("Bytes")))
+        live = list(map(dict.get, args, repeat("Total Allocated")))
+        alloc_free = _allocations(deltas, live)
+        if alloc_free is None:         # something other than int64 byte counts: one value at a time
+            deltas = [d if isinstance(d, (int, float)) and not isinstance(d, bool) else 0 for d in deltas]
+            live = list(map(count, live))
+            alloc_free = ([count(d) or 0 for d in deltas], [count(-d) or 0 for d in deltas])
         backends: dict = {}           # (Device Type, Device Id) as written -> backend: a trace has one or two
         samples = []
         for dev, dev_id in zip(map(dict.get, args, repeat("Device Type"), repeat(0)),
@@ -267,7 +270,7 @@ class Details:
                 kind = _DEVICE_TYPES.get(d, f"device{d}")
                 b = backends[code] = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(dev_id)}"
             samples.append(b)
-        rows.extend([t, b, v, count(d) or 0, count(-d) or 0, None] for t, b, v, d in zip(times, samples, live, deltas))
+        rows.extend([t, b, v, a, f, None] for t, b, v, a, f in zip(times, samples, live, *alloc_free))
         try:
             kinds = kinds_of_pairs(Counter(zip(column(evs, "cat"), column(evs, "ph"))))
         except TypeError:           # a category that is a list or an object
@@ -275,21 +278,14 @@ class Details:
         for kind, n in kinds.items():
             self._keep(kind, "memory", n)
         # the innermost op around each sample, on the sample's thread
-        queries: dict = {}
         tids = column(evs, "tid", 0)
         try:
             ids = {t: as_int(t) for t in set(tids)}
             tids = list(map(ids.__getitem__, tids))
         except TypeError:            # a tid that is a list or an object
             tids = list(map(as_int, tids))
-        for row, (th, t) in enumerate(zip(tids, times)):
-            queries.setdefault(th, []).append((t, row))
-        for th, q in queries.items():
-            at = np.flatnonzero(thread == th)
-            at = at[np.lexsort((-end[at], start[at]))]
-            ops = list(zip(start[at].tolist(), end[at].tolist(), at.tolist()))
-            for row, op_row in _innermost(ops, q, ordered=True).items():
-                rows[row][5] = op_row
+        for row, op_row in zip(rows, innermost_at(thread, start, end, tids, times).tolist()):
+            row[5] = op_row if op_row >= 0 else None
 
     def _lanes(self, table, host_events, gpu_events) -> dict:
         """(pid, tid) as written -> the track (backend, device, thread) its events went to."""
@@ -448,6 +444,23 @@ class Details:
                 if t["kind"] == "stream" and t["thread"] == stream:
                     return t["backend"], t["device"], t["thread"]
         return "torch:cpu", "cpu", as_int(k[1])
+
+
+def _allocations(deltas: list, live: list):
+    """[memory] events' Bytes (+ allocated, - freed) -> (allocated, freed) per event, and Total Allocated checked
+    in place, when all are int64 integers (what torch writes); None for anything else (the caller takes each
+    value as `count` does)."""
+    if not (set(map(type, deltas)) <= {int} and set(map(type, live)) <= {int, type(None)}):
+        return None
+    try:
+        d = np.asarray(deltas, dtype=np.int64)
+    except OverflowError:
+        return None
+    if len(d) and d.min() == np.iinfo(np.int64).min:      # its negation does not fit
+        return None
+    if None in live or any(v < 0 or v > np.iinfo(np.int64).max for v in (min(live), max(live))):
+        live[:] = map(count, live)
+    return np.maximum(d, 0).tolist(), np.maximum(-d, 0).tolist()
 
 
 def _steps_at(step_spans, t: np.ndarray) -> np.ndarray:

@@ -43,6 +43,7 @@ from . import typed
 from .details import Details, count_kinds, kind_of, kinds_of_pairs
 from .flops import MATMUL_FAMILY, cost as _matmul_cost
 from .names import op_for_aten_name
+from .nesting import innermost_at
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g",
              "overhead", "cuda_sync"}
@@ -609,15 +610,17 @@ def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict,
         module[row] = op_of_ext.get(ext)
         if module[row] is None:
             unlinked.setdefault(lane, []).append((t, row))
-    if unlinked:
-        ops: dict = {}
-        for ev, s, e in zip(cpu.events, cpu.start, cpu.end):
-            key = _lane(ev)
-            if key in unlinked:
-                ops.setdefault(key, []).append((s, e, str(ev.get("name"))))
-        for key, queries in unlinked.items():
-            for row, name in _innermost(ops.get(key, []), queries).items():
-                module[row] = name
+    if unlinked:                        # the innermost cpu_op running on the launch's thread when it launched
+        lane_code = {k: i for i, k in enumerate(unlinked)}
+        op_lane = np.fromiter((lane_code.get(_lane(ev), -1) for ev in cpu.events), dtype=np.int64,
+                              count=len(cpu.events))
+        queries = [(lane_code[k], t, row) for k, q in unlinked.items() for t, row in q]
+        ops = np.flatnonzero(op_lane >= 0)
+        found = innermost_at(op_lane[ops], np.asarray(cpu.start, dtype=np.int64)[ops],
+                             np.asarray(cpu.end, dtype=np.int64)[ops], [q[0] for q in queries], [q[1] for q in queries])
+        for (_, _, row), k in zip(queries, found.tolist()):
+            if k >= 0:
+                module[row] = str(cpu.events[ops[k]].get("name"))
     devices = _ids([p if d is None else d for d, p in zip(ga["device"], gf["pid"])])    # args.device, else pid
     device_of = {d: f"{kind}:{d if isinstance(d, str) else _int(d)}" for d in set(devices)}
     cols = {"op": [_GPU_OPS[c] for c in gf["cat"]], "node": list(map(str, gf["name"])), "backend": [kind] * n,
@@ -626,26 +629,6 @@ def _gpu_columns(gpu: _Spans, launches: _Spans, cpu: _Spans) -> tuple[int, dict,
             "start_ns": np.asarray(gpu.start, dtype=np.int64), "end_ns": np.maximum(gpu.end, gpu.start),
             "module": module, "bytes": list(map(_size, ga["bytes"]))}
     return n, cols, launched
-
-
-def _innermost(ops: list, queries: list, ordered: bool = False) -> dict:
-    """ops: (start, end, name) on one thread; queries: (time, row) -> {row: the innermost op running at
-    that time}, in one sweep over both in time order (a stack of the ops open at each query).
-    ordered: the ops are already in (start, -end) order."""
-    if not ordered:
-        ops.sort(key=lambda o: (o[0], -o[1]))
-    found, open_, k = {}, [], 0
-    for t, row in sorted(queries):
-        while k < len(ops) and ops[k][0] <= t:
-            while open_ and open_[-1][0] < ops[k][0]:
-                open_.pop()
-            open_.append((ops[k][1], ops[k][2]))
-            k += 1
-        while open_ and open_[-1][0] < t:
-            open_.pop()
-        if open_:
-            found[row] = open_[-1][1]
-    return found
 
 
 def _arg_dicts(events: list) -> list:

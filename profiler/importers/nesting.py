@@ -88,3 +88,23 @@ def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     parent = open_parents(lane[order], start[order], end[order])
     depth[order] = ancestor_count(parent, np.ones(n, dtype=bool))
     return depth
+
+
+def innermost_at(lane, start, end, at_lane, at_time) -> np.ndarray:
+    """For each instant (lane, time): the index of the innermost span on that lane running then -- started at or
+    before it, ended at or after it -- or -1. The instants go into the sweep as zero-length spans after the spans
+    that start with them; each one's nearest enclosing span is the answer."""
+    n, m = len(start), len(at_time)
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    ln = np.concatenate([np.asarray(lane, dtype=np.int64), np.asarray(at_lane, dtype=np.int64)])
+    st = np.concatenate([np.asarray(start, dtype=np.int64), np.asarray(at_time, dtype=np.int64)])
+    en = np.concatenate([np.asarray(end, dtype=np.int64), np.asarray(at_time, dtype=np.int64)])
+    is_instant = np.r_[np.zeros(n, dtype=bool), np.ones(m, dtype=bool)]
+    order = sweep_order(ln, st, en, is_instant)
+    parent = open_parents(ln[order], st[order], en[order])
+    instants = np.flatnonzero(order >= n)
+    owner = nearest_marked(parent, order < n)[instants]
+    found = np.full(m, -1, dtype=np.int64)
+    found[order[instants] - n] = np.where(owner >= 0, order[np.maximum(owner, 0)], -1)
+    return found
