@@ -434,30 +434,32 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
             cols["thread"] = [w[2] for w in lanes]
         cols["op"] = names
         nodes = a_cols["node"]
-        if not set(map(type, nodes)) <= {str, type(None)}:
+        checked = typed.is_typed(events)        # typed args are the types below already (typed.Args)
+        if not checked and not set(map(type, nodes)) <= {str, type(None)}:
             cols["node"] = [text(a) or x for a, x in zip(nodes, names)]
         elif {None, ""}.isdisjoint(set(nodes)):      # every op names its node (our export's usual case)
             cols["node"] = nodes
         else:
             cols["node"] = [a or x for a, x in zip(nodes, names)]
-        cols["step"] = _ints(a_cols["step"])
+        cols["step"] = np.asarray(a_cols["step"], dtype=np.int64) if checked else _ints(a_cols["step"])
         for c in ("module", "source", "input_shapes", "input_dtypes", "output_shapes", "output_dtypes"):
             vals = a_cols[c]
-            cols[c] = vals if set(map(type, vals)) <= {str, type(None)} else list(map(text, vals))
+            cols[c] = vals if checked or set(map(type, vals)) <= {str, type(None)} else list(map(text, vals))
         # a training run's export: the phase (forward / backward / optimizer) and the forward node a
         # backward op differentiates come back, so the re-imported run keeps its phase band
         for c in ("phase", "fwd_node"):
             vals = a_cols[c]
-            cols[c] = vals if set(map(type, vals)) <= {str} else [v if isinstance(v, str) else text(v) or
-                                                                  EventTable._DEFAULTS[c] for v in vals]
+            cols[c] = vals if checked or set(map(type, vals)) <= {str} else \
+                [v if isinstance(v, str) else text(v) or EventTable._DEFAULTS[c] for v in vals]
         for c in ("bytes", "flops"):
             vals = a_cols[c]
-            ints = set(map(type, vals)) <= {int, type(None)}
-            cols[c] = vals if ints and _in_range([v for v in vals if v is not None]) else list(map(_size, vals))
+            ok = checked or set(map(type, vals)) <= {int, type(None)} and _in_range([v for v in vals if v is not None])
+            cols[c] = vals if ok else list(map(_size, vals))
         fb = a_cols["fallback"]
-        cols["fallback"] = fb if set(map(type, fb)) <= {bool} else [bool(v) for v in fb]
+        cols["fallback"] = fb if checked or set(map(type, fb)) <= {bool} else [bool(v) for v in fb]
         seq = a_cols["seq"]
-        seq = _ints([i if v is None else v for i, v in enumerate(seq)] if None in seq else seq)
+        seq = [i if v is None else v for i, v in enumerate(seq)] if None in seq else seq
+        seq = np.asarray(seq, dtype=np.int64) if checked else _ints(seq)
     else:
         cols["op"] = [op_of[x] if x in op_of else op_of.setdefault(x, op_for_aten_name(x)) for x in names]
         cols["node"] = names
@@ -494,7 +496,7 @@ def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict |
         return None
     f = _fields(counters, ("name", "pid", "ts", "args"), {"pid": 0})
     args = f["args"]
-    if any(x != "live memory" for x in f["name"]) or not set(map(type, args)) <= {dict, typed.Args}:
+    if f["name"].count("live memory") != len(counters) or not set(map(type, args)) <= {dict, typed.Args}:
         return None
     live = typed.column(args, "live_bytes")
     if not set(map(type, live)) <= {int} or min(live) < 0 or max(live) > INT64_MAX:
@@ -510,8 +512,8 @@ def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict |
     names = {p: procs[p][0] if p in procs else f"pid {p}" for p in set(pids)}
     # the op that ended last at or before each sample, on the sample's backend (compared as codes)
     codes = {b: i for i, b in enumerate(dict.fromkeys(names.values()))}
-    sample_code = np.fromiter(map(codes.get, map(names.__getitem__, pids)), dtype=np.int64, count=len(pids))
-    op_code = np.fromiter(map(codes.get, ops["backend"], repeat(-1)), dtype=np.int64, count=len(ops["backend"]))
+    sample_code = _codes(codes, list(map(names.__getitem__, pids)) if len(codes) > 1 else list(names.values())[:1] * len(pids))
+    op_code = _codes(codes, ops["backend"])
     step = np.zeros(len(t), dtype=np.int64)
     at = np.zeros(len(t), dtype=np.int64)
     op_end = np.asarray(ops["end_ns"], dtype=np.int64)
@@ -529,6 +531,15 @@ def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict |
             "live_bytes": np.asarray(live, dtype=np.int64),
             "alloc_bytes": np.ma.masked_array(np.zeros(len(t), np.int64), mask=none),
             "free_bytes": np.ma.masked_array(np.zeros(len(t), np.int64), mask=none)}
+
+
+def _codes(codes: dict, values) -> np.ndarray:
+    """codes[v] (-1 where absent) for every value; one lookup where every value is the same object (one
+    backend for a whole run)."""
+    n = len(values)
+    if n and (values[0] is values[-1]) and values.count(values[0]) == n:
+        return np.full(n, codes.get(values[0], -1), dtype=np.int64)
+    return np.fromiter(map(codes.get, values, repeat(-1)), dtype=np.int64, count=n)
 
 
 def _t0(kind: str, other, source: str) -> int:

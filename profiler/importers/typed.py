@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
-from .common import JSON_ERRORS, loads
+from .common import INDEX_MAX, INT64_MAX, JSON_ERRORS, loads
 
 
 # what the parsers read with a default (pid, tid, dur: 0) must not be null in a typed event: where the file
@@ -35,23 +35,30 @@ class _Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
         return default if v is None else v
 
 
+# what the column parser checks every value of, checked here instead while decoding: a file whose values are
+# anything else (a step as text, a negative byte count, a null phase) is left to the dict road, which reads
+# them as before -- so a typed export's columns need no second look (kineto._parse_columns, `checked`)
+_INDEX = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]          # steps and seqs: INTEGER columns
+_COUNT = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]          # bytes and FLOPs
+
+
 class Args(_Record):
     """An event's args as opscope's export writes them; absent fields read as the column parser's
     defaults (step 0, fallback False, phase "forward", fwd_node "")."""
-    node: Any = None
-    step: Any = 0
-    seq: Any = None
-    module: Any = None
-    source: Any = None
-    input_shapes: Any = None
-    input_dtypes: Any = None
-    output_shapes: Any = None
-    output_dtypes: Any = None
-    bytes: Any = None
-    flops: Any = None
-    fallback: Any = False
-    phase: Any = "forward"
-    fwd_node: Any = ""
+    node: str | None = None
+    step: _INDEX = 0
+    seq: _INDEX | None = None
+    module: str | None = None
+    source: str | None = None
+    input_shapes: str | None = None
+    input_dtypes: str | None = None
+    output_shapes: str | None = None
+    output_dtypes: str | None = None
+    bytes: _COUNT | None = None
+    flops: _COUNT | None = None
+    fallback: bool = False
+    phase: str = "forward"
+    fwd_node: str = ""
     members: Any = None
     live_bytes: Any = None
     name: Any = None
