@@ -429,6 +429,15 @@ def as_int(v) -> int:
     return zlib.crc32(str(key(v)).encode()) & 0x7FFFFFFF
 
 
+def thread_ids(values: list) -> list:
+    """`as_int` of every pid or tid, worked out once per distinct value (a trace has a handful)."""
+    try:
+        ids = {v: as_int(v) for v in set(values)}
+    except TypeError:            # a value that is a list or an object
+        return list(map(as_int, values))
+    return list(map(ids.__getitem__, values))
+
+
 def key(v):
     """An id (pid, tid, correlation) as a dict key: itself when it is a number or a name, else its JSON text."""
     if isinstance(v, (int, str, float)) or v is None:

@@ -25,7 +25,7 @@ from itertools import repeat
 
 import numpy as np
 
-from .common import as_int, count, instant_ns, key, text
+from .common import as_int, count, instant_ns, key, text, thread_ids
 from .nesting import ancestor_count, innermost_at, nearest_marked, nesting_depth, open_parents, sweep_order
 from .typed import column, is_record
 
@@ -182,12 +182,7 @@ class Details:
         infos = [_frame_info(firsts[k]) for k in vocab]
         users = [u for u, _, _ in infos]
         mods = [m for _, _, m in infos]
-        tids = column(ev, "tid", 0)
-        try:
-            ids = {t: as_int(t) for t in set(tids)}
-            pth = list(map(ids.__getitem__, tids))
-        except TypeError:            # a tid that is a list or an object
-            pth = list(map(as_int, tids))
+        pth = thread_ids(column(ev, "tid", 0))
         # frames (kind 0) open before ops (kind 1) that start with them
         n_py = len(ev)
         th = np.concatenate([np.asarray(pth, dtype=np.int64), np.asarray(thread, dtype=np.int64)])
@@ -278,12 +273,7 @@ class Details:
         for kind, n in kinds.items():
             self._keep(kind, "memory", n)
         # the innermost op around each sample, on the sample's thread
-        tids = column(evs, "tid", 0)
-        try:
-            ids = {t: as_int(t) for t in set(tids)}
-            tids = list(map(ids.__getitem__, tids))
-        except TypeError:            # a tid that is a list or an object
-            tids = list(map(as_int, tids))
+        tids = thread_ids(column(evs, "tid", 0))
         for row, op_row in zip(rows, innermost_at(thread, start, end, tids, times).tolist()):
             row[5] = op_row if op_row >= 0 else None
 

@@ -38,7 +38,7 @@ import orjson
 from opscope.runtime.errors import UsageError
 
 from .common import DTYPES, INDEX_MAX, INT64_MAX, EventTable, index, as_int as _int, count as _size, key, number, shapes_json, \
-    short, span_ns, text, where_of
+    short, span_ns, text, thread_ids, where_of
 from . import typed
 from .details import Details, count_kinds, kind_of, kinds_of_pairs
 from .flops import MATMUL_FAMILY, cost as _matmul_cost
@@ -288,12 +288,6 @@ def _step_mask(names: list, cats: list, of_cat) -> np.ndarray:
         of_cat(lambda c: c not in _GPU_CATS)
 
 
-def _thread_ids(tids: list) -> list:
-    """`as_int` of every tid, asked once per distinct tid (`_keys` made them hashable)."""
-    ids = {t: _int(t) for t in set(tids)}
-    return list(map(ids.__getitem__, tids))
-
-
 def _picker(idx: np.ndarray, n: int):
     """list -> the items at idx, as a list (C-level itemgetter; no copy when idx is everything)."""
     if len(idx) == n:
@@ -403,7 +397,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["node"] = names
         cols["backend"] = ["torch:cpu"] * n
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
-        cols["thread"] = _thread_ids(tid_list)
+        cols["thread"] = thread_ids(tid_list)
         args = _arg_dicts(kept)
         io = _all_inputs(args)
         cols["input_shapes"] = [a for a, _ in io]
@@ -465,7 +459,7 @@ def _parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> 
         cols["node"] = names
         cols["backend"] = [procs.get(p, (f"pid {p}", ""))[0] if p in procs else "chrome-trace" for p in pid_list]
         cols["device"] = [f"pid {p}" for p in pid_list] if len(pids) > 1 else ["cpu"] * n
-        cols["thread"] = _thread_ids(tid_list)
+        cols["thread"] = thread_ids(tid_list)
 
     table = EventTable()
     table.extend(n, cols)
