@@ -379,22 +379,23 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
         # unknown integers (bytes, FLOPs, live bytes) go in as NULL: masked entries of a masked array
         for k, null in nulls.items():
             cols[k] = np.ma.masked_array(cols[k], mask=null)
-        with store.connect() as con, ThreadPoolExecutor(1, thread_name_prefix="opscope-import") as pool:
+        with store.connect() as con:
             # the events on a second connection while this one writes stacks, spans and memory: DuckDB appends
             # to two tables at once on two cores (a million rows each, most of a large import's writing time)
             cursor = con.cursor()
             try:
-                events = pool.submit(store.add_event_columns, run_id, cols, con=cursor)
-                try:
-                    for t, (own, _) in zip(tables, parts):
-                        if t.details is not None:
-                            t.details.write(store, run_id, own, t.details.step_spans, con)
-                        if t.memory is not None:
-                            store.add_memory_columns(run_id, t.memory, con=con)
-                finally:
-                    events.result()         # waits even when the writes above failed: nothing writes after removal
+                with ThreadPoolExecutor(1, thread_name_prefix="opscope-import") as pool:   # its exit joins the writer
+                    events = pool.submit(store.add_event_columns, run_id, cols, con=cursor)
+                    try:
+                        for t, (own, _) in zip(tables, parts):
+                            if t.details is not None:
+                                t.details.write(store, run_id, own, t.details.step_spans, con)
+                            if t.memory is not None:
+                                store.add_memory_columns(run_id, t.memory, con=con)
+                    finally:
+                        events.result()     # waits even when the writes above failed: nothing writes after removal
             finally:
-                cursor.close()
+                cursor.close()              # after the writer is done with it
         store.finish_run(run_id, status="ok")
     except BaseException:
         remove_run(store, run_id)
