@@ -129,6 +129,23 @@ def ort_profile(runs=2):
     return events
 
 
+def test_onnx_op_names_map_to_ops_the_registry_has_and_an_ort_import_needs_no_torch(tmp_path):
+    import subprocess
+    import sys
+    from opscope.profiler.importers.names import ONNX_OPS
+    from opscope.runtime.ops import registry
+    assert sorted(set(ONNX_OPS.values()) - set(registry.OPS)) == []
+    path = tmp_path / "onnxruntime_profile.json"
+    path.write_text(json.dumps(ort_profile(runs=2)))
+    code = ("import json, sys\n"
+            "from opscope.profiler.importers import import_trace\n"
+            f"import_trace({str(path)!r})\n"
+            "print(json.dumps('torch' in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OPSCOPE_HOME=str(tmp_path / "home")))
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
 def test_onnxruntime_profile_imports_kernel_times_per_step(tmp_path, cli):
     path = tmp_path / "onnxruntime_profile__2024.json"
     path.write_text(json.dumps(ort_profile(runs=2)))
