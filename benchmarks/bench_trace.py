@@ -5,6 +5,7 @@
     python benchmarks/bench_trace.py --events 500000 --phases   # a 1M-trace-event file (an op + a memory counter
                                                                 # each), with the import's phases every round
     python benchmarks/bench_trace.py --kineto   # a real torch.profiler trace tiled to 1M events, imported
+                                                # (add --phases for the import phase by phase)
 
 `opscope trace import` is also timed as a user runs it: a fresh process, start-up and imports included.
 
@@ -150,6 +151,7 @@ def bench_kineto(args) -> int:
         n = kineto_trace(path, args.events)
         print(f"torch.profiler trace tiled to {n:,} events ({path.stat().st_size / 2**20:.0f} MiB)")
         imp, cpu, base, cli = [], [], [], []
+        phases: dict = {}
         for r in range(args.rounds):
             (t, c), rid = timed(lambda: import_trace(path, store=store), cpu=True)
             imp.append(t)
@@ -163,10 +165,18 @@ def bench_kineto(args) -> int:
             base.append(timed(load)[0])
             print(f"round {r + 1}/{args.rounds}: import {imp[-1]:.2f} s ({cpu[-1]:.2f} s CPU), "
                   f"`opscope trace import` {cli[-1]:.2f} s, json.load {base[-1]:.2f} s", flush=True)
+            if args.phases:
+                for k, v in import_phases(store, path).items():
+                    phases.setdefault(k, []).append(v)
+                print("  import phases (wall / cpu): " + ", ".join(f"{k} {v[-1][0]:.2f} / {v[-1][1]:.2f} s"
+                                                                   for k, v in phases.items()), flush=True)
         mi, mb = statistics.median(imp), statistics.median(base)
         print(f"\nmedians over {args.rounds} round(s): import {mi:.2f} s ({n / mi / 1e6:.2f} M events/s), "
               f"CPU {statistics.median(cpu):.2f} s; `opscope trace import` {statistics.median(cli):.2f} s; "
               f"json.load {mb:.2f} s; import / json.load = {mi / mb:.2f}x")
+        for k, v in phases.items():
+            print(f"  import phase {k:24s} wall {statistics.median(w for w, _ in v):6.2f} s   "
+                  f"cpu {statistics.median(c for _, c in v):6.2f} s")
         print("  load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     return 0
 
