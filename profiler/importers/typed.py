@@ -68,8 +68,9 @@ class Args(_Record):
 NO_ARGS = Args()
 
 
-class Event(_Record):
-    """One trace event; absent fields read as `kineto._parse_columns`' defaults (pid, tid, dur: 0)."""
+class _Chrome(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The Chrome trace event fields both records share; absent ones read as `kineto._parse_columns`'
+    defaults (pid, tid, dur: 0)."""
     ph: Any = None
     name: Any = None
     cat: Any = None
@@ -77,23 +78,20 @@ class Event(_Record):
     tid: _NOT_NULL = 0
     ts: Any = None
     dur: _NOT_NULL = 0
+
+
+class Event(_Chrome, _Record):
+    """One event of our own export, its args typed."""
     args: Args | None = None
     id: Any = None
     bp: Any = None
     s: Any = None
 
 
-class KinetoEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class KinetoEvent(_Chrome):
     """One torch.profiler (Kineto) event -- or any Chrome trace event made of the usual fields -- with its
     args as the dict they are. Reads like the dict it replaces: `get` and `in` tell an absent id, bp or s
     from a null one (UNSET), and the fields the column parser reads hold its defaults."""
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: _NOT_NULL = 0
-    tid: _NOT_NULL = 0
-    ts: Any = None
-    dur: _NOT_NULL = 0
     args: dict | None = None
     id: Any = msgspec.UNSET
     bp: Any = msgspec.UNSET
@@ -129,7 +127,7 @@ class Events(list):
 
 def column(events: list, key: str, default=None) -> list:
     """[e.get(key, default) for e in events] in one C-level pass, for dicts or typed events."""
-    if events and isinstance(events[0], (_Record, KinetoEvent)):
+    if events and isinstance(events[0], (_Record, _Chrome)):
         return list(map(attrgetter(key), events))       # an absent field already holds its default
     return list(map(dict.get, events, repeat(key), repeat(default)))
 
@@ -219,4 +217,4 @@ def is_typed(events) -> bool:
 
 
 def is_record(v) -> bool:
-    return isinstance(v, (_Record, KinetoEvent))
+    return isinstance(v, (_Record, _Chrome))
