@@ -506,7 +506,7 @@ def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict |
     names = {p: procs[p][0] if p in procs else f"pid {p}" for p in set(pids)}
     # the op that ended last at or before each sample, on the sample's backend (compared as codes)
     codes = {b: i for i, b in enumerate(dict.fromkeys(names.values()))}
-    sample_code = _codes(codes, list(map(names.__getitem__, pids)) if len(codes) > 1 else list(names.values())[:1] * len(pids))
+    sample_code = _codes(codes, list(map(names.__getitem__, pids)))
     op_code = _codes(codes, ops["backend"])
     step = np.zeros(len(t), dtype=np.int64)
     at = np.zeros(len(t), dtype=np.int64)
