@@ -116,3 +116,17 @@ def test_innermost_at_matches_the_sweep(items, instants):
         want = sweep_innermost(ops, queries)
         for _, r in queries:
             assert got[r] == want.get(r, -1), (r, ops, queries)
+
+
+def test_spans_at_the_ends_of_int64_nest_as_the_sweep_says():
+    """The store keeps any int64 nanosecond: a zero-length span at the smallest one, and spans ending at the
+    largest, must neither wrap around (-end, start - 1) nor change their order."""
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    start = np.asarray([lo, lo, lo, hi - 5, hi - 3, hi], dtype=np.int64)
+    end = np.asarray([lo, lo + 10, lo + 2, hi, hi - 3, hi], dtype=np.int64)
+    lane = np.zeros(len(start), dtype=np.int64)
+    order = sweep_order(lane, start, end)
+    want = sweep_parents(lane[order], start[order], end[order])
+    assert end[order].tolist()[:3] == [lo + 10, lo + 2, lo]         # longest first, the zero-length one last
+    assert open_parents(lane[order], start[order], end[order]).tolist() == want
+    assert innermost_at(lane, start, end, [0, 0], [lo, hi]).tolist() == [0, 5]

@@ -312,7 +312,7 @@ class EventTable:
         if self.seq is not None:
             seq = np.asarray(self.seq, dtype=np.int64)
         else:
-            order = np.lexsort((-end, start, step))
+            order = np.lexsort((~end, start, step))      # ~end: longest first, no int64 wraps
             seq = np.empty(n, dtype=np.int64)
             if n:
                 s_sorted = step[order]

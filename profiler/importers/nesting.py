@@ -22,7 +22,7 @@ import numpy as np
 
 def sweep_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *ties) -> np.ndarray:
     """The order the sweep visits spans in: by lane, start, longest first, then the given tie-breakers."""
-    return np.lexsort((*reversed(ties), -end, start, lane))
+    return np.lexsort((*reversed(ties), ~end, start, lane))      # ~end: -end - 1, which no int64 overflows
 
 
 def open_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -33,20 +33,24 @@ def open_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
         return parent
     firsts = np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])
     parent[firsts] = -1
-    # a candidate ending at or before this threshold is closed: the start, or just before it for a zero-length span
-    threshold = start - (end == start)
-    # top level at once: nothing earlier on the lane ends after the threshold (a running maximum per lane), so
+    zero = end == start
+
+    def closed(ended, k):
+        """Whether spans that ended at `ended` are closed for spans k: they ended by k's start -- strictly
+        before it, where k is a zero-length span (compared, not shifted by one: no int64 wraps)."""
+        return (ended < start[k]) | ((ended == start[k]) & ~zero[k])
+
+    # top level at once: nothing earlier on the lane is still open (a running maximum of the ends per lane), so
     # the jumps below are only for spans inside others -- a flat run, or a lane of top-level ops, takes no jumps
     latest = np.empty(n, dtype=np.int64)
     for a, b in zip(firsts.tolist(), [*firsts[1:].tolist(), n]):
         np.maximum.accumulate(end[a:b], out=latest[a:b])
-    top = np.r_[False, latest[:-1] <= threshold[1:]]
-    parent[top] = -1
+    parent[1:][closed(latest[:-1], np.arange(1, n))] = -1
     k = np.flatnonzero(parent >= 0)
     while len(k):
         c = parent[k]
-        closed = end[c] <= threshold[k]
-        k, c = k[closed], c[closed]
+        shut = closed(end[c], k)
+        k, c = k[shut], c[shut]
         parent[k] = parent[c]        # what lies between c's parent and c closed before c started: before k too
         k = k[parent[k] >= 0]
     return parent
