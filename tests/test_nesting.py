@@ -130,3 +130,49 @@ def test_spans_at_the_ends_of_int64_nest_as_the_sweep_says():
     assert end[order].tolist()[:3] == [lo + 10, lo + 2, lo]         # longest first, the zero-length one last
     assert open_parents(lane[order], start[order], end[order]).tolist() == want
     assert innermost_at(lane, start, end, [0, 0], [lo, hi]).tolist() == [0, 5]
+
+
+def test_a_recorded_torch_profiler_trace_nests_as_the_sweep_says(tmp_path):
+    """Real spans: a transformer layer profiled with Python stacks and memory. Its frames and ops (thousands,
+    back to back, nested tens deep, many starting on the same microsecond) get the sweep's parents, and its
+    [memory] samples the sweep's innermost op."""
+    import json
+
+    import torch
+    torch.manual_seed(0)
+    layer, x = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval(), torch.randn(2, 8, 32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_stack=True, profile_memory=True) as prof:
+        for _ in range(3):
+            with torch.no_grad():
+                layer(x)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("python_function", "cpu_op")]
+    samples = [e for e in events if e.get("name") == "[memory]"]
+    assert len(spans) > 1000 and {e["cat"] for e in spans} == {"python_function", "cpu_op"} and samples
+    tids = {t: i for i, t in enumerate(sorted({str(e["tid"]) for e in spans + samples}))}
+    lane = np.asarray([tids[str(e["tid"])] for e in spans], dtype=np.int64)
+    start = np.asarray([round(float(e["ts"]) * 1000) for e in spans], dtype=np.int64)
+    end = start + np.asarray([round(float(e["dur"]) * 1000) for e in spans], dtype=np.int64)
+    order = sweep_order(lane, start, end)
+    parents = open_parents(lane[order], start[order], end[order])
+    assert parents.tolist() == sweep_parents(lane[order], start[order], end[order])
+    # the depth of every span, against the sweep over an order Python sorts by itself
+    by_python = np.asarray(sorted(range(len(spans)), key=lambda i: (lane[i], start[i], -end[i], i)))
+    chain_of = sweep_parents(lane[by_python], start[by_python], end[by_python])
+    want = np.zeros(len(spans), dtype=np.int64)
+    want[by_python] = [len(list(chain(chain_of, k))) - 1 for k in range(len(spans))]
+    depth = nesting_depth(lane, start, end)
+    assert depth.tolist() == want.tolist() and depth.max() >= 5          # it does nest
+
+    at_lane = [tids[str(e["tid"])] for e in samples]
+    at_time = [round(float(e["ts"]) * 1000) for e in samples]
+    got = innermost_at(lane, start, end, at_lane, at_time).tolist()
+    for ln in set(at_lane):
+        ops = [(s, e, i) for i, (a, s, e) in enumerate(zip(lane.tolist(), start.tolist(), end.tolist())) if a == ln]
+        want = sweep_innermost(ops, [(t, r) for r, (a, t) in enumerate(zip(at_lane, at_time)) if a == ln])
+        assert [got[r] for r, a in enumerate(at_lane) if a == ln] == [want.get(r, -1) for r, a in enumerate(at_lane)
+                                                                      if a == ln]
+    assert sum(g >= 0 for g in got) > len(got) // 2          # most samples fall inside an op
