@@ -25,7 +25,7 @@ from itertools import repeat
 
 import numpy as np
 
-from .common import as_int, count, instant_ns, key, text, thread_ids
+from .common import INT64_MAX, as_int, count, instant_ns, key, text, thread_ids
 from .nesting import ancestor_count, innermost_at, nearest_marked, nesting_depth, open_parents, sweep_order
 from .typed import column, is_record
 
@@ -247,13 +247,8 @@ class Details:
         args = [a if isinstance(a, dict) else {} for a in column(evs, "args")]
         times = [round(t * 1000) if type(t) in (int, float) and abs(t) < 1e15 else instant_ns(e, self.source, i)
                  for t, e, i in zip(column(evs, "ts"), evs, places)]
-        deltas = list(map(dict.get, args, repeat("Bytes")))
-        live = list(map(dict.get, args, repeat("Total Allocated")))
-        alloc_free = _allocations(deltas, live)
-        if alloc_free is None:         # something other than int64 byte counts: one value at a time
-            deltas = [d if isinstance(d, (int, float)) and not isinstance(d, bool) else 0 for d in deltas]
-            live = list(map(count, live))
-            alloc_free = ([count(d) or 0 for d in deltas], [count(-d) or 0 for d in deltas])
+        live, alloc, free = _byte_counts(list(map(dict.get, args, repeat("Bytes"))),
+                                         list(map(dict.get, args, repeat("Total Allocated"))))
         backends: dict = {}           # (Device Type, Device Id) as written -> backend: a trace has one or two
         samples = []
         for dev, dev_id in zip(map(dict.get, args, repeat("Device Type"), repeat(0)),
@@ -265,7 +260,7 @@ class Details:
                 kind = _DEVICE_TYPES.get(d, f"device{d}")
                 b = backends[code] = "torch:cpu" if kind == "cpu" else f"{kind}:{as_int(dev_id)}"
             samples.append(b)
-        rows.extend([t, b, v, a, f, None] for t, b, v, a, f in zip(times, samples, live, *alloc_free))
+        rows.extend([t, b, v, a, f, None] for t, b, v, a, f in zip(times, samples, live, alloc, free))
         try:
             kinds = kinds_of_pairs(Counter(zip(column(evs, "cat"), column(evs, "ph"))))
         except TypeError:           # a category that is a list or an object
@@ -436,21 +431,18 @@ class Details:
         return "torch:cpu", "cpu", as_int(k[1])
 
 
-def _allocations(deltas: list, live: list):
-    """[memory] events' Bytes (+ allocated, - freed) -> (allocated, freed) per event, and Total Allocated checked
-    in place, when all are int64 integers (what torch writes); None for anything else (the caller takes each
-    value as `count` does)."""
-    if not (set(map(type, deltas)) <= {int} and set(map(type, live)) <= {int, type(None)}):
-        return None
+def _byte_counts(deltas: list, totals: list) -> tuple[list, list, list]:
+    """[memory] events' Bytes (+ allocated, - freed) and Total Allocated -> (live, allocated, freed) per event,
+    each read as `count` reads it; a column at a time where all are int64 integers (what torch writes)."""
     try:
-        d = np.asarray(deltas, dtype=np.int64)
+        d = np.asarray(deltas, dtype=np.int64) if set(map(type, deltas)) <= {int} else None
     except OverflowError:
-        return None
-    if len(d) and d.min() == np.iinfo(np.int64).min:      # its negation does not fit
-        return None
-    if None in live or any(v < 0 or v > np.iinfo(np.int64).max for v in (min(live), max(live))):
-        live[:] = map(count, live)
-    return np.maximum(d, 0).tolist(), np.maximum(-d, 0).tolist()
+        d = None
+    if d is None or (len(d) and d.min() == np.iinfo(np.int64).min):      # or one whose negation does not fit
+        deltas = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0 for v in deltas]
+        return list(map(count, totals)), [count(v) or 0 for v in deltas], [count(-v) or 0 for v in deltas]
+    in_range = set(map(type, totals)) <= {int} and (not totals or min(totals) >= 0 and max(totals) <= INT64_MAX)
+    return (totals if in_range else list(map(count, totals))), np.maximum(d, 0).tolist(), np.maximum(-d, 0).tolist()
 
 
 def _steps_at(step_spans, t: np.ndarray) -> np.ndarray:
