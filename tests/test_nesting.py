@@ -132,23 +132,12 @@ def test_spans_at_the_ends_of_int64_nest_as_the_sweep_says():
     assert innermost_at(lane, start, end, [0, 0], [lo, hi]).tolist() == [0, 5]
 
 
-def test_a_recorded_torch_profiler_trace_nests_as_the_sweep_says(tmp_path):
+def test_a_recorded_torch_profiler_trace_nests_as_the_sweep_says(layer_trace):
     """Real spans: a transformer layer profiled with Python stacks and memory. Its frames and ops (thousands,
-    back to back, nested tens deep, many starting on the same microsecond) get the sweep's parents, and its
-    [memory] samples the sweep's innermost op."""
+    back to back, nested tens deep) get the sweep's parents and depths, and its [memory] samples the sweep's
+    innermost op."""
     import json
-
-    import torch
-    torch.manual_seed(0)
-    layer, x = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval(), torch.randn(2, 8, 32)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                with_stack=True, profile_memory=True) as prof:
-        for _ in range(3):
-            with torch.no_grad():
-                layer(x)
-    path = tmp_path / "trace.json"
-    prof.export_chrome_trace(str(path))
-    events = json.loads(path.read_text())["traceEvents"]
+    events = json.loads(layer_trace(3).read_text())["traceEvents"]
     spans = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("python_function", "cpu_op")]
     samples = [e for e in events if e.get("name") == "[memory]"]
     assert len(spans) > 1000 and {e["cat"] for e in spans} == {"python_function", "cpu_op"} and samples

@@ -544,21 +544,13 @@ def test_the_written_out_aten_table_is_the_registrys(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_import_needs_no_torch_and_leaves_no_cyclic_garbage(tmp_path):
+def test_an_import_needs_no_torch_and_leaves_no_cyclic_garbage(tmp_path, layer_trace):
     """A torch.profiler trace with Python stacks and memory, imported in a fresh process with the garbage
     collector off: torch is never imported (1.2 s), and nothing is left in a reference cycle -- a cycle
     holding the parse's events cost a full collection over all of them (3 s of a 1M-event import)."""
     import subprocess
     import sys
-    torch.manual_seed(0)
-    layer, x = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval(), torch.randn(2, 8, 32)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                with_stack=True, profile_memory=True) as prof:
-        for _ in range(8):
-            with torch.no_grad():
-                layer(x)
-    trace = tmp_path / "stacks.json"
-    prof.export_chrome_trace(str(trace))
+    trace = layer_trace(8)
     code = ("import gc, json, sys\n"
             "from opscope.profiler.importers import import_trace\n"
             "gc.collect(); gc.disable()\n"
