@@ -88,15 +88,22 @@ class LiveRun:
         self._log = tempfile.NamedTemporaryFile(prefix="opscope-runner-", suffix=".log", delete=False)
         self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
         # the key goes in the environment, never on the command line (stream.py says why)
-        from .runner import KEY_ENV, PARENT_ENV, PDEATHSIG_ENV
+        from .runner import ACK_ENV, KEY_ENV, PARENT_ENV, PDEATHSIG_ENV
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{
             KEY_ENV: self.collector.key.hex(), PARENT_ENV: str(os.getpid()),
             PDEATHSIG_ENV: "1" if threading.current_thread() is threading.main_thread() else "0"})
+        # the runner waits on this pipe for "your end arrived" before it exits (runner._take_ack says why)
+        ack_r, self._ack = os.pipe() if os.name == "posix" else (None, None)
+        if ack_r is not None:
+            env[ACK_ENV] = str(ack_r)
         # a profiled script talks to its user (echo: their terminal); a model's runner only to the log
         self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
                                       self.collector.endpoint, "--hwm", str(hwm), *argv],
                                      stdout=self._log if echo is None else subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL if echo is None else None, env=env)
+                                     stdin=subprocess.DEVNULL if echo is None else None, env=env,
+                                     pass_fds=(ack_r,) if ack_r is not None else ())
+        if ack_r is not None:
+            os.close(ack_r)
         self.pid = self.proc.pid
         self._pump = None
         if echo is not None:
@@ -184,6 +191,9 @@ class LiveRun:
                 self._done.set()
 
     def _end_run(self) -> None:
+        if self._ack is not None:                  # the end arrived (or never will): let the runner exit
+            os.close(self._ack)
+            self._ack = None
         try:
             self.proc.wait(timeout=30 if self.collector.ended.is_set() else 5)
         except subprocess.TimeoutExpired:          # said "end" but hangs on exit (a stuck thread)

@@ -26,6 +26,7 @@ CAPTURES = ("export", "dynamo")         # how the graph engine gets its graph: t
 KEY_ENV = "OPSCOPE_STREAM_KEY"          # hex of the per-run stream key (stream.py says why the environment)
 PARENT_ENV = "OPSCOPE_PARENT_PID"       # the collecting process: when it dies, so does the runner
 PDEATHSIG_ENV = "OPSCOPE_PDEATHSIG"     # "1": the parent spawned us from its main thread (see die_with_parent)
+ACK_ENV = "OPSCOPE_END_ACK_FD"          # a pipe the collector writes to once the end arrived (see _take_ack)
 PR_SET_PDEATHSIG = 1                    # <linux/prctl.h>
 
 
@@ -237,6 +238,38 @@ def _take_key() -> bytes | None:
     return key if len(key) == 32 else None
 
 
+def _take_ack() -> int | None:
+    """The read end of the pipe on which the collecting process says "your end arrived", or None.
+
+    Why the runner waits for it: ZeroMQ drops what still sits in the socket when the sender exits while
+    the reader's queue is full, and on a loaded machine the collector can be seconds behind. The
+    runner's flush only hands its messages to the kernel, so a runner that exits then loses its end
+    and the batches before it (seen in CI: "exited with code 0 without reporting the end of the run").
+    PUSH/PULL has no way back, hence a pipe; one the model's own subprocesses do not inherit."""
+    fd = os.environ.pop(ACK_ENV, "")
+    if not fd.isdigit():
+        return None
+    try:
+        os.set_inheritable(int(fd), False)
+    except OSError:
+        return None
+    return int(fd)
+
+
+def _wait_for_ack(fd: int | None, timeout_s: float) -> None:
+    """Block until the collector has the end or is gone (either way the pipe reads EOF), or timeout_s."""
+    if fd is None:
+        return
+    import select
+    try:
+        if select.select([fd], [], [], timeout_s)[0]:
+            os.read(fd, 1)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def main(argv=None) -> int:
     a = _args(argv)
     key = _take_key()
@@ -247,7 +280,8 @@ def main(argv=None) -> int:
     parent = os.environ.pop(PARENT_ENV, "")
     if parent.isdigit():
         die_with_parent(int(parent), os.environ.pop(PDEATHSIG_ENV, "") == "1")
-    from .stream import StreamSink
+    ack = _take_ack()
+    from .stream import END_TIMEOUT_MS, StreamSink
     sink = StreamSink(a.endpoint, key, hwm=a.hwm)
     sink.control("hello", pid=os.getpid(), t_ns=time.perf_counter_ns())
     code = 0
@@ -270,6 +304,7 @@ def main(argv=None) -> int:
             traceback.print_exc()           # into the runner log the run keeps as an artifact
         sink.end("failed", error=msg, error_kind=kind)
         code = 2 if kind == "usage" else 1
+    _wait_for_ack(ack, END_TIMEOUT_MS / 1000)       # the connection must stay open until the end is read
     sink.close(flush=True)
     return code
 

@@ -146,3 +146,34 @@ def _idle(pid: int) -> bool:
     before = sum(p.cpu_times()[:2])
     time.sleep(0.5)
     return sum(p.cpu_times()[:2]) - before < 0.02
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_runner_waits_for_a_collector_that_fell_behind_before_it_exits():
+    """On a loaded machine the collector can be seconds behind when the runner sends its end. ZeroMQ
+    drops what still sits in the socket when the sender exits while the reader's queue is full (seen in
+    CI: "exited with code 0 without reporting the end of the run"), so the runner must not exit before
+    the collector has its end. The collector is held here, as a busy machine holds it, until the runner
+    has exited or has waited long enough to show it waits."""
+    import time
+
+    from opscope.profiler.live import start_profile
+
+    store = RunStore()
+    live = start_profile("demo:mlp", "numpy", steps=200, store=store, hardware=False, hwm=2)
+    write = live.collector.writer.write
+    held = []
+
+    def behind(batches):
+        if not held:
+            t0 = time.monotonic()
+            while live.proc.poll() is None and time.monotonic() - t0 < 10:
+                time.sleep(0.05)
+            held.append(live.proc.poll())
+        return write(batches)
+
+    live.collector.writer.write = behind
+    assert live.wait(240) in ("ok", "incomplete"), live.error
+    assert held == [None], "the runner exited while the collector was behind"
+    assert live.collector.end is not None
