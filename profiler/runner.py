@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     from .stream import END_TIMEOUT_MS, StreamSink
     sink = StreamSink(a.endpoint, key, hwm=a.hwm)
     sink.control("hello", pid=os.getpid(), t_ns=time.perf_counter_ns())
-    code = 0
+    code, delivered = 0, False
     try:
         if a.script:
             _execute_script(sink, a)
@@ -295,16 +295,17 @@ def main(argv=None) -> int:
                     train={"optimizer": a.optimizer, "lr": a.lr} if a.train else None,
                     on_train=lambda info: sink.control("train", info=info), capture=a.capture,
                     use_tuned=not a.no_tune)
-        sink.end("ok")
+        delivered = sink.end("ok")
     except Exception as e:
         from opscope.runtime.errors import OpscopeError
         kind = "usage" if isinstance(e, UsageError) else "model"
         msg = str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
         if not isinstance(e, OpscopeError):
             traceback.print_exc()           # into the runner log the run keeps as an artifact
-        sink.end("failed", error=msg, error_kind=kind)
+        delivered = sink.end("failed", error=msg, error_kind=kind)
         code = 2 if kind == "usage" else 1
-    _wait_for_ack(ack, END_TIMEOUT_MS / 1000)       # the connection must stay open until the end is read
+    if delivered:          # the connection must stay open until the end is read (_take_ack says why)
+        _wait_for_ack(ack, END_TIMEOUT_MS / 1000)
     sink.close(flush=True)
     return code
 

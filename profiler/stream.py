@@ -35,6 +35,7 @@ DEFAULT_HWM = 64            # batches queued on each side before the sender drop
 # How long the runner waits to deliver a control message (hello, meta, end) and, on exit, what is still
 # queued: the collector may be far behind on a loaded machine, and a runner never outlives its parent.
 END_TIMEOUT_MS = 120_000
+MAX_ERROR = 10_000          # characters of a model's error the end carries (the wire takes 1 MiB of UTF-8)
 MAX_REASONS = 16            # distinct rejection reasons kept (the reasons are fixed phrases anyway)
 
 
@@ -82,7 +83,10 @@ class StreamSink:
             self.sock.setsockopt(zmq.SNDTIMEO, -1)
 
     def end(self, status: str, error: str | None = None, error_kind: str | None = None) -> bool:
-        """The last message: the runner's own count of every event it produced, and per step what it sent."""
+        """The last message: the runner's own count of every event it produced, and per step what it sent.
+        The error is cut to MAX_ERROR characters: one past the wire's bound would have the end refused."""
+        if error is not None and len(error) > MAX_ERROR:
+            error = error[:MAX_ERROR] + " [...]"
         return self.control("end", status=status, error=error, error_kind=error_kind,
                             events=self.sent + self.dropped, sent_by_step=self.sent_by_step)
 

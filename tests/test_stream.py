@@ -177,3 +177,37 @@ def test_a_runner_waits_for_a_collector_that_fell_behind_before_it_exits():
     assert live.wait(240) in ("ok", "incomplete"), live.error
     assert held == [None], "the runner exited while the collector was behind"
     assert live.collector.end is not None
+
+
+HUGE_ERROR = """
+import torch
+
+class Refuses(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        raise ValueError("too long " + "x" * 2_000_000)
+
+def factory():
+    return Refuses(), (torch.randn(4, 8),)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_model_error_longer_than_the_wire_takes_still_ends_the_run_at_once(tmp_path):
+    """The end carries the model's error; one past the wire's 1 MiB bound would have the end refused (and
+    the runner, which waits for its end to be read, waiting for nothing)."""
+    from opscope.profiler.live import start_profile
+
+    f = tmp_path / "refuses.py"
+    f.write_text(HUGE_ERROR)
+    store = RunStore()
+    live = start_profile(f"{f}:factory", "torch:cpu", engine="eager", steps=1, store=store, hardware=False)
+    assert live.wait(240) == "failed"
+    assert live.collector.rejected == 0 and live.collector.end is not None, live.collector.rejected_why
+    error = store.get_run(live.run_id)["error"]
+    assert error.startswith("ValueError: too long xxx") and error.endswith("[...]") and len(error) < 20_000
