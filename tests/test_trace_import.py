@@ -479,9 +479,9 @@ def _slow(doc):
 def test_kineto_gpu_trace_imports_the_same_with_either_parser(tmp_path):
     from opscope.profiler.importers import kineto
     doc = kineto_gpu_trace()
-    kineto._parse_columns(doc["traceEvents"], None)                  # the fast one takes the trace as it is
-    with pytest.raises(kineto._Irregular):
-        kineto._parse_columns(_slow(doc)["traceEvents"], None)       # and leaves this one to the other
+    kineto.parse_columns(doc["traceEvents"], None)                  # the fast one takes the trace as it is
+    with pytest.raises(kineto.Irregular):
+        kineto.parse_columns(_slow(doc)["traceEvents"], None)       # and leaves this one to the other
     store = RunStore()
     fast = import_trace(_write(tmp_path, "fast.json", doc))
     slow = import_trace(_write(tmp_path, "slow.json", _slow(doc)))

@@ -99,7 +99,7 @@ def _user_frame(name: str):
 
 class Details:
     def __init__(self, py, x_other, nonx: list, source: str):
-        """py: the trace's python_function spans (kineto._Spans: events, start, end); x_other: its other spans
+        """py: the trace's python_function spans (chrome.Spans: events, start, end); x_other: its other spans
         that are not ops; nonx: (index, event) of every event that is not a span (instants, flows, metadata)."""
         self.source = source
         self.kept: Counter = Counter()

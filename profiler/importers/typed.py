@@ -9,7 +9,7 @@ Two roads: opscope's own export (`otherData.opscope`; its args typed too, the wh
 where it is laid out as we write it), and every other Chrome/Kineto trace (`KinetoEvent`, its args a
 dict). A file whose events use a field outside the Chrome format's, a value a record cannot hold (a
 null pid), or invalid JSON is decoded into dicts as before, so every refusal and every odd trace keeps
-the one parser that judges it (`read_json`, `kineto._parse_events`). Both roads decode with msgspec
+the one parser that judges it (`read_json`, `event_parser.parse_events`). Both roads decode with msgspec
 (common.loads) and must end in the same run: tests/test_import_fuzz.py fuzzes real traces to check it.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ class _Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 # what the column parser checks every value of, checked here instead while decoding: a file whose values are
 # anything else (a step as text, a negative byte count, a null phase) is left to the dict road, which reads
-# them as before -- so a typed export's columns need no second look (kineto._parse_columns, `checked`)
+# them as before -- so a typed export's columns need no second look (column_parser.parse_columns, `checked`)
 _INDEX = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]          # steps and seqs: INTEGER columns
 _COUNT = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]          # bytes and FLOPs
 
@@ -69,7 +69,7 @@ NO_ARGS = Args()
 
 
 class _Chrome(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """The Chrome trace event fields both records share; absent ones read as `kineto._parse_columns`'
+    """The Chrome trace event fields both records share; absent ones read as `column_parser.parse_columns`'
     defaults (pid, tid, dur: 0)."""
     ph: Any = None
     name: Any = None
