@@ -17,6 +17,10 @@ Who may talk to a collector. Two locks, because each covers what the other does 
 A message that fails the MAC, the decoding or the schema is dropped and counted (`rejected`); the
 run goes on. At the end the collector compares the runner's own count with what arrived
 (`verdict()`), so a message lost on the way marks the run incomplete instead of vanishing.
+
+The way back: PUSH/PULL has none, and ZeroMQ drops what still sits in the socket when the sender
+exits while the reader's queue is full. So a runner that sent its end waits, on a pipe its parent
+holds (runner._take_ack), until the collector has read it; then it exits.
 """
 from __future__ import annotations
 
