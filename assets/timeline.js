@@ -403,7 +403,7 @@
       if (k) { g.fillStyle = "#eef1f4"; g.fillRect(GUTTER, y, T.px, 1); }
       c.fillStyle = INK;
       c.textAlign = "right";
-      c.fillText(ellipsize(c, d.tracks[k], GUTTER - (clock ? 44 : 14)), GUTTER - 10, y + ROW / 2);
+      c.fillText(trackLabel(c, d.tracks[k], GUTTER - (clock ? 44 : 14)), GUTTER - 10, y + ROW / 2);
       if (clock) {
         c.save();
         c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
@@ -508,7 +508,7 @@
       c.textBaseline = "middle";
       c.fillStyle = INK;
       c.font = "12px Inter, 'Segoe UI', system-ui, sans-serif";
-      c.fillText(ellipsize(c, s.name, GUTTER - 14), GUTTER - 10, y0 + CROW / 2 - 6);
+      c.fillText(trackLabel(c, s.name, GUTTER - 14), GUTTER - 10, y0 + CROW / 2 - 6);
       c.fillStyle = MUTED;
       c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
       c.fillText("peak " + fmtValue(peak, s.unit), GUTTER - 10, y0 + CROW / 2 + 8);
@@ -585,6 +585,19 @@
       drawn++;
     }
     c.restore();
+  }
+
+  // A track's label keeps its last part ("torch:cpu · t4242 · annotations" -> "torch:cpu · t4… · annotations"):
+  // that part tells a thread's lanes apart, and cut from the end every lane of a thread read the same.
+  function trackLabel(c, text, width) {
+    if (c.measureText(text).width <= width) return text;
+    var cut = text.lastIndexOf(" · ");
+    if (cut > 0) {
+      var tail = text.slice(cut), room = width - c.measureText(tail).width;
+      var head = room > 0 ? ellipsize(c, text.slice(0, cut), room) : "";
+      if (head) return head + tail;
+    }
+    return ellipsize(c, text, width);
   }
 
   function ellipsize(c, text, width) {
