@@ -20,7 +20,8 @@ from conftest import ctrl_c_able
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 CASES = {   # command -> (argv, tries, latest moment of the Ctrl-C in seconds)
-    "profile": (["profile", "demo:gpt", "--backend", "torch:cpu", "--steps", "400"], 20, 8.0),
+    # profile: 10 tries miss a bug that struck 3 tries in 5 (the docstring's) once in ten thousand runs
+    "profile": (["profile", "demo:gpt", "--backend", "torch:cpu", "--steps", "400"], 10, 8.0),
     "run": (["run", "demo:gpt", "--backend", "torch:cpu", "--repeat", "2000"], 5, 8.0),
     "train": (["train", "demo:mlp", "--backend", "numpy", "--steps", "100000"], 4, 6.0),
     "serve": (["serve", "--port", "0"], 4, 5.0),
@@ -89,7 +90,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(command, tmp_path):
     assert interrupted >= tries // 2, f"only {interrupted} of {tries} tries were interrupted"
     runs = _check_store(home)
     if command == "profile":                   # (a run with events is the next test's: it waits for them)
-        assert runs, "no run was recorded in 20 tries"
+        assert runs, f"no run was recorded in {tries} tries"
 
 
 def test_interrupted_profile_names_the_run_it_kept(tmp_path):
