@@ -25,7 +25,6 @@ GPU_OPS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}  
 DEVICE_OPS = frozenset(GPU_OPS.values())   # ops that ran on a device stream; their module is the op that launched them
 _PROCESS = re.compile(r"^(.*) \((.*)\)$")
 _THREAD = re.compile(r"^(?:python )?thread (-?\d+)")
-NS_FAST = 2.0 ** 62      # |ns| the column parser takes as they are; beyond, the event parser checks exactly
 NS_MAX = 2 ** 62          # the largest |ns| a clock origin (baseTimeNanoseconds) may have
 _COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:", "xccl:", "hccl:")
 
@@ -147,33 +146,6 @@ def is_kineto_cat(cat) -> bool:
 def arg_dicts(events: list) -> list:
     args = typed.column(events, "args")
     return args if set(map(type, args)) <= {dict} else [a if isinstance(a, dict) else {} for a in args]
-
-
-def ph_of(e):
-    ph = e.get("ph") if isinstance(e, dict) else None
-    return ph if isinstance(ph, str) else None
-
-
-def keys_of(values: list) -> list:
-    """pids / tids as dict keys (lists and objects -> their JSON text)."""
-    return values if set(map(type, values)) <= {int, str} else list(map(key, values))
-
-
-def in_range(ints: list) -> bool:
-    return not ints or (min(ints) >= 0 and max(ints) <= INT64_MAX)
-
-
-def lane_of(ev: dict) -> tuple:
-    return id_of(ev.get("pid", 0)), id_of(ev.get("tid", 0))
-
-
-def id_of(v):
-    """An id (correlation, External id, pid, tid, device) as a dict key; None for what cannot be one."""
-    return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
-
-
-def ids_of(values: list) -> list:
-    return values if set(map(type, values)) <= {int, str, type(None)} else list(map(id_of, values))
 
 
 def metadata(events, source):

@@ -8,15 +8,17 @@ from operator import eq, itemgetter, ne
 
 import numpy as np
 
-from .chrome import GPU_CATS, GPU_OPS, NS_FAST, EventTable, Irregular, Spans, all_inputs, arg_dicts, clock_origin, \
-    field_columns, finish, in_range, is_collective, is_kineto_cat, is_launch, is_step_span, keys_of, kineto_cost, \
+from .chrome import GPU_CATS, GPU_OPS, EventTable, Irregular, Spans, all_inputs, arg_dicts, clock_origin, \
+    field_columns, finish, is_collective, is_kineto_cat, is_launch, is_step_span, kineto_cost, \
     metadata, opscope_op, run_fields
-from .common import INDEX_MAX, INT64_MAX, as_int as _int, count as _size, text, thread_ids
+from .common import INDEX_MAX, INT64_MAX, as_int as _int, count as _size, in_range, key, text, thread_ids
 from . import typed
 from .details import Details, count_kinds, kind_of, kinds_of_pairs
 from .flops import MATMUL_FAMILY
 from .gpu import gpu_columns
 from .names import op_for_aten_name
+
+_NS_FAST = 2.0 ** 62      # |ns| taken as they are; beyond, the event parser checks exactly
 
 
 def _numbers(values: list) -> np.ndarray:
@@ -76,7 +78,7 @@ def parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> t
     at = np.flatnonzero(np.fromiter(map(ne, phs, repeat("X")), dtype=bool, count=len(phs))).tolist()
     nonx = list(zip(at, _picker(np.asarray(at, dtype=np.intp), len(events))(events)))
     fields = field_columns(xs, ("cat", "name", "pid", "tid", "ts", "dur"), {"pid": 0, "tid": 0, "dur": 0})
-    cats, names, pid_list, tid_list = fields["cat"], fields["name"], keys_of(fields["pid"]), keys_of(fields["tid"])
+    cats, names, pid_list, tid_list = fields["cat"], fields["name"], _keys(fields["pid"]), _keys(fields["tid"])
     try:
         cat_list = list(dict.fromkeys(cats))       # in order of first appearance: the run's counts list them so
         cat_set = set(cat_list)
@@ -95,8 +97,8 @@ def parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> t
         ts = _numbers(fields["ts"]) * 1000
         dur = _numbers(fields["dur"]) * 1000
         # times the store cannot hold (or a negative duration): the event parser names the event
-        if len(ts) and not (np.abs(ts).max() < NS_FAST and (t0 + ts + dur).max() < NS_FAST and dur.min() >= 0
-                            and abs(t0) < NS_FAST):
+        if len(ts) and not (np.abs(ts).max() < _NS_FAST and (t0 + ts + dur).max() < _NS_FAST and dur.min() >= 0
+                            and abs(t0) < _NS_FAST):
             raise Irregular
     start = t0 + np.rint(ts).astype(np.int64)
     end = start + np.rint(dur).astype(np.int64)
@@ -258,10 +260,10 @@ def _live_memory(counters: list, procs: dict, t0: int, ops: dict, seq) -> dict |
         ts = _numbers(f["ts"]) * 1000
     except Irregular:
         return None
-    if not (np.abs(ts).max() < NS_FAST and abs(t0) < NS_FAST):
+    if not (np.abs(ts).max() < _NS_FAST and abs(t0) < _NS_FAST):
         return None
     t = t0 + np.rint(ts).astype(np.int64)
-    pids = keys_of(f["pid"])
+    pids = _keys(f["pid"])
     names = {p: procs[p][0] if p in procs else f"pid {p}" for p in set(pids)}
     # the op that ended last at or before each sample, on the sample's backend (compared as codes)
     codes = {b: i for i, b in enumerate(dict.fromkeys(names.values()))}
@@ -293,3 +295,8 @@ def _codes(codes: dict, values) -> np.ndarray:
     if n and (values[0] is values[-1]) and values.count(values[0]) == n:
         return np.full(n, codes.get(values[0], -1), dtype=np.int64)
     return np.fromiter(map(codes.get, values, repeat(-1)), dtype=np.int64, count=n)
+
+
+def _keys(values: list) -> list:
+    """pids / tids as dict keys (lists and objects -> their JSON text)."""
+    return values if set(map(type, values)) <= {int, str} else list(map(key, values))

@@ -456,6 +456,11 @@ def text(v) -> str | None:
         return f"<{type(v).__name__}>"
 
 
+def in_range(ints: list) -> bool:
+    """Whether every one of these ints is a count the store holds (0..int64): one C-level pass for a column."""
+    return not ints or (min(ints) >= 0 and max(ints) <= INT64_MAX)
+
+
 def count(v) -> int | None:
     """A byte or FLOP count, or None where the trace gives none (or nonsense: negative, past 64 bits)."""
     if isinstance(v, str):

@@ -25,7 +25,7 @@ from itertools import repeat
 
 import numpy as np
 
-from .common import INT64_MAX, as_int, count, instant_ns, key, text, thread_ids
+from .common import as_int, count, in_range, instant_ns, key, text, thread_ids
 from .nesting import ancestor_count, innermost_at, nearest_marked, nesting_depth, open_parents, sweep_order
 from .typed import column, is_record
 
@@ -441,8 +441,8 @@ def _byte_counts(deltas: list, totals: list) -> tuple[list, list, list]:
     if d is None or (len(d) and d.min() == np.iinfo(np.int64).min):      # or one whose negation does not fit
         deltas = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0 for v in deltas]
         return list(map(count, totals)), [count(v) or 0 for v in deltas], [count(-v) or 0 for v in deltas]
-    in_range = set(map(type, totals)) <= {int} and (not totals or min(totals) >= 0 and max(totals) <= INT64_MAX)
-    return (totals if in_range else list(map(count, totals))), np.maximum(d, 0).tolist(), np.maximum(-d, 0).tolist()
+    ok = set(map(type, totals)) <= {int} and in_range(totals)
+    return (totals if ok else list(map(count, totals))), np.maximum(d, 0).tolist(), np.maximum(-d, 0).tolist()
 
 
 def _steps_at(step_spans, t: np.ndarray) -> np.ndarray:

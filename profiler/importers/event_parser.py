@@ -7,7 +7,7 @@ from collections import Counter
 from opscope.runtime.errors import UsageError
 
 from .chrome import GPU_CATS, GPU_OPS, EventTable, Spans, clock_origin, finish, is_collective, is_kineto_cat, \
-    is_launch, is_step_span, kineto_cost, kineto_inputs, metadata, opscope_op, ph_of, run_fields
+    is_launch, is_step_span, kineto_cost, kineto_inputs, metadata, opscope_op, run_fields
 from .common import as_int as _int, count as _size, index, key, number, span_ns, text, where_of
 from .details import Details, count_kinds, kind_of
 from .gpu import gpu_columns
@@ -92,7 +92,7 @@ def parse_events(events: list, other, source: str, shift_ns: int = 0) -> tuple[E
 
     details = None
     if kind == "kineto":
-        nonx = [(i, e) for i, e in enumerate(events) if ph_of(e) not in ("X", "B", "E")]
+        nonx = [(i, e) for i, e in enumerate(events) if _ph(e) not in ("X", "B", "E")]
         details = Details(py, other_x, nonx, source)
         step_spans = step_spans or details.annotation_steps()
     finish(table, step_spans, gpu_columns(gpu, launches, cpu) if gpu.events else None,
@@ -106,7 +106,7 @@ def _spans(events, source):
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             raise UsageError(f"{source}: traceEvents[{i}] is {type(ev).__name__}, expected an event object")
-        ph = ph_of(ev)
+        ph = _ph(ev)
         if ph == "X":
             yield ev
         elif ph == "B":
@@ -118,3 +118,8 @@ def _spans(events, source):
                 where = f"{source}: traceEvents[{i}]"
                 x = dict(b, ph="X", dur=number(ev, "ts", where) - number(b, "ts", where))
                 yield x
+
+
+def _ph(e):
+    ph = e.get("ph") if isinstance(e, dict) else None
+    return ph if isinstance(ph, str) else None

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from .chrome import GPU_OPS, Spans, arg_dicts, field_columns, ids_of, lane_of
+from .chrome import GPU_OPS, Spans, arg_dicts, field_columns
 from .common import as_int as _int, count as _size
 from .nesting import innermost_at
 
@@ -23,12 +23,12 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
     A column at a time, like `parse_columns`: a GPU trace has about as many kernels as cpu_ops.
     """
     ids = ("correlation", "External id")
-    cpu_ext = ids_of([a.get("External id") for a in arg_dicts(cpu.events)])
+    cpu_ext = _ids([a.get("External id") for a in arg_dicts(cpu.events)])
     op_of_ext = {x: str(e.get("name")) for x, e in zip(cpu_ext, cpu.events) if x}
     lf = field_columns(launches.events, ("cat", "pid", "tid"), {"pid": 0, "tid": 0})
     la = field_columns(arg_dicts(launches.events), ids, {})
-    lanes = zip(ids_of(lf["pid"]), ids_of(lf["tid"]))
-    launch_of = dict(zip(ids_of(la["correlation"]), zip(ids_of(la["External id"]), lanes, launches.start)))
+    lanes = zip(_ids(lf["pid"]), _ids(lf["tid"]))
+    launch_of = dict(zip(_ids(la["correlation"]), zip(_ids(la["External id"]), lanes, launches.start)))
     launch_of.pop(None, None)
     kinds = Counter(c.rsplit("_", 1)[0] for c in lf["cat"])
     kind = kinds.most_common(1)[0][0] if kinds else "cuda"
@@ -36,8 +36,8 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
     n = len(gpu.events)
     gf = field_columns(gpu.events, ("cat", "name", "pid", "tid"), {"pid": 0, "tid": 0})
     ga = field_columns(arg_dicts(gpu.events), ids + ("device", "stream", "bytes"), {})
-    links = [launch_of.get(c) for c in ids_of(ga["correlation"])]
-    module = [op_of_ext.get(x) for x in ids_of(ga["External id"])]
+    links = [launch_of.get(c) for c in _ids(ga["correlation"])]
+    module = [op_of_ext.get(x) for x in _ids(ga["External id"])]
     launched = [s if link is None else link[2] for s, link in zip(gpu.start, links)]
     unlinked: dict = {}                 # the launch's (pid, tid) -> [(its time, row)]
     for row in [i for i, (m, link) in enumerate(zip(module, links)) if m is None and link is not None]:
@@ -47,7 +47,7 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
             unlinked.setdefault(lane, []).append((t, row))
     if unlinked:                        # the innermost cpu_op running on the launch's thread when it launched
         lane_code = {k: i for i, k in enumerate(unlinked)}
-        op_lane = np.fromiter((lane_code.get(lane_of(ev), -1) for ev in cpu.events), dtype=np.int64,
+        op_lane = np.fromiter((lane_code.get(_lane(ev), -1) for ev in cpu.events), dtype=np.int64,
                               count=len(cpu.events))
         queries = [(lane_code[k], t, row) for k, q in unlinked.items() for t, row in q]
         ops = np.flatnonzero(op_lane >= 0)
@@ -56,7 +56,7 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
         for (_, _, row), k in zip(queries, found.tolist()):
             if k >= 0:
                 module[row] = str(cpu.events[ops[k]].get("name"))
-    devices = ids_of([p if d is None else d for d, p in zip(ga["device"], gf["pid"])])    # args.device, else pid
+    devices = _ids([p if d is None else d for d, p in zip(ga["device"], gf["pid"])])    # args.device, else pid
     device_of = {d: f"{kind}:{d if isinstance(d, str) else _int(d)}" for d in set(devices)}
     cols = {"op": [GPU_OPS[c] for c in gf["cat"]], "node": list(map(str, gf["name"])), "backend": [kind] * n,
             "device": [device_of[d] for d in devices],
@@ -64,3 +64,16 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
             "start_ns": np.asarray(gpu.start, dtype=np.int64), "end_ns": np.maximum(gpu.end, gpu.start),
             "module": module, "bytes": list(map(_size, ga["bytes"]))}
     return n, cols, launched
+
+
+def _lane(ev: dict) -> tuple:
+    return _id(ev.get("pid", 0)), _id(ev.get("tid", 0))
+
+
+def _id(v):
+    """An id (correlation, External id, pid, tid, device) as a dict key; None for what cannot be one."""
+    return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+
+
+def _ids(values: list) -> list:
+    return values if set(map(type, values)) <= {int, str, type(None)} else list(map(_id, values))
