@@ -97,13 +97,15 @@ class LiveRun:
         if ack_r is not None:
             env[ACK_ENV] = str(ack_r)
         # a profiled script talks to its user (echo: their terminal); a model's runner only to the log
-        self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
-                                      self.collector.endpoint, "--hwm", str(hwm), *argv],
-                                     stdout=self._log if echo is None else subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL if echo is None else None, env=env,
-                                     pass_fds=(ack_r,) if ack_r is not None else ())
-        if ack_r is not None:
-            os.close(ack_r)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
+                                          self.collector.endpoint, "--hwm", str(hwm), *argv],
+                                         stdout=self._log if echo is None else subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL if echo is None else None,
+                                         env=env, pass_fds=(ack_r,) if ack_r is not None else ())
+        finally:
+            if ack_r is not None:       # the runner holds its own copy
+                os.close(ack_r)
         self.pid = self.proc.pid
         self._pump = None
         if echo is not None:

@@ -26,7 +26,7 @@ CAPTURES = ("export", "dynamo")         # how the graph engine gets its graph: t
 KEY_ENV = "OPSCOPE_STREAM_KEY"          # hex of the per-run stream key (stream.py says why the environment)
 PARENT_ENV = "OPSCOPE_PARENT_PID"       # the collecting process: when it dies, so does the runner
 PDEATHSIG_ENV = "OPSCOPE_PDEATHSIG"     # "1": the parent spawned us from its main thread (see die_with_parent)
-ACK_ENV = "OPSCOPE_END_ACK_FD"          # a pipe the collector writes to once the end arrived (see _take_ack)
+ACK_ENV = "OPSCOPE_END_ACK_FD"          # a pipe the parent closes once the end arrived (see _take_ack)
 PR_SET_PDEATHSIG = 1                    # <linux/prctl.h>
 
 
@@ -239,7 +239,7 @@ def _take_key() -> bytes | None:
 
 
 def _take_ack() -> int | None:
-    """The read end of the pipe on which the collecting process says "your end arrived", or None.
+    """The read end of the pipe the collecting process closes once "your end arrived", or None.
 
     Why the runner waits for it: ZeroMQ drops what still sits in the socket when the sender exits while
     the reader's queue is full, and on a loaded machine the collector can be seconds behind. The
@@ -262,8 +262,7 @@ def _wait_for_ack(fd: int | None, timeout_s: float) -> None:
         return
     import select
     try:
-        if select.select([fd], [], [], timeout_s)[0]:
-            os.read(fd, 1)
+        select.select([fd], [], [], timeout_s)
     except OSError:
         pass
     finally:
