@@ -251,7 +251,7 @@ def _take_ack() -> int | None:
         return None
     try:
         os.set_inheritable(int(fd), False)
-    except OSError:
+    except (OSError, OverflowError):     # not an open descriptor: no pipe, the runner exits as before
         return None
     return int(fd)
 

@@ -211,3 +211,15 @@ def test_a_model_error_longer_than_the_wire_takes_still_ends_the_run_at_once(tmp
     assert live.collector.rejected == 0 and live.collector.end is not None, live.collector.rejected_why
     error = store.get_run(live.run_id)["error"]
     assert error.startswith("ValueError: too long xxx") and error.endswith("[...]") and len(error) < 20_000
+
+
+@pytest.mark.parametrize("value", ["", "abc", "-1", "99999999999999999999999", "987654"])
+def test_a_runner_given_no_usable_end_pipe_goes_without_one(monkeypatch, value):
+    """The pipe's descriptor arrives in the environment: anything but an open descriptor means no pipe (the
+    runner then exits as it did before), never a traceback."""
+    import os
+
+    from opscope.profiler import runner
+    monkeypatch.setenv(runner.ACK_ENV, value)
+    assert runner._take_ack() is None
+    assert runner.ACK_ENV not in os.environ      # taken: the model's own processes never see it
