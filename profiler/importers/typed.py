@@ -88,16 +88,30 @@ class Event(_Chrome, _Record):
     s: Any = None
 
 
+_ABSENT = msgspec.Raw(b"")       # an event written without args (a null one is Raw(b"null"))
+
+
 class KinetoEvent(_Chrome):
-    """One torch.profiler (Kineto) event -- or any Chrome trace event made of the usual fields -- with its
-    args as the dict they are. Reads like the dict it replaces: `get` and `in` tell an absent id, bp or s
-    from a null one (UNSET), and the fields the column parser reads hold its defaults."""
-    args: dict | None = None
+    """One torch.profiler (Kineto) event -- or any Chrome trace event made of the usual fields. Reads like
+    the dict it replaces: `get` and `in` tell an absent id, bp, s or args from a null one (UNSET), and the
+    fields the column parser reads hold its defaults.
+
+    Its args stay JSON text until read (`args` decodes them, each time): two events in three of a
+    with_stack trace are Python frames whose args nothing reads, and a dict each for them was a third of
+    the decoding and most of the freeing. What a read gives is what the dict road's decoding of the
+    same bytes gives, a list or a number included."""
+    raw_args: msgspec.Raw = msgspec.field(default=_ABSENT, name="args")
     id: Any = msgspec.UNSET
     bp: Any = msgspec.UNSET
     s: Any = msgspec.UNSET
 
+    @property
+    def args(self):
+        return loads(self.raw_args) if self.raw_args else None
+
     def get(self, key, default=None):
+        if key == "args":
+            return self.args if self.raw_args else default
         v = getattr(self, key, msgspec.UNSET) if key in self.__struct_fields__ else msgspec.UNSET
         return default if v is msgspec.UNSET else v
 
@@ -105,7 +119,7 @@ class KinetoEvent(_Chrome):
         return self.get(key, msgspec.UNSET) is not msgspec.UNSET
 
     def keys(self) -> list:
-        return [k for k in self.__struct_fields__ if getattr(self, k) is not msgspec.UNSET]
+        return [k for k in self.__struct_encode_fields__ if k in self]
 
     def __getitem__(self, key):
         v = self.get(key, msgspec.UNSET)
