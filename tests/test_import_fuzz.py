@@ -393,3 +393,43 @@ def test_typed_decoding_of_a_real_architectures_training_export_matches_dict_dec
     assert fast[0] == "ok" and fast == slow
     phases = set(fast[1]["phase"])
     assert {"forward", "backward", "optimizer"} <= phases and len(fast[1]["op"]) > 500
+
+
+@pytest.mark.slow
+def test_args_that_do_not_decode_refuse_the_file_as_dict_decoding_does(tmp_path, monkeypatch):
+    """A torch.profiler trace's args stay JSON text until read (typed.KinetoEvent): a number past a double's
+    range where an import reads it -- an op's input dims, an annotation's or a memory sample's args -- refuses
+    the file with the line the dict road gives, before anything is stored. Args nobody reads (a Python
+    frame's, an op's strides) are not decoded, so there it imports where the dict road refuses: the one
+    difference, for a number torch never writes."""
+    from opscope.profiler.importers import typed
+    trace = tmp_path / "with_stack.json"
+    torch.manual_seed(0)
+    model, x = TinyNet(), torch.randn(8, 16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_stack=True, profile_memory=True) as prof:
+        with torch.profiler.record_function("step"):
+            model(x)
+    prof.export_chrome_trace(str(trace))
+    doc = json.loads(trace.read_text())
+    store = RunStore()
+
+    def with_huge(cat, key="huge"):
+        d = copy.deepcopy(doc)
+        ev = next(e for e in d["traceEvents"] if e.get("cat") == cat and (key == "huge" or key in e["args"]))
+        ev["args"][key] = "HUGE"
+        path = tmp_path / f"{cat}.json"
+        path.write_text(json.dumps(d).replace('"HUGE"', "1e999"))
+        assert typed.decode(path.read_bytes()) is not None      # the typed road takes it
+        return path
+
+    for cat, key in (("cpu_op", "Input Dims"), ("user_annotation", "huge"), ("cpu_instant_event", "huge")):
+        path = with_huge(cat, key)
+        fast = _outcome(path, store)
+        with monkeypatch.context() as m:
+            m.setattr(typed, "decode", lambda data: None)
+            slow = _outcome(path, store)
+        assert fast[0] == "refused" and fast == slow and "out of range" in fast[1], (cat, fast)
+    assert store.list_runs() == []
+    assert _outcome(with_huge("python_function"), store)[0] == "ok"
+    assert _outcome(with_huge("cpu_op", "Input Strides"), store)[0] == "ok"

@@ -138,11 +138,12 @@ def parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> t
     gpu = details = None
     gpu_spans = Spans()
     if kind == "kineto":
+        op_args = typed.op_args(kept) or arg_dicts(kept)     # what the ops' args say of inputs and launches
         if not cat_set.isdisjoint(GPU_OPS):
             launch_cats = {c for c in cat_set if is_launch(c)}
             gpu_spans = spans(of_cat(lambda c: c in GPU_OPS))
             gpu = gpu_columns(gpu_spans, spans(of_cat(lambda c: c in launch_cats)),
-                              Spans(kept, start[idx].tolist(), end[idx].tolist()))
+                              Spans(kept, start[idx].tolist(), end[idx].tolist()), op_args)
             imported.update(str(e.get("cat")) for e in gpu_spans.events)
         py = of_cat(lambda c: c == "python_function")
         details = Details(spans(py, arrays=True), spans(~keep & ~py & ~of_cat(lambda c: c in GPU_OPS)), nonx, source)
@@ -159,7 +160,7 @@ def parse_columns(events: list, other, source: str = "", shift_ns: int = 0) -> t
         cols["backend"] = ["torch:cpu"] * n
         cols["device"] = ["cpu"] * n if len(set(pid_list)) < 2 else [f"cpu pid {p}" for p in pid_list]
         cols["thread"] = thread_ids(tid_list)
-        args = arg_dicts(kept)
+        args = op_args
         io = all_inputs(args)
         cols["input_shapes"] = [a for a, _ in io]
         cols["input_dtypes"] = [b for _, b in io]

@@ -82,8 +82,13 @@ def _decode(path: Path, data: bytes):
     try:
         return loads(data)
     except JSON_ERRORS as e:
-        hint = "the file is truncated" if "truncated" in str(e).lower() else "it is not a JSON trace"
-        raise UsageError(f"cannot import {path}: not valid JSON ({_one_line(e)}); {hint}") from None
+        raise not_json(path, e) from None
+
+
+def not_json(path, e: Exception) -> UsageError:
+    """The one line a file that is not valid JSON gets."""
+    hint = "the file is truncated" if "truncated" in str(e).lower() else "it is not a JSON trace"
+    return UsageError(f"cannot import {path}: not valid JSON ({_one_line(e)}); {hint}")
 
 
 # A trace's JSON gzips 5-30x; past this ratio it is zeros or a bomb, refused before it costs the limit in memory

@@ -108,6 +108,9 @@ class Details:
         ev, st, en = x_other.events, x_other.start, x_other.end
         cats = [c if type(c) is str and c else kind_of(e) for c, e in zip(column(ev, "cat"), ev)]
         self.spans = (ev, st, en, cats)
+        # read now, while parsing: a typed event's args are decoded when read, and one that does not decode
+        # must refuse the file before anything is written (kineto.parse)
+        self.span_args = column(ev, "args")
         self._keep("python_function", "stacks", len(py.events))
         for c, n in Counter(cats).items():
             self._keep(c, "spans", n)
@@ -380,7 +383,7 @@ class Details:
         if ev:
             s = np.asarray(st, dtype=np.int64)
             e = np.asarray(en, dtype=np.int64)
-            tracks = [self._span_track(x) for x in ev]
+            tracks = [self._span_track(x, a) for x, a in zip(ev, self.span_args)]
             lane_ids: dict = {}
             lane = np.asarray([lane_ids.setdefault(t, len(lane_ids)) for t in tracks], dtype=np.int64)
             store.add_spans(run_id, {
@@ -389,7 +392,7 @@ class Details:
                 "backend": _obj([t[0] for t in tracks]), "device": _obj([t[1] for t in tracks]),
                 "thread": np.asarray([t[2] for t in tracks], dtype=np.int64),
                 "depth": nesting_depth(lane, s, e), "step": _steps_at(step_spans, s), "start_ns": s, "end_ns": e,
-                "args": _obj([text(x.get("args")) if isinstance(x.get("args"), dict) else None for x in ev])},
+                "args": _obj([text(a) if isinstance(a, dict) else None for a in self.span_args])},
                 con=con)
         if self.memory:
             t, backend, live, alloc, free, rows = zip(*self.memory)
@@ -417,12 +420,12 @@ class Details:
                 "warps_per_sm": _float_col(k[6]), "occupancy": _float_col(k[7]), "correlation": _masked_int(k[8]),
                 "args": _obj(k[9])}, con=con)
 
-    def _span_track(self, ev: dict):
+    def _span_track(self, ev: dict, args: dict):
         """A span goes on the track of the ops written with the same pid and tid; a GPU annotation on its stream."""
         k = (key(ev.get("pid", 0)), key(ev.get("tid", 0)))
         if k in self.lanes:
             return self.lanes[k]
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = args if isinstance(args, dict) else {}
         if args.get("stream") is not None:
             stream = as_int(args.get("stream"))
             for t in self.tracks:

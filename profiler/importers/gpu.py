@@ -11,7 +11,7 @@ from .common import as_int as _int, count as _size
 from .nesting import innermost_at
 
 
-def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, list]:
+def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans, cpu_args: list | None = None) -> tuple[int, dict, list]:
     """Kineto's kernels, memcpys and memsets -> (n, event columns, launch time of each, for its step).
 
     The launching op: Kineto gives every GPU event args "External id", copied from its launch, which
@@ -21,9 +21,10 @@ def gpu_columns(gpu: Spans, launches: Spans, cpu: Spans) -> tuple[int, dict, lis
     id, else the innermost cpu_op around it on its thread. The step is the one the launch falls in
     (the kernel itself may run after its ProfilerStep ended); without a launch, the kernel's own start.
     A column at a time, like `parse_columns`: a GPU trace has about as many kernels as cpu_ops.
+    cpu_args: the cpu ops' args where the caller has read them already.
     """
     ids = ("correlation", "External id")
-    cpu_ext = _ids([a.get("External id") for a in arg_dicts(cpu.events)])
+    cpu_ext = _ids([a.get("External id") for a in (arg_dicts(cpu.events) if cpu_args is None else cpu_args)])
     op_of_ext = {x: str(e.get("name")) for x, e in zip(cpu_ext, cpu.events) if x}
     lf = field_columns(launches.events, ("cat", "pid", "tid"), {"pid": 0, "tid": 0})
     la = field_columns(arg_dicts(launches.events), ids, {})

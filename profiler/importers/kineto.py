@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .chrome import DEVICE_OPS, NS_MAX, Irregular, is_collective, is_step_span  # noqa: F401 (the names importers and views use)
 from .column_parser import parse_columns
-from .common import EventTable, text
+from .common import JSON_ERRORS, EventTable, not_json, text
 from .event_parser import parse_events
 from . import typed
 
@@ -49,11 +49,22 @@ def parse(doc, source: str, shift_ns: int = 0) -> tuple[EventTable, dict]:
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     other = doc.get("otherData") if isinstance(doc, dict) else None
     try:
-        table, run = parse_columns(events, other, source, shift_ns)
-    except Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
-        if typed.is_typed(events):
-            events = events.as_dicts()
-        table, run = parse_events(events, other, source, shift_ns)
+        try:
+            table, run = parse_columns(events, other, source, shift_ns)
+        except Irregular:     # anything unusual: the event-by-event parser, which also names what is wrong
+            if typed.is_typed(events):
+                events = events.as_dicts()
+            table, run = parse_events(events, other, source, shift_ns)
+    except JSON_ERRORS:
+        # only typed events get here: args kept as text until read (typed.KinetoEvent) that do not decode
+        # (a number past a double's range). The file is refused as the dict road refuses it, word for word
+        if not typed.is_typed(events):
+            raise
+        try:
+            events.as_dicts()
+        except JSON_ERRORS as e:
+            raise not_json(source, e) from None
+        raise
     dist = distributed_info(doc)
     if dist is not None:
         table.rank, table.world_size = dist["rank"], dist["world_size"]

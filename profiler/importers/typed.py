@@ -99,7 +99,9 @@ class KinetoEvent(_Chrome):
     Its args stay JSON text until read (`args` decodes them, each time): two events in three of a
     with_stack trace are Python frames whose args nothing reads, and a dict each for them was a third of
     the decoding and most of the freeing. What a read gives is what the dict road's decoding of the
-    same bytes gives, a list or a number included."""
+    same bytes gives, a list or a number included; args that do not decode (a number past a double's
+    range) refuse the file with the dict road's line (kineto.parse). Args nobody reads are never decoded,
+    so there such a number is not refused: the one difference between the roads."""
     raw_args: msgspec.Raw = msgspec.field(default=_ABSENT, name="args")
     id: Any = msgspec.UNSET
     bp: Any = msgspec.UNSET
@@ -126,6 +128,35 @@ class KinetoEvent(_Chrome):
         if v is msgspec.UNSET:
             raise KeyError(key)
         return v
+
+
+class OpArgs(msgspec.Struct, gc=False):
+    """What the importer reads of a cpu_op's args, decoded from their text alone: the rest (Input
+    Strides, Record function id, ...) is skipped, never built. Reads like the dict: `get`."""
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+    def get(self, key, default=None):
+        v = getattr(self, _OP_ARG_FIELDS[key]) if key in _OP_ARG_FIELDS else None
+        return default if v is None else v
+
+
+_OP_ARG_FIELDS = {"Input Dims": "dims", "Input type": "types", "Concrete Inputs": "concrete",
+                  "External id": "external_id"}
+_OP_ARGS = msgspec.json.Decoder(OpArgs)
+
+
+def op_args(events: list) -> list | None:
+    """The args of KinetoEvent cpu_ops as `get`-able records ({} where they are not an object, as
+    `chrome.arg_dicts` gives), or None for other events (arg_dicts reads those)."""
+    if not (events and isinstance(events[0], KinetoEvent)):
+        return None
+    try:
+        return list(map(_OP_ARGS.decode, map(attrgetter("raw_args"), events)))     # one C-level pass
+    except JSON_ERRORS:       # args absent, null or not an object somewhere: event by event
+        return [_OP_ARGS.decode(e.raw_args) if memoryview(e.raw_args)[:1] == b"{" else {} for e in events]
 
 
 class Events(list):
