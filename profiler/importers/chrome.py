@@ -188,7 +188,8 @@ def all_inputs(args: list) -> list:
     out = []
     for a in args:
         try:
-            k = orjson.dumps((a.get("Input Dims"), a.get("Input type")))
+            k = a.inputs_key() if isinstance(a, typed.OpArgs) else orjson.dumps((a.get("Input Dims"),
+                                                                                 a.get("Input type")))
         except TypeError:         # nested past orjson's depth: worked out as it is
             out.append(kineto_inputs(a))
             continue

@@ -131,16 +131,24 @@ class KinetoEvent(_Chrome):
 
 
 class OpArgs(msgspec.Struct, gc=False):
-    """What the importer reads of a cpu_op's args, decoded from their text alone: the rest (Input
-    Strides, Record function id, ...) is skipped, never built. Reads like the dict: `get`."""
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    """What the importer reads of a cpu_op's args, the inputs kept as JSON text: most ops repeat the
+    inputs of another (every layer, every step), so their text is a key, and only distinct ones are
+    decoded (chrome.all_inputs). The rest of the args (Input Strides, Record function id, ...) is
+    skipped, never built. Reads like the dict: `get`."""
+    dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
     external_id: Any = msgspec.field(default=None, name="External id")
 
     def get(self, key, default=None):
         v = getattr(self, _OP_ARG_FIELDS[key]) if key in _OP_ARG_FIELDS else None
+        if isinstance(v, msgspec.Raw):
+            v = loads(v) if v else None
         return default if v is None else v
+
+    def inputs_key(self) -> tuple:
+        """The text of Input Dims and Input type: two ops with the same have the same inputs."""
+        return bytes(self.dims), bytes(self.types)
 
 
 _OP_ARG_FIELDS = {"Input Dims": "dims", "Input type": "types", "Concrete Inputs": "concrete",
