@@ -102,6 +102,8 @@ def _constant_text(arr) -> tuple | None:
     if not (isinstance(arr, np.ndarray) and arr.dtype == object and len(arr) >= 4096):
         return None
     first = arr[0]
+    if arr.ndim == 1 and arr.strides[0] == 0 and (first is None or type(first) is str):   # one value, broadcast
+        return (first,)
     if not (first is None or type(first) is str):
         return None
     # two probes first: a column that varies is usually told by them, without comparing every row

@@ -340,9 +340,24 @@ class EventTable:
 def _objects(values) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.dtype == object:
         return values
-    arr = np.empty(len(values), dtype=object)
+    n = len(values)
+    if n and _one_text(values):
+        # one text in every row (a backend, a phase): a read-only view of it, no copy of a million
+        # references -- the store writes such a column as one parameter (store._constant_text)
+        one = np.empty(1, dtype=object)
+        one[0] = values[0]
+        return np.broadcast_to(one, (n,))
+    arr = np.empty(n, dtype=object)
     arr[:] = values
     return arr
+
+
+def _one_text(values: list) -> bool:
+    """Whether a list holds one text (or None) in every row; two probes tell most that vary at once."""
+    first = values[0]
+    if not (first is None or type(first) is str) or values[-1] != first or values[len(values) // 2] != first:
+        return False
+    return values.count(first) == len(values)
 
 
 def _nullable_ints(values) -> tuple[np.ndarray, np.ndarray]:
