@@ -393,13 +393,15 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
     if last - first > INT64_MAX:
         raise UsageError(f"cannot import {source}: its events span {(last - first) / 3.156e16:.0f} years "
                          f"(from {first} to {last} ns); opscope keeps a run within 292 years")
-    run_id = store.create_run(model=model, backend=backend, device=device, engine="import", steps=steps,
-                              config=config, source=source)
-    try:
-        # unknown integers (bytes, FLOPs, live bytes) go in as NULL: masked entries of a masked array
-        for k, null in nulls.items():
-            cols[k] = np.ma.masked_array(cols[k], mask=null)
-        with store.connect() as con:
+    # one open of the store for the whole save: creating, writing and finishing the run share it (the
+    # calls below open connections of their own, which an open one makes cheap)
+    with store.connect() as con:
+        run_id = store.create_run(model=model, backend=backend, device=device, engine="import", steps=steps,
+                                  config=config, source=source)
+        try:
+            # unknown integers (bytes, FLOPs, live bytes) go in as NULL: masked entries of a masked array
+            for k, null in nulls.items():
+                cols[k] = np.ma.masked_array(cols[k], mask=null)
             # the events on a second connection while this one writes stacks, spans and memory: DuckDB appends
             # to two tables at once on two cores (a million rows each, most of a large import's writing time)
             cursor = con.cursor()
@@ -416,10 +418,10 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
                         events.result()     # waits even when the writes above failed: nothing writes after removal
             finally:
                 cursor.close()              # after the writer is done with it
-        store.finish_run(run_id, status="ok")
-    except BaseException:
-        remove_run(store, run_id)
-        raise
+            store.finish_run(run_id, status="ok")
+        except BaseException:
+            remove_run(store, run_id)
+            raise
     return run_id
 
 
