@@ -99,11 +99,13 @@ def _masked_column(name: str, values) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _constant_text(arr) -> tuple | None:
     """(value,) when an object column holds one text (or None) in every row of a large batch, else None."""
-    if not (isinstance(arr, np.ndarray) and arr.dtype == object and len(arr) >= 4096):
+    if not (isinstance(arr, np.ndarray) and arr.dtype == object and len(arr)):
         return None
     first = arr[0]
-    if arr.ndim == 1 and arr.strides[0] == 0 and (first is None or type(first) is str):   # one value, broadcast
-        return (first,)
+    if arr.ndim == 1 and arr.strides[0] == 0 and (first is None or type(first) is str):
+        return (first,)             # one value broadcast (importers.common._objects): never handed to DuckDB as is
+    if len(arr) < 4096:
+        return None
     if not (first is None or type(first) is str):
         return None
     # two probes first: a column that varies is usually told by them, without comparing every row

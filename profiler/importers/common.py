@@ -341,7 +341,7 @@ def _objects(values) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.dtype == object:
         return values
     n = len(values)
-    if n and _one_text(values):
+    if n and isinstance(values, list) and _one_text(values):
         # one text in every row (a backend, a phase): a read-only view of it, no copy of a million
         # references -- the store writes such a column as one parameter (store._constant_text)
         one = np.empty(1, dtype=object)

@@ -118,6 +118,8 @@ class KinetoEvent(_Chrome):
         return default if v is msgspec.UNSET else v
 
     def __contains__(self, key) -> bool:
+        if key == "args":
+            return bool(self.raw_args)          # without decoding them
         return self.get(key, msgspec.UNSET) is not msgspec.UNSET
 
     def keys(self) -> list:
