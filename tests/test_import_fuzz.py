@@ -433,3 +433,14 @@ def test_args_that_do_not_decode_refuse_the_file_as_dict_decoding_does(tmp_path,
     assert store.list_runs() == []
     assert _outcome(with_huge("python_function"), store)[0] == "ok"
     assert _outcome(with_huge("cpu_op", "Input Strides"), store)[0] == "ok"
+
+
+def test_an_event_whose_phase_is_a_list_is_counted_not_a_traceback(tmp_path):
+    """Found by the fuzzer (more examples than CI runs): a torch.profiler trace with one event's "ph" a list
+    reached the flow pairing, which looked the phase up in a dict -- TypeError. It is now an event of an
+    unknown kind, counted as dropped."""
+    events = [_x(), _x(ts=20), {"ph": [], "cat": "cpu_instant_event", "name": "x", "ts": 15, "pid": 1, "tid": 1}]
+    store = RunStore()
+    rid = import_trace(_write(tmp_path / "ph.json", {"traceEvents": events}), store=store)
+    assert store.get_run(rid)["events"] == 2
+    assert store.get_run(rid)["config"]["import"]["kinds_dropped"] == {"cpu_instant_event": 1}

@@ -297,7 +297,8 @@ class Details:
         """Flow events paired by (category, id): 's' leaves, 'f' (or 't') arrives."""
         ends: dict = {}
         for i, e in self.nonx:
-            side = _FLOW_PHS.get(e.get("ph"))
+            ph = e.get("ph")
+            side = _FLOW_PHS.get(ph) if isinstance(ph, str) else None      # a phase that is a list: not a flow
             if side is None or "id" not in e:
                 continue
             t = instant_ns(e, self.source, i)
