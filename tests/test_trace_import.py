@@ -562,3 +562,20 @@ def test_an_import_needs_no_torch_and_leaves_no_cyclic_garbage(tmp_path, layer_t
     events = len(json.loads(trace.read_text())["traceEvents"])
     assert got["torch"] is False
     assert events > 2000 and got["garbage"] < 1000, got
+
+
+def test_an_import_that_fails_while_writing_leaves_no_run_behind(tmp_path, monkeypatch):
+    """The run is created, then its events, stacks and spans are written on one open store: a failure in
+    the middle (here the spans' write) removes the run and whatever of it was written, and is told."""
+    from opscope.profiler.importers import details
+    trace = tmp_path / "trace.json"
+    torch_profiler_trace(trace, steps=2, schedule=True)
+    store = RunStore()
+
+    def broken(*args, **kwargs):
+        raise OSError("no space left on device")
+    monkeypatch.setattr(details.Details, "write", broken)
+    with pytest.raises(StoreError, match="no space left on device"):     # the store's one line for it
+        import_trace(trace, store=store)
+    assert store.list_runs() == []
+    assert store.query("SELECT count(*) FROM events")[0][0] == 0

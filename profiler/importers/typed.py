@@ -7,9 +7,10 @@ so one C-level `attrgetter` pass reads a field of every event.
 
 Two roads: opscope's own export (`otherData.opscope`; its args typed too, the whole file in one pass
 where it is laid out as we write it), and every other Chrome/Kineto trace (`KinetoEvent`, its args
-JSON text decoded when read; a cpu_op's as the four fields the import reads, `OpArgs`). A file whose events use a field outside the Chrome format's, a value a record cannot hold (a
-null pid), or invalid JSON is decoded into dicts as before, so every refusal and every odd trace keeps
-the one parser that judges it (`read_json`, `event_parser.parse_events`). Both roads decode with msgspec
+JSON text decoded when read; a cpu_op's as the four fields the import reads, `OpArgs`). A file whose
+events use a field outside the Chrome format's, a value a record cannot hold (a null pid), or invalid
+JSON is decoded into dicts as before, so every refusal and every odd trace keeps the one parser that
+judges it (`read_json`, `event_parser.parse_events`). Both roads decode with msgspec
 (common.loads) and must end in the same run: tests/test_import_fuzz.py fuzzes real traces to check it.
 """
 from __future__ import annotations
