@@ -1,10 +1,12 @@
 // Number formats the tables share (app/web/components.py's DURATION column): AG Grid calls these by name.
 var dagfuncs = (window.dashAgGridFunctions = window.dashAgGridFunctions || {});
 
-// A duration in ns in the unit that suits it, three significant digits: 56.2 ms, 812 us, 4.00 s.
+// A duration in ns in the unit that suits it, three significant digits: 56.2 ms, 812 us, 4.00 s; the unit
+// chosen after rounding (999.96 us reads 1.00 ms). The same as app/web/components.py fmt_ns.
 dagfuncs.duration = function (ns) {
   if (ns === null || ns === undefined || ns === "") return "";
-  var v = Number(ns), a = Math.abs(v);
+  var v = Number(ns), a = Math.abs(Number(v.toPrecision(3)));
+  if (a >= 1e12) return (v / 1e9).toFixed(0) + " s";          // 1000 s and more: never an exponent
   if (a >= 1e9) return (v / 1e9).toPrecision(3) + " s";
   if (a >= 1e6) return (v / 1e6).toPrecision(3) + " ms";
   if (a >= 1e3) return (v / 1e3).toPrecision(3) + " us";

@@ -630,9 +630,10 @@
     return (t / u[0]).toFixed(Math.min(digits, 9)) + " " + u[1];
   }
 
-  function fmtDur(ns) {
+  function fmtDur(ns) {                  // three significant digits, as the tables (formats.js) write them
     if (!ns) return "0";                  // views cost nothing on a simulated clock
-    var u = unit(ns);
+    var u = unit(Math.abs(Number(ns.toPrecision(3))));
+    if (u[1] === "s" && Math.abs(ns) >= 1e12) return (ns / 1e9).toFixed(0) + " s";     // never an exponent
     return (ns / u[0]).toPrecision(3) + " " + u[1];
   }
 

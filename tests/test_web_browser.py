@@ -17,6 +17,7 @@ from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By                     # noqa: E402
 
 from opscope.app.cli.common import fmt_ratio                     # noqa: E402
+from opscope.app.web import components as ui                     # noqa: E402
 from opscope.app.web.browser import headless_chromium            # noqa: E402
 from opscope.app.web.server import create_app, start_in_thread  # noqa: E402
 from opscope.profiler import profile                            # noqa: E402
@@ -301,6 +302,10 @@ def test_compare_switches_runs(browser, server, store):
     values = [0.0042, 1.5, 0.01, 1.234e-05, 0.0, 250.0, -0.003]
     assert browser.execute_script("return arguments[0].map(v => window.dashAgGridFunctions.ratio(v));",
                                   values) == [fmt_ratio(v) for v in values]
+    # durations: the tables (JS) and the panels written on the server (Python) read the same
+    ns = [820_000, 56_240_000, 4e9, 999_960, 999.6, 12, 0, 123_456, 1.5e12, -5000, 999.6e9]
+    assert browser.execute_script("return arguments[0].map(v => window.dashAgGridFunctions.duration(v));",
+                                  ns) == [ui.fmt_ns(v) for v in ns]
     # the address follows the picked runs: copied from the bar, it opens this comparison
     until(browser, "return location.search.indexOf('b=' + arguments[0]) >= 0;", store.cpu)
     assert f"run={store.cpu}" in browser.execute_script("return location.search;")

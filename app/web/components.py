@@ -2,18 +2,34 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import dash_ag_grid as dag
 from dash import html
 
-from opscope.app.cli.common import fmt_bytes, fmt_flops, fmt_ns
+from opscope.app.cli.common import fmt_bytes, fmt_flops
 
 from . import theme
 
 __all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "alert_banner", "run_title",
            "duration", "bar_figure",
            "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num"]
+
+
+def fmt_ns(ns) -> str:
+    """A duration in the unit that suits it, three significant digits (56.2 ms, 820 us, 4.00 s): what the
+    tables and the timeline write (assets/formats.js `duration`, timeline.js `fmtDur`), so a span's panel and
+    its table row read the same. The unit is chosen after rounding: 999.96 us reads 1.00 ms."""
+    v = float(ns)
+    a = abs(float(f"{v:.3g}"))
+    if a >= 1e12:                       # 1000 s and more: whole seconds, never an exponent
+        return f"{v / 1e9:.0f} s"
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if a >= scale:
+            text = f"{v / scale:#.3g}"
+            return f"{text.rstrip('.')} {unit}"
+    return f"{math.floor(v + 0.5)} ns"
 
 
 def card(title, *children, className="card", **kw):
