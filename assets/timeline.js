@@ -398,12 +398,14 @@
     c.font = "12px Inter, 'Segoe UI', system-ui, sans-serif";
     c.textBaseline = "middle";
     // tracks, each with the clock its times come from
+    T.labels = [];
     for (var k = 0; k < rows; k++) {
       var y = TOP + k * ROW, clock = d.clocks && d.clocks[k];
       if (k) { g.fillStyle = "#eef1f4"; g.fillRect(GUTTER, y, T.px, 1); }
       c.fillStyle = INK;
       c.textAlign = "right";
-      c.fillText(trackLabel(c, d.tracks[k], GUTTER - (clock ? 44 : 14)), GUTTER - 10, y + ROW / 2);
+      T.labels[k] = trackLabel(c, d.tracks[k], GUTTER - (clock ? 44 : 14));
+      c.fillText(T.labels[k], GUTTER - 10, y + ROW / 2);
       if (clock) {
         c.save();
         c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
@@ -841,6 +843,8 @@
       return Object.keys(out).sort();
     },
     tracks: function () { return T && T.data ? T.data.tracks.slice() : []; },
+    // The track labels as drawn in the gutter (a long one shortened), one per track.
+    labels: function () { return T && T.labels ? T.labels.slice() : []; },
     // The flows drawn now (touching the picked or hovered span): [{from, fromTrack, to, toTrack}] with track labels.
     flowsDrawn: function () {
       if (!T || !T.data) return [];

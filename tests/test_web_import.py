@@ -197,6 +197,15 @@ def test_in_a_browser_picking_a_kernel_draws_the_arrow_from_its_launch(tmp_path,
         tracks = until(driver, "var t = window.opscopeTimeline && window.opscopeTimeline.tracks();"
                                "return t && t.length ? t : null;", timeout=TIMEOUT)
         assert any(t.endswith("cuda runtime") for t in tracks) and any(t.endswith("annotations") for t in tracks)
+        # the gutter's labels: a name too long for it keeps its last part (a thread's annotation and runtime
+        # lanes differ only there) and shortens what comes before; no two tracks read the same
+        labels = driver.execute_script("return window.opscopeTimeline.labels();")
+        assert len(labels) == len(tracks) and len(set(labels)) == len(labels), labels
+        cut = [(t, lab) for t, lab in zip(tracks, labels) if lab != t]
+        assert cut, labels                         # this trace's host lanes are too long for the gutter
+        for t, lab in cut:
+            head, _, tail = t.rpartition(" · ")
+            assert lab.endswith(" · " + tail) and lab[:-len(" · " + tail)].rstrip("…") in head, (t, lab)
         assert driver.execute_script("return window.opscopeTimeline.flowsDrawn();") == []   # nothing picked
         pt = until(driver, "return window.opscopeTimeline.pointOf(arguments[0], arguments[1]);", *kernel,
                    timeout=TIMEOUT)
