@@ -632,11 +632,9 @@
     return (t / u[0]).toFixed(Math.min(digits, 9)) + " " + u[1];
   }
 
-  function fmtDur(ns) {                  // three significant digits, as the tables (formats.js) write them
+  function fmtDur(ns) {                  // as the tables write it (assets/formats.js, which Dash loads on every page)
     if (!ns) return "0";                  // views cost nothing on a simulated clock
-    var u = unit(Math.abs(Number(ns.toPrecision(3))));
-    if (u[1] === "s" && Math.abs(ns) >= 1e12) return (ns / 1e9).toFixed(0) + " s";     // never an exponent
-    return (ns / u[0]).toPrecision(3) + " " + u[1];
+    return window.dashAgGridFunctions.duration(ns);
   }
 
   // --- the view: zoom and pan ---------------------------------------------------------------

@@ -438,9 +438,16 @@ def test_args_that_do_not_decode_refuse_the_file_as_dict_decoding_does(tmp_path,
 def test_an_event_whose_phase_is_a_list_is_counted_not_a_traceback(tmp_path):
     """Found by the fuzzer (more examples than CI runs): a torch.profiler trace with one event's "ph" a list
     reached the flow pairing, which looked the phase up in a dict -- TypeError. It is now an event of an
-    unknown kind, counted as dropped."""
-    events = [_x(), _x(ts=20), {"ph": [], "cat": "cpu_instant_event", "name": "x", "ts": 15, "pid": 1, "tid": 1}]
+    unknown kind, counted as dropped; the ops import as from the trace as torch wrote it."""
+    trace = tmp_path / "torch.json"
+    torch_profiler_trace(trace, steps=2, schedule=True)
+    doc = json.loads(trace.read_text())
+    odd = next(e for e in doc["traceEvents"] if e.get("ph") == "i")
+    odd["ph"] = []
     store = RunStore()
-    rid = import_trace(_write(tmp_path / "ph.json", {"traceEvents": events}), store=store)
-    assert store.get_run(rid)["events"] == 2
-    assert store.get_run(rid)["config"]["import"]["kinds_dropped"] == {"cpu_instant_event": 1}
+    runs = [store.get_run(import_trace(path, store=store))
+            for path in (trace, _write(tmp_path / "ph.json", doc))]
+    assert runs[1]["events"] == runs[0]["events"] > 0
+    dropped = [r["config"]["import"]["kinds_dropped"] for r in runs]
+    assert sum(dropped[1].values()) == sum(dropped[0].values())
+    assert {k: v for k, v in dropped[1].items() if k not in dropped[0]} == {"ph:[]": 1}, dropped

@@ -19,7 +19,7 @@ __all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "r
 
 def fmt_ns(ns) -> str:
     """A duration in the unit that suits it, three significant digits (56.2 ms, 820 us, 4.00 s): what the
-    tables and the timeline write (assets/formats.js `duration`, timeline.js `fmtDur`), so a span's panel and
+    tables and the timeline write (assets/formats.js `duration`, which timeline.js calls too), so a span's panel and
     its table row read the same. The unit is chosen after rounding: 999.96 us reads 1.00 ms."""
     v = float(ns)
     a = abs(float(f"{v:.3g}"))
