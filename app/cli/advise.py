@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from .common import add_json, console, emit_json, escape, fmt_ns, table
+from .common import add_json, console, emit_json, fmt_ns, say, table
 
 
 def register(sub) -> None:
@@ -43,24 +43,24 @@ def main(args) -> int:
 
 
 def _print(run, analyses, advice) -> None:
-    console.print(f"[bold]{run['model']}[/] on [bold]{run['backend']}[/] (run {run['run_id']}): "
-                  f"{_s(analyses['time']['seconds'])} busy per step, {analyses['run']['ops']} ops")
+    console.print(say("[bold]{}[/] on [bold]{}[/] (run {}): {} busy per step, {} ops", run["model"], run["backend"],
+                      run["run_id"], _s(analyses["time"]["seconds"]), analyses["run"]["ops"]))
     if not advice:
         console.print("no advice: no rule fired for this run")
         return
     console.print(table("advice", ["#", "id", "severity", "estimated gain", "title"],
                         [[i + 1, a.id, a.severity, _gain(a), a.title] for i, a in enumerate(advice)]))
     for i, a in enumerate(advice):
-        console.print(f"\n[bold]{i + 1}. {escape(a.title)}[/]  [dim]({escape(a.id)})[/]")
-        console.print(f"   {escape(a.message)}")
+        console.print(say("\n[bold]{}. {}[/]  [dim]({})[/]", i + 1, a.title, a.id))
+        console.print(say("   {}", a.message))
         if a.apply:
-            console.print(f"   [dim]measure it: opscope advise {run['run_id']} --apply {a.id}[/]")
+            console.print(say("   [dim]measure it: opscope advise {} --apply {}[/]", run["run_id"], a.id))
 
 
 def _print_apply(r) -> None:
     e, m = r["estimated"], r["measured"]
     colour = "green" if r["paid_off"] else "red"
-    console.print(f"[bold]{escape(r['title'])}[/] -> new run [bold]{r['run_id']}[/] (parent {r['parent_run']})")
+    console.print(say("[bold]{}[/] -> new run [bold]{}[/] (parent {})", r["title"], r["run_id"], r["parent_run"]))
     console.print(table("estimated vs measured", ["", "estimated", "measured"], [
         ["gain per " + m["per"], _s(e["seconds"]), _s(m["seconds"])],
         ["fraction", f"{e['fraction']:.1%}", f"{m['fraction']:.1%}"],
@@ -69,7 +69,7 @@ def _print_apply(r) -> None:
     err = r["error"]
     console.print(f"numerical error vs the original configuration: max abs {err['max_abs']:.2e}, "
                   f"max rel {err['max_rel']:.2e}, cosine {err['cosine']:.6f}")
-    console.print(f"[{colour}]{r['verdict']}[/]")
+    console.print(say(f"[{colour}]{{}}[/]", r["verdict"]))
 
 
 def _gain(a) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import string
 import sys
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import render
 from rich.table import Table
 from rich.text import Text
 
@@ -20,8 +22,43 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-console = _Console(highlight=False, soft_wrap=True,
+console = _Console(highlight=False, soft_wrap=True, emoji=False,
                   width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160)
+
+_FIELDS = string.Formatter()
+_SLOT = re.compile("\0(\\d+)\0")
+
+
+def say(template: str, *values, **names) -> Text:
+    """A line of console markup written here in code, its `{}` fields (str.format's syntax, specs
+    included) filled with names that come from files, traces and models: backends, ops, providers,
+    module paths, rule ids, run labels. The ONE way a name reaches the console: it never passes
+    through the markup parser (its field is a placeholder the parser ignores, replaced by the name
+    afterwards in the style around it), so `x[/]y`, `[bold]` or a trailing backslash print as written
+    instead of raising MarkupError or restyling the line. Escaping by construction, not by regex:
+    rich.markup.escape leaves `a\\` followed by a tag wrong. Data cells go through `table()`."""
+    filled, parts, auto = [], [], 0
+    for literal, field, spec, conv in _FIELDS.parse(template):
+        parts.append(literal)
+        if field is None:
+            continue
+        if field == "":
+            field, auto = str(auto), auto + 1
+        value = _FIELDS.convert_field(_FIELDS.get_field(field, values, names)[0], conv)
+        filled.append(format(value, spec or ""))
+        parts.append(f"\0{len(filled) - 1}\0")
+    styled = render("".join(parts), emoji=False)
+    out, pos = Text(), 0
+    for m in _SLOT.finditer(styled.plain):
+        out.append_text(styled[pos:m.start()])
+        name = Text(filled[int(m.group(1))])
+        for span in styled[m.start():m.end()].spans:       # the style the template gives the field
+            name.stylize(span.style)
+        out.append_text(name)
+        pos = m.end()
+    out.append_text(styled[pos:])
+    return out
+
 
 # Columns a table must never squeeze to "…": the row's name and where it is in the user's code.
 KEY_COLUMNS = {"file:line", "location", "where", "line", "file", "path", "spec", "op", "run", "node", "module"}
@@ -80,10 +117,11 @@ def table(title: str, columns: list[str], rows: list[list], justify_right=None) 
     if flexible and want > room:         # share the room in proportion to what each column wants
         for i in flexible:
             give[i] = max(min(widths[i], max(len(columns[i]), 12)), int(room * widths[i] / want))
-    t = Table(title=title, title_justify="left", header_style="bold")
+    # the title and headers name backends and ops too: Text, never markup (see say())
+    t = Table(title=Text(title), title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
         wraps = i in give
-        t.add_column(c, justify="right" if c in right else "left", no_wrap=not wraps,
+        t.add_column(Text(str(c)), justify="right" if c in right else "left", no_wrap=not wraps,
                      overflow="fold" if wraps else "ellipsis", width=give.get(i),
                      min_width=min(widths[i], 48) if i in fixed else None)
     for r in cells:     # cells are data, never markup: "[operators]" must print as written
