@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, table
+from .common import add_json, console, emit_json, say, table
 
 # NOTE: torch, the runtime and rich's widgets are imported inside the functions, so `backend --help` is quick.
 # The same default as runtime/conformance.DEFAULT_DTYPES (tests/test_cli_contract.py checks they agree).
@@ -64,8 +64,6 @@ def main(args) -> int:
 
 
 def _print(report, dtypes) -> None:
-    from rich.markup import escape
-
     cols = [d for d in dtypes if any(c.dtype == d for c in report.cells)]
     if any(c.dtype == "-" for c in report.cells):
         cols.append("-")
@@ -83,7 +81,7 @@ def _print(report, dtypes) -> None:
     counts = report.counts()
     console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing to check")
     for c in report.failed:
-        console.print(f"[red]FAIL[/] {escape(c.op)} {escape(c.dtype)}: {escape(c.message)}", markup=True)
+        console.print(say("[red]FAIL[/] {} {}: {}", c.op, c.dtype, c.message))
 
 
 def _main_opinfo(args) -> int:
@@ -96,7 +94,7 @@ def _main_opinfo(args) -> int:
     backend = resolve(args.backend)
     total = len(select(names))
     err = Console(stderr=True)
-    with Progress(TextColumn("OpInfo {task.fields[cell]:<40}"), BarColumn(), MofNCompleteColumn(),
+    with Progress(TextColumn("OpInfo {task.fields[cell]:<40}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("opinfo", total=total, cell="")
         report = check_opinfo(backend, names, progress=lambda name: bar.update(task, advance=1, cell=name))
@@ -111,7 +109,6 @@ _OPINFO_STYLE = {"pass": "green", "fallback": "yellow", "wrong": "red", "crash":
 
 
 def _print_opinfo(report) -> None:
-    from rich.markup import escape
     from rich.text import Text
 
     rows = [[r.name, ", ".join(r.ops), Text(r.status if r.status != "fallback" else "fell back",
@@ -124,7 +121,7 @@ def _print_opinfo(report) -> None:
                   f"{c['refused']} refused, {c['wrong']} wrong, {c['crash']} crashed; {c['uncapturable']} not capturable, "
                   f"{c['unclaimed']} with ops opscope does not claim ({report.seconds:.0f} s)")
     for r in report.failed:
-        console.print(f"[red]{r.status.upper()}[/] {escape(r.name)}: {escape(r.message)}", markup=True)
+        console.print(say("[red]{}[/] {}: {}", r.status.upper(), r.name, r.message))
 
 
 def _cell(c) -> "Text":

@@ -10,7 +10,7 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_model_and_backend, console, table
+from .common import add_model_and_backend, console, say, table
 
 
 def register(sub) -> None:
@@ -57,9 +57,9 @@ def _print(report, every: bool) -> None:
     from opscope.debugger.stats import fmt
     s = report.summary()
     rows = [r for r in report.rows if every or r.status != "pass"]
-    console.print(f"[bold]{report.model}[/] on [bold]{report.backend}[/] vs [bold]{report.reference}[/]: "
-                  f"{s['ops']} ops, {s['counts']['pass']} pass, {s['counts']['fail']} fail, "
-                  f"{s['counts']['nan']} NaN on both sides, {s['counts']['skip']} not compared")
+    console.print(say("[bold]{}[/] on [bold]{}[/] vs [bold]{}[/]: {} ops, {} pass, {} fail, {} NaN on both sides, "
+                      "{} not compared", report.model, report.backend, report.reference, s["ops"],
+                      s["counts"]["pass"], s["counts"]["fail"], s["counts"]["nan"], s["counts"]["skip"]))
     if rows:
         console.print(table("ops" if every else "ops that fail or hold NaN/Inf",
                             ["#", "node", "op", "status", "err", "this op", "cosine", "max abs", "error from", "module"],
@@ -68,4 +68,4 @@ def _print(report, every: bool) -> None:
                               r.module] for r in rows],
                             justify_right={"#", "err", "this op", "cosine", "max abs"}))
         console.print("[dim]--csv / --json / -o FILE have every column: max rel, tolerance, source line, verdict[/]")
-    console.print(s["line"])
+    console.print(say("{}", s["line"]))

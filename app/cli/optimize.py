@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, say, table
 
 HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (run-to-run noise)
 
@@ -136,10 +136,10 @@ def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, out
 
 def _print(doc) -> None:
     b, f = doc["baseline"], doc["final"]
-    console.print(f"[bold]{doc['model']}[/] on [bold]{doc['backend']}[/] ({doc['clock']} clock): step "
-                  f"{b['step_seconds'] * 1e3:.3f} -> {f['step_seconds'] * 1e3:.3f} ms ({doc['speedup']:.2f}x), peak "
-                  f"{fmt_bytes(b['peak_bytes'])} -> {fmt_bytes(f['peak_bytes'])}, passes kept: "
-                  f"{', '.join(doc['passes']) or 'none'}; plan {doc['plan']} (run {doc['run_id']})")
+    console.print(say("[bold]{}[/] on [bold]{}[/] ({} clock): step {:.3f} -> {:.3f} ms ({:.2f}x), peak {} -> {}, "
+                      "passes kept: {}; plan {} (run {})", doc["model"], doc["backend"], doc["clock"],
+                      b["step_seconds"] * 1e3, f["step_seconds"] * 1e3, doc["speedup"], fmt_bytes(b["peak_bytes"]),
+                      fmt_bytes(f["peak_bytes"]), ", ".join(doc["passes"]) or "none", doc["plan"], doc["run_id"]))
     console.print(table("cycles", ["cycle", "pass", "from", "estimated", "measured", "kept", "step", "peak", "err vs eager"],
                         [[r["cycle"], r["pass"], r["advice"], f"{r['estimated_seconds'] * 1e6:.1f} us",
                           f"{r['measured_seconds'] * 1e6:+.1f} us", "yes" if r["kept"] else "no",

@@ -11,7 +11,7 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import BACKEND_HELP, MODEL_HELP, add_json, console, emit_json, table
+from .common import BACKEND_HELP, MODEL_HELP, add_json, console, emit_json, say, table
 from .runs import print_op_table, stats_doc
 
 
@@ -82,8 +82,8 @@ def main(args) -> int:
         live = start_profile(args.model, args.backend, **opts)
         try:
             if not args.json:
-                console.print(f"run [bold]{live.run_id}[/]: {args.model} on {args.backend}, {args.steps} step(s); "
-                              "open the page below to watch it stream, Ctrl-C stops the server")
+                console.print(say("run [bold]{}[/]: {} on {}, {} step(s); open the page below to watch it stream, "
+                                  "Ctrl-C stops the server", live.run_id, args.model, args.backend, args.steps))
             serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=token,
                   allow_hosts=args.allow_host)  # until Ctrl-C
         except KeyboardInterrupt:          # Ctrl-C before the server was up: same as after
@@ -129,18 +129,18 @@ def main(args) -> int:
         doc_phases = phases(store, run_id)
     tuned = run["config"].get("tuned") if isinstance(run.get("config"), dict) else None
     if isinstance(tuned, dict) and tuned.get("says"):
-        console.print(tuned["says"])
+        console.print(say("{}", tuned["says"]))
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
     if args.train:
         print_phases(doc_phases)
     cap = run["config"].get("capture") if isinstance(run.get("config"), dict) else None
     if isinstance(cap, dict) and "regions" in cap:
-        console.print(f"through torch.compile: {cap['regions']} regions, {cap['graph_breaks']} graph breaks")
+        console.print(say("through torch.compile: {} regions, {} graph breaks", cap["regions"], cap["graph_breaks"]))
     extra = f", {run['dropped']} dropped" if run["dropped"] else ""
-    console.print(f"run [bold]{run_id}[/]: {run['events']} events over {run['steps']} step(s){extra}. "
-                  f"`opscope show {run_id}` for all ops")
+    console.print(say("run [bold]{0}[/]: {1} events over {2} step(s){3}. `opscope show {0}` for all ops",
+                      run_id, run["events"], run["steps"], extra))
     if isinstance(run.get("config"), dict) and isinstance(run["config"].get("py_spy"), str):
-        console.print(f"[yellow]{run['config']['py_spy']}[/]")
+        console.print(say("[yellow]{}[/]", run["config"]["py_spy"]))
     return _incomplete(run)
 
 
@@ -190,8 +190,8 @@ def _script(args, command: list[str], store) -> int:
         return _incomplete(run)
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} ({run['engine']} engine)")
     print_phases(doc_phases)
-    console.print(f"run [bold]{run['run_id']}[/]: {run['events']} events over {run['steps']} step(s) "
-                  f"(optimizer steps). `opscope show {run['run_id']}` for all ops")
+    console.print(say("run [bold]{0}[/]: {1} events over {2} step(s) (optimizer steps). `opscope show {0}` for all ops",
+                      run["run_id"], run["events"], run["steps"]))
     return _incomplete(run)
 
 
