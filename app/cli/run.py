@@ -5,7 +5,7 @@ import time
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, say, table
 
 # NOTE: torch and the runtime are imported inside the functions: `opscope run --help` must not pay for them.
 
@@ -87,11 +87,11 @@ def main(args) -> int:
         emit_json(doc)
         return 0
     if tuned:
-        console.print(tuned["says"])
+        console.print(say("{}", tuned["says"]))
     when = (f"{best * 1e3:.2f} ms simulated on {s.backend.name} ({host * 1e3:.2f} ms host wall)" if clock
             else f"{best * 1e3:.2f} ms host wall")
-    console.print(f"[bold]{args.model}[/] on [bold]{s.backend.name}[/]: {len(s.graph.nodes)} ops, {when}, peak "
-                  f"{fmt_bytes(s.plan.peak_bytes)} live (+{fmt_bytes(s.plan.constant_bytes)} weights)")
+    console.print(say("[bold]{}[/] on [bold]{}[/]: {} ops, {}, peak {} live (+{} weights)", args.model, s.backend.name,
+                      len(s.graph.nodes), when, fmt_bytes(s.plan.peak_bytes), fmt_bytes(s.plan.constant_bytes)))
     console.print(accuracy_line(err))
     console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
                         justify_right={"nodes"}))
@@ -124,10 +124,10 @@ def _hybrid(args) -> int:
         emit_json(doc)
         return 0
     if result.note:
-        console.print(f"[yellow]note: {result.note}[/]")
-    console.print(f"[bold]{args.model}[/] split across {len(result.shares)} backend(s): step "
-                  f"{result.step_seconds * 1e3:.2f} ms (the slowest share's device time: simulated on sim chips, "
-                  "op wall time elsewhere)")
+        console.print(say("[yellow]note: {}[/]", result.note))
+    console.print(say("[bold]{}[/] split across {} backend(s): step {:.2f} ms (the slowest share's device time: "
+                      "simulated on sim chips, op wall time elsewhere)", args.model, len(result.shares),
+                      result.step_seconds * 1e3))
     console.print(accuracy_line(err))
     console.print(table("shares", ["backend", "rows", "device time", "fell back"],
                         [[s["backend"], s["rows"], f"{s['seconds'] * 1e3:.2f} ms", ", ".join(s["fallback_ops"])]
@@ -161,9 +161,9 @@ def _dynamo(args) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    console.print(f"[bold]{args.model}[/] on [bold]{s.backend.name}[/] through torch.compile: {stats['regions']} "
-                  f"regions, {stats['graph_breaks']} graph breaks, {stats['nodes']} ops, {best * 1e3:.2f} ms per call "
-                  "(host wall)")
+    console.print(say("[bold]{}[/] on [bold]{}[/] through torch.compile: {} regions, {} graph breaks, {} ops, "
+                      "{:.2f} ms per call (host wall)", args.model, s.backend.name, stats["regions"],
+                      stats["graph_breaks"], stats["nodes"], best * 1e3))
     console.print(accuracy_line(err))
     if stats["break_reasons"]:
         console.print(table("graph breaks (Python runs between regions)", ["reason", "regions"],
@@ -187,8 +187,8 @@ class DeviceClock:
             self.seconds += (call.end_ns - call.start_ns) / 1e9
 
 
-def accuracy_line(err: dict) -> str:
+def accuracy_line(err: dict):
     """One line: the errors vs eager PyTorch, what the relative error is measured on, and why a NaN."""
     note = f" ({err['note']})" if err.get("note") else ""
-    return (f"vs eager PyTorch: max abs err {err['max_abs']:.2e}, max rel err {err['max_rel']:.2e} (per element, "
-            f"over max(|eager|, 1e-6)), cosine {err['cosine']:.6f}{note}")
+    return say("vs eager PyTorch: max abs err {:.2e}, max rel err {:.2e} (per element, over max(|eager|, 1e-6)), "
+               "cosine {:.6f}{}", err["max_abs"], err["max_rel"], err["cosine"], note)

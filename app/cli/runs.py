@@ -5,7 +5,7 @@ import datetime
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, fmt_bytes, fmt_flops, fmt_ns, fmt_ratio, table
+from .common import add_json, console, emit_json, fmt_bytes, fmt_flops, fmt_ns, fmt_ratio, say, table
 
 
 def register(sub) -> None:
@@ -67,7 +67,7 @@ def main_runs(args) -> int:
     if args.json:
         emit_json({"runs": runs, "store": {"path": str(store.path), "bytes": size}})
         return 0
-    console.print(f"run store {store.path}: {fmt_bytes(size)} (`opscope runs rm --older-than 7d` frees space)")
+    console.print(say("run store {}: {} (`opscope runs rm --older-than 7d` frees space)", store.path, fmt_bytes(size)))
     if not runs:
         console.print("no runs yet: `opscope profile demo:gpt --backend torch:cpu` records one")
         return 0
@@ -132,7 +132,7 @@ def main_rm(args) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    console.print(f"deleted {len(doomed)} run(s); run store {fmt_bytes(after)}"
+    console.print(f"deleted {len(doomed)} run(s); run store {fmt_bytes(after)}"     # numbers only: no names
                   + (" (DuckDB reuses the freed pages; the file shrinks on its next checkpoint)" if doomed else ""))
     return 0
 
@@ -153,12 +153,13 @@ def main_show(args) -> int:
     if args.json:
         emit_json({"run": run, "by": args.by, "step": args.step, "ops": stats_doc(stats, run)})
         return 0
-    console.print(f"run [bold]{run['run_id']}[/]: {run['model']} on {run['backend']} ({run['engine']}), "
-                  f"{run['status']}, {run['events']} events, {run['steps']} step(s), started {_when(run['started_at'])}")
+    console.print(say("run [bold]{}[/]: {} on {} ({}), {}, {} events, {} step(s), started {}", run["run_id"],
+                      run["model"], run["backend"], run["engine"], run["status"], run["events"], run["steps"],
+                      _when(run["started_at"])))
     if run.get("error"):
-        console.print(f"[red]error:[/] {run['error']}")
+        console.print(say("[red]error:[/] {}", run["error"]))
     if run.get("dropped"):
-        console.print(f"[yellow]{run['dropped']} events were dropped by the stream (the collector fell behind)[/]")
+        console.print(say("[yellow]{} events were dropped by the stream (the collector fell behind)[/]", run["dropped"]))
     print_op_table(run, stats, f"per {args.by}" + (f", step {args.step}" if args.step is not None else ""), args.by)
     return 0
 
@@ -172,9 +173,9 @@ def main_compare(args) -> int:
         return 0
     a, b = doc["a"], doc["b"]
     r = doc["ratio"]
-    console.print(f"A {a['run_id']} ({a['model']} on {a['backend']}) vs B {b['run_id']} ({b['model']} on "
-                  f"{b['backend']}): {fmt_ns(doc['total_a_ns'])} vs {fmt_ns(doc['total_b_ns'])} per step"
-                  + (f", B/A = {fmt_ratio(r)}" if r else "") + f"; {doc['matched']} nodes matched")
+    console.print(say("A {} ({} on {}) vs B {} ({} on {}): {} vs {} per step{}; {} nodes matched", a["run_id"],
+                      a["model"], a["backend"], b["run_id"], b["model"], b["backend"], fmt_ns(doc["total_a_ns"]),
+                      fmt_ns(doc["total_b_ns"]), f", B/A = {fmt_ratio(r)}" if r else "", doc["matched"]))
     ratio = fmt_ratio
     console.print(table("per op (matched nodes)", ["op", "nodes", "A", "B", "B/A"],
                         [[o["op"], o["nodes"], fmt_ns(o["a_ns"]), fmt_ns(o["b_ns"]), ratio(o["ratio"])]
@@ -186,5 +187,5 @@ def main_compare(args) -> int:
         if doc[key]:
             names = ", ".join(f"{n['node']} ({n['op']})" for n in doc[key][:20])
             more = f" and {len(doc[key]) - 20} more" if len(doc[key]) > 20 else ""
-            console.print(f"only in {side}: {names}{more}")
+            console.print(say("only in {}: {}{}", side, names, more))
     return 0
