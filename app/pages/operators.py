@@ -18,7 +18,7 @@ _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_n
             ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
             ("pct_peak", "% of peak", _F1), ("fallback", "fell back")]
 _SORT = ("self_ns", "desc")
-GROUPS = ("op", "module", "node", "phase")
+GROUPS = inputs.GROUP_BY
 BUSY = "ops-busy"          # the line that says what the shares are shares of
 FWD_BWD = "ops-fwd-bwd"    # a training run: forward against backward time per module (card, shown when it has them)
 FWD_BWD_TABLE = "ops-fwd-bwd-table"

@@ -23,10 +23,7 @@ from opscope.profiler.importers.kineto import DEVICE_OPS
 PATH = "/timeline"
 NAME = "Timeline"
 ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
-VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step, find}; timeline.js follows it
-PICKED = "timeline-picked"        # dcc.Store: the clicked span [key0, key1, us] (timeline.js sets it)
-FORWARD = "timeline-forward"      # the details' "backward of NODE" link: a click selects the forward op
-FORWARD_TARGET = "timeline-forward-target"   # dcc.Store: that op's {key, start, end} on the canvas's axis
+VIEW, PICKED, FORWARD, FORWARD_TARGET = ids.TL_VIEW, ids.TL_PICKED, ids.TL_FORWARD, ids.TL_FORWARD_TARGET
 _MAX_OFFSET = 2.0 ** 53           # t0, t1, at past this would overflow int64 ns once the run's clock is added
 
 _SELECT_JS = """function (n, target) {
@@ -191,9 +188,8 @@ def register(app, data):
                   Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), Input(ids.TL_FIND, "value"),
                   State(VIEW, "data"), prevent_initial_call=True)
     def follow(status, step, find, view):
-        status, find, view = inputs.run_status(status), inputs.text(find, "find"), inputs.mapping(view, "view")
-        if not isinstance(step, int) or isinstance(step, bool):      # a step number, or "all"
-            step = inputs.text(step, "step")
+        status, find, view = inputs.run_status(status), inputs.text(find, "find"), inputs.timeline_view(view)
+        step = inputs.step(step)
         if not status:
             return no_update, None
         # The header's status callback has just looked the run up: its store says all the stamp needs.
@@ -215,13 +211,10 @@ def register(app, data):
         return shown if isinstance(shown, tuple) else (shown, no_update)
 
     def _details(cd, status):
-        status = inputs.run_status(status)
-        if cd is not None and not isinstance(cd, list):
-            raise inputs.BadInput("the picked span is [step, seq, microseconds]")
-        if not cd or not status or len(cd) < 3:
+        status, cd = inputs.run_status(status), inputs.picked_span(cd)
+        if not cd or not status:
             return no_update
-        key0, key1 = inputs.integer(cd[0], "picked step"), inputs.integer(cd[1], "picked seq")
-        inputs.number(cd[2], "picked duration")
+        key0, key1 = int(cd[0]), int(cd[1])
         if key0 == -1:
             return ui.note(f"{key1:,} spans shorter than a pixel at this zoom ({cd[2]:.1f} us busy): zoom in "
                            "(W or drag) to see them one by one.")

@@ -10,7 +10,8 @@ Each request passes, in order:
 2. Token (when set): `?token=` once, then a cookie named after the server's port, holding not the token
    but an HMAC of it and the port, so a cookie never unlocks another opscope server on the same host.
 3. Callback requests: a POST to /_dash-update-component must name a callback and send exactly its
-   declared inputs and state; the values themselves are checked by each callback (inputs.py).
+   declared inputs and state, each value what inputs.SCHEMA says that component's property holds, and
+   nothing anywhere in it that is not text (a lone surrogate) or past the size bounds (inputs.check_request).
 A refusal is one line of text/plain; BadInput anywhere becomes a 400 of one line.
 """
 from __future__ import annotations
@@ -34,7 +35,6 @@ COOKIE_PREFIX = "opscope_token_"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 MAX_BODY = 16 * 2**20          # bytes: a callback body carries ids and filters; past this, 413
-_LOCATION_PROPS = {"pathname", "search", "hash", "href"}   # dcc.Location's: strings (Dash's own page callback)
 _HEADERS = {"Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY"}
 
 
@@ -104,7 +104,11 @@ def install(app, host: str = "127.0.0.1", token: str | None = None, allow_hosts=
                                     "(with ?token=...), or send the X-Opscope-Token header")
             g.opscope_cookie = (cookie_name(port), cookie_value(token, port)) if "token" in request.args else None
         if request.method == "POST" and request.path.endswith("/_dash-update-component"):
-            check_callback_request(app, request.get_json(silent=True))
+            try:
+                body = request.get_json(silent=True)       # parsed once: Dash reads the same (cached) document
+            except RecursionError:                         # [[[[...: Python's parser recurses per level
+                raise BadInput("the callback request is nested too deep")
+            check_callback_request(app, body)
 
     @server.after_request
     def _headers(resp):
@@ -201,6 +205,7 @@ def check_callback_request(app, body) -> None:
     in order, as the Dash renderer does; BadInput otherwise (Dash itself would answer 500)."""
     if not isinstance(body, dict):
         raise BadInput("a callback request is a JSON object")
+    inputs.check_request(body, "the callback request")
     output = body.get("output")
     cb = app.callback_map.get(output) if isinstance(output, str) else None
     if cb is None:
@@ -214,11 +219,11 @@ def check_callback_request(app, body) -> None:
         given = body.get(part, [])
         _same_ids(part, given, [(d["id"], d["property"]) for d in cb[part]])
         for item in given:
-            if item["property"] in _LOCATION_PROPS:
-                value = inputs.text(item.get("value"), f"{item['id']}.{item['property']}")
-                prefix = app.config.requests_pathname_prefix
-                if item["property"] == "pathname" and value is not None and not value.startswith(prefix):
-                    raise BadInput(f"{item['id']}.pathname must start with {prefix}")
+            value = item.get("value")
+            inputs.check_input(item["id"], item["property"], value)
+            prefix = app.config.requests_pathname_prefix
+            if item["property"] == "pathname" and value is not None and not value.startswith(prefix):
+                raise BadInput(f"{item['id']}.pathname must start with {prefix}")
     changed = body.get("changedPropIds", [])
     if not isinstance(changed, list) or not all(isinstance(c, str) for c in changed):
         raise BadInput("changedPropIds must be a list of strings")

@@ -18,6 +18,10 @@ TL_DETAILS = "timeline-details"
 TL_STEP = "timeline-step"
 TL_INFO = "timeline-info"
 TL_FIND = "timeline-find"
+TL_VIEW = "timeline-view"            # dcc.Store: what the canvas shows: {run, stamp, step, find}; timeline.js follows it
+TL_PICKED = "timeline-picked"        # dcc.Store: the clicked span [key0, key1, us] (timeline.js sets it)
+TL_FORWARD = "timeline-forward"      # the details' "backward of NODE" link: a click selects the forward op
+TL_FORWARD_TARGET = "timeline-forward-target"   # dcc.Store: that op's {key, start, end} on the canvas's axis
 
 # operators
 OPS_GROUP = "ops-group"
