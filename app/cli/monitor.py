@@ -10,7 +10,7 @@ import time
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json
+from .common import add_json, console, emit_json, say
 
 
 def register(sub) -> None:
@@ -80,7 +80,7 @@ def main(args) -> int:
 def _hand_on(alert: dict, args, store, live) -> None:
     if not args.json:
         color = {"critical": "red", "warning": "yellow"}.get(alert["severity"], "cyan")
-        console.print(f"[{color}]{alert['severity']}[/] {alert['rule']}: {alert['message']}")
+        console.print(say(f"[{color}]{{}}[/] {{}}: {{}}", alert["severity"], alert["rule"], alert["message"]))
     if store is not None:
         # NOTE: alerts live in the run's config until the store has an alerts table (see the report)
         run = store.get_run(live.run_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import MODEL_HELP, add_json, console, emit_json, fmt_bytes, table
+from .common import MODEL_HELP, add_json, console, emit_json, fmt_bytes, say, table
 
 
 def register(sub) -> None:
@@ -23,8 +23,6 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from rich.markup import escape
-
     from opscope.runtime import backends
     from opscope.runtime.dist.job import DistJob
     from opscope.runtime.dist.simulate import Interconnect, measure, predict
@@ -49,9 +47,9 @@ def main(args) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    console.print(f"[bold]{args.model}[/] data parallel over [bold]{args.hybrid}[/]: "
-                  f"{fmt_bytes(measured.gradient_bytes)} of gradients all-reduced per step over "
-                  f"{link.topology} links of {link.bandwidth / 1e9:g} GB/s, {link.latency * 1e6:g} us ({escape(link.source)})")
+    console.print(say("[bold]{}[/] data parallel over [bold]{}[/]: {} of gradients all-reduced per step over {} links "
+                      "of {:g} GB/s, {:g} us ({})", args.model, args.hybrid, fmt_bytes(measured.gradient_bytes),
+                      link.topology, link.bandwidth / 1e9, link.latency * 1e6, link.source))
     console.print(table("measured share of one replica", ["backend", "rows", "compute ms", "ops"],
                         [[s["backend"], s["rows"], f"{s['compute_seconds'] * 1e3:.3f}", s["ops"]]
                          for s in measured.shares], justify_right={"rows", "compute ms", "ops"}))
@@ -60,5 +58,5 @@ def main(args) -> int:
                           f"{r['communication_seconds'] * 1e3:.3f}", f"{r['communication_share']:.1%}",
                           f"{r['scaling_efficiency']:.1%}"] for r in rows],
                         justify_right={"ranks", "step ms", "compute ms", "comm ms", "comm share", "efficiency"}))
-    console.print("assumptions:\n" + "\n".join(f"  - {a}" for a in doc["assumptions"]))
+    console.print(say("assumptions:\n{}", "\n".join(f"  - {a}" for a in doc["assumptions"])))
     return 0

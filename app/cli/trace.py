@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_json, console, count_arg, emit_json, fmt_bytes
+from .common import add_json, console, count_arg, emit_json, fmt_bytes, say
 
 
 def register(sub) -> None:
@@ -49,7 +49,7 @@ def export_main(args) -> int:
         emit_json(report)
         return 0
     what = f"{report['rows']} rows" if fmt == "csv" else f"{report['ops']} ops, {report['steps']} step spans"
-    console.print(f"wrote {report['path']} ({fmt}{', gzip' if gz else ''}, {what}, {fmt_bytes(report['bytes'])})")
+    console.print(say("wrote {} ({}{}, {}, {})", report["path"], fmt, ", gzip" if gz else "", what, fmt_bytes(report["bytes"])))
     return 0
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, say, table
 
 TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
 
@@ -39,8 +39,9 @@ def main(args) -> int:
         emit_json(r)
         return 0
     rep = r["placement"]
-    console.print(f"[bold]{args.model}[/] trained {r['steps']} steps on [bold]{r['backend']}[/] with {opt.name} "
-                  f"(lr {opt.lr:g}): {r['nodes']} ops per step ({', '.join(f'{n} {p}' for p, n in r['phases'].items())})")
+    console.print(say("[bold]{}[/] trained {} steps on [bold]{}[/] with {} (lr {:g}): {} ops per step ({})", args.model,
+                      r["steps"], r["backend"], opt.name, opt.lr, r["nodes"],
+                      ", ".join(f"{n} {p}" for p, n in r["phases"].items())))
     console.print(table("loss per step", ["step", r["backend"], "eager PyTorch", "abs err"],
                         [[i + 1, f"{a:.6f}", f"{e:.6f}", f"{abs(a - e):.1e}"]
                          for i, (a, e) in enumerate(zip(r["losses"], r["eager_losses"]))],
@@ -53,9 +54,9 @@ def main(args) -> int:
     console.print(table("largest parameter errors", ["parameter", "max abs", "max rel"],
                         [[n, f"{e['max_abs']:.2e}", f"{e['max_rel']:.2e}"] for n, e in worst]))
     mem = r["memory"]
-    console.print(f"time per step: {r['step_seconds'] * 1e3:.1f} ms on {r['backend']}, "
-                  f"{r['eager_step_seconds'] * 1e3:.1f} ms eager (medians); capture {r['capture_seconds']:.1f} s")
-    console.print("memory: " + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in mem.items()))
+    console.print(say("time per step: {:.1f} ms on {}, {:.1f} ms eager (medians); capture {:.1f} s",
+                      r["step_seconds"] * 1e3, r["backend"], r["eager_step_seconds"] * 1e3, r["capture_seconds"]))
+    console.print(say("memory: {}", ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in mem.items())))
     console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
                         justify_right={"nodes"}))
     if rep["fallback_ops"]:

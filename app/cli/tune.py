@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, fmt_ratio, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, fmt_ratio, say, table
 
 
 def register(sub) -> None:
@@ -25,7 +25,8 @@ def main(args) -> int:
     from opscope.profiler.tune import tune
 
     err = Console(stderr=True, highlight=False)
-    with Progress(TextColumn("[bold]tuning[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+    # the description names the model and backend: markup=False so brackets in them print as written
+    with Progress(TextColumn("tuning {task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"{args.model} on {args.backend}", total=max(args.budget, 1))
 
@@ -39,20 +40,20 @@ def main(args) -> int:
         emit_json(result)
         return 0
     how = "from the tuning cache (no trials run)" if result["cache_hit"] else f"{result['trials_run']} trials"
-    console.print(f"[bold]{args.model}[/] on [bold]{result['backend']}[/]: {how}")
+    console.print(say("[bold]{}[/] on [bold]{}[/]: {}", args.model, result["backend"], how))
     if result["trials"]:
         console.print(table("trials", ["#", "config", "time", "status"],
                             [[t["number"], _cfg(t["config"]), fmt_ns(t["seconds"] * 1e9) if t["seconds"] else "-",
                               t["status"]] for t in result["trials"]], justify_right={"time"}))
     d, b = result["default"], result["best"]
-    console.print(f"default {_cfg(d['config'])}: {fmt_ns(d['seconds'] * 1e9)}")
-    console.print(f"[green]best    {_cfg(b['config'])}: {fmt_ns(b['seconds'] * 1e9)} "
-                  f"({fmt_ratio(result['speedup'])})[/]")
+    console.print(say("default {}: {}", _cfg(d["config"]), fmt_ns(d["seconds"] * 1e9)))
+    console.print(say("[green]best    {}: {} ({})[/]", _cfg(b["config"]), fmt_ns(b["seconds"] * 1e9),
+                      fmt_ratio(result["speedup"])))
     e = b.get("error")
     if e:                                   # what the speed costs in accuracy (bfloat16 is not free)
         console.print(f"        outputs vs the default's: max abs err {e['max_abs']:.2e}, cosine {e['cosine']:.6f}")
     if result.get("note"):
-        console.print(f"[yellow]{result['note']}[/]")
+        console.print(say("[yellow]{}[/]", result["note"]))
     elif result["cache_hit"] or result["speedup"] > 1.0:
         console.print("`opscope run` and `opscope profile` use the best configuration (--no-tune to opt out)")
     return 0
