@@ -2,6 +2,7 @@
 should gain -- and with --apply, a new run that measures it."""
 from __future__ import annotations
 
+import sys
 from contextlib import nullcontext
 
 from .common import add_json, console, emit_json, fmt_ns, say, table
@@ -23,7 +24,10 @@ def main(args) -> int:
 
     store = RunStore()
     run = store.get_run(args.run)
-    analyses, advice = report(run["run_id"], store, args.rules)
+    skipped: list = []
+    analyses, advice = report(run["run_id"], store, args.rules, skipped)
+    for s in skipped:          # a note, not an error: the other rules' advice stands (engine.evaluate)
+        print(f"opscope: note: rule {s['rule']!r} skipped, this run's data broke it: {s['reason']}", file=sys.stderr)
     if args.apply is not None:
         from opscope.profiler.advisor.apply import apply_advice
         busy = nullcontext() if args.json else console.status(f"applying {args.apply} and re-running {run['model']}...")
@@ -36,7 +40,7 @@ def main(args) -> int:
         return 0
     if args.json:
         emit_json({"run": run["run_id"], "model": run["model"], "backend": run["backend"],
-                   "advice": [a.as_dict() for a in advice], "analyses": analyses})
+                   "advice": [a.as_dict() for a in advice], "skipped_rules": skipped, "analyses": analyses})
         return 0
     _print(run, analyses, advice)
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, output_path, table
+from .common import add_json, console, emit_json, output_path, say, table
 
 
 def register(sub) -> None:
@@ -146,18 +146,20 @@ def _print_scan(result, s) -> None:
                                           if len(result.findings) > 200 else ""),
                             ["where", "API", "category", "severity", "fix", "use instead"], rows))
     for sk in s["skipped"]:
-        console.print(f"[dim]skipped {sk['file']}: {sk['reason']}[/]")
+        console.print(say("[dim]skipped {}: {}[/]", sk["file"], sk["reason"]))
 
 
 def apply_main(args) -> int:
+    from opscope.app.migrate.files import backup_problem
     from opscope.app.migrate.report import readiness
     from opscope.app.migrate.rewrite import rewrite, verify
-    from opscope.app.migrate.scan import scan_path
+    from opscope.app.migrate.scan import Skipped, scan_path
 
     root = Path(args.path)
     if not root.exists():
         raise UsageError(f"{args.path} does not exist: give a folder or a Python file to rewrite")
-    result = scan_path(root, max_bytes=_size(args.max_size), keep_trees=True)
+    max_bytes = _size(args.max_size)
+    result = scan_path(root, max_bytes=max_bytes, keep_trees=True)
     changes, refused, after = [], [], {f.file: [] for f in result.findings}
     for f in result.findings:
         after[f.file].append(f)
@@ -169,20 +171,29 @@ def apply_main(args) -> int:
         if problem:
             refused.append(f"{rel}: {problem}")
             continue
+        target = root / rel if root.is_dir() else root
+        # a FILE.orig that is a link (or a FIFO...) would take the backup somewhere else: the file is left alone,
+        # in the diff as in --write, so what --diff shows is what --write does
+        why = backup_problem(target)
+        if why is None and args.write:
+            why = _write_rewrite(target, fr.after.encode(tree.module.encoding), len(changes), max_bytes)
+        if why is not None:
+            result.skipped.append(Skipped(rel, why))
+            continue
         after[rel] = left_here
-        if args.write:
-            _write_rewrite(root / rel if root.is_dir() else root, fr.after.encode(tree.module.encoding), len(changes))
         changes.append(fr)
     left = [f for fs in after.values() for f in fs if not f.resolved]
     lines_after = result.lines + sum(c.after.count("\n") - c.before.count("\n") for c in changes)
     score = {"before": readiness(result.findings, result.lines),
              "after": readiness([f for fs in after.values() for f in fs], lines_after)}
+    skipped = [{"file": k.file, "reason": k.reason} for k in result.skipped]
     if args.json:
         emit_json({"path": args.path, "written": bool(args.write),
                    "files": [{"file": c.path, "rewritten": c.rewritten, "marked": c.marked,
                               **({} if args.write else {"diff": c.diff()})} for c in changes],
                    "rewritten": sum(c.rewritten for c in changes), "marked": sum(c.marked for c in changes),
-                   "rolled_back": refused, "readiness": score, "manual": [f.as_dict() for f in left]})
+                   "rolled_back": refused, "skipped": skipped, "readiness": score,
+                   "manual": [f.as_dict() for f in left]})
         return 1 if refused else 0
     if not args.write:
         for c in changes:
@@ -192,6 +203,8 @@ def apply_main(args) -> int:
         msg = sys.stdout
     for r in refused:
         print(f"opscope: error: not rewritten, the result would break it: {r}", file=sys.stderr)
+    for k in skipped:
+        print(f"skipped {k['file']}: {k['reason']}", file=msg)
     verb = "rewrote" if args.write else "would rewrite"
     print(f"{verb} {sum(c.rewritten for c in changes)} findings in {len(changes)} files"
           + (" (backups: FILE.orig)" if args.write and changes else "")
@@ -200,15 +213,17 @@ def apply_main(args) -> int:
     return 1 if refused else 0
 
 
-def _write_rewrite(target: Path, data: bytes, done: int) -> None:
-    backup = target.with_name(target.name + ".orig")
+def _write_rewrite(target: Path, data: bytes, done: int, max_bytes: int) -> str | None:
+    """Write one rewritten file (files.write_source: never through a link); -> why it was skipped, or None."""
+    from opscope.app.migrate.files import Skip, write_source
     try:
-        if not backup.exists():          # a second apply must not overwrite the real original
-            backup.write_bytes(target.read_bytes())
-        target.write_bytes(data)
+        write_source(target, data, max_bytes)
+    except Skip as e:
+        return str(e)
     except OSError as e:
         raise UsageError(f"cannot write {e.filename or target} ({e.strerror or e}); stopped after rewriting "
                          f"{done} files (backups: FILE.orig)")
+    return None
 
 
 def run_main(args) -> int:

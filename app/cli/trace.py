@@ -71,9 +71,16 @@ def import_main(args) -> int:
         emit_json({"run_id": run_id, "run_ids": run_ids, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
                    "skipped": cfg.get("skipped", {}), "import": cfg.get("import"),
-                   "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock"),
+                   "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock"), "cut": cfg.get("cut"),
                    "status": run.get("status"), "error": run.get("error")})
         return 0
+    if cfg.get("cut"):        # names past the bound cut, shapes that are not lists dropped (importers/common.py)
+        c = cfg["cut"]
+        said = [f"{sum(c['names'].values())} names past {c['max_name']} characters cut ({', '.join(c['names'])})"
+                if c["names"] else "",
+                f"{sum(c['shapes'].values())} shapes/dtypes that are not a JSON list (or past {c['max_shapes']} "
+                f"characters) dropped ({', '.join(c['shapes'])})" if c["shapes"] else ""]
+        print(f"opscope: note: {'; '.join(filter(None, said))}", file=sys.stderr)
     if len(run_ids) > 1 or cfg.get("format") == "opscope-shared":
         for rid in run_ids:
             r = store.get_run(rid)

@@ -1,7 +1,8 @@
 """Walk a code base and scan every Python and C/C++/CUDA source in it.
 
-A file that does not parse becomes a `parse-error` finding and the walk goes on; binary files
-and files over the size limit are skipped with a note. Python files that mention none of the
+A file that does not parse becomes a `parse-error` finding and the walk goes on; binary files,
+files over the size limit, symbolic links (never followed: the tree may come from anyone), FIFOs and
+devices are skipped with a note (files.py reads them safely). Python files that mention none of the
 CUDA words are only syntax-checked with the (much faster) builtin parser: libcst, which keeps
 every byte for rewriting, is paid for where there can be something to find.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from opscope.runtime.errors import UsageError
 
 from .c_scan import SUFFIXES as C_SUFFIXES, scan_c
+from .files import Skip, kind_of, link_reason, read_source
 from .python_scan import PyScan, scan_python
 from .rules import Finding, Table, default_table
 
@@ -47,16 +49,36 @@ class ScanResult:
         return sum(self.files.values())
 
 
-def source_files(root: Path) -> list[Path]:
-    """Python and C/C++/CUDA files under `root` (or `root` itself), sorted, hidden folders left out."""
+def source_files(root: Path, skipped: list | None = None) -> list[Path]:
+    """Python and C/C++/CUDA files under `root` (or `root` itself), sorted, hidden folders left out. Only
+    regular files: links (to files or folders) and FIFOs/devices go to `skipped` as (path, why), from
+    lstat, so nothing is opened that could block, never end or lead out of the tree."""
     if root.is_file():
         return [root]
     out = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    skipped = [] if skipped is None else skipped
+    for folder, dirs, names in os.walk(root):          # followlinks=False: a linked folder is not entered
+        keep = []
+        for d in sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")):
+            if os.path.islink(os.path.join(folder, d)):
+                skipped.append((Path(folder) / d, link_reason(Path(folder) / d, root)))
+            else:
+                keep.append(d)
+        dirs[:] = keep
         for n in sorted(names):
             if n.endswith(".py") or n.endswith(C_SUFFIXES):
-                out.append(Path(folder) / n)
+                p = Path(folder) / n
+                try:
+                    kind = kind_of(os.lstat(p))
+                except OSError as e:
+                    skipped.append((p, f"unreadable: {e.strerror or e}"))
+                    continue
+                if kind == "a symbolic link":
+                    skipped.append((p, link_reason(p, root)))
+                elif kind is not None:
+                    skipped.append((p, f"{kind}, not a regular file; not read"))
+                else:
+                    out.append(p)
     return out
 
 
@@ -70,16 +92,19 @@ def scan_path(path: str | Path, *, table: Table | None = None, max_bytes: int = 
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected 1 or more worker processes")
     table = table or default_table()
-    files = source_files(root)
+    odd: list = []
+    files = source_files(root, odd)
     base = root if root.is_dir() else root.parent
     rels = [p.relative_to(base).as_posix() if root.is_dir() else p.name for p in files]
     result = ScanResult(str(root))
+    result.skipped.extend(Skipped(p.relative_to(base).as_posix(), why) for p, why in odd)
+    follow_root = not root.is_dir()          # the file the user named may be a link: their choice
     with _progress(len(files), progress) as advance:
         if jobs > 1 and not keep_trees and table is default_table() and len(files) > jobs:
             _scan_parallel(files, rels, max_bytes, result, jobs, advance)
         else:
             for p, rel in zip(files, rels):
-                _scan_file(p, rel, table, max_bytes, result, keep_trees)
+                _scan_file(p, rel, table, max_bytes, result, keep_trees, follow_root)
                 advance()
     result.findings.sort(key=lambda f: (f.file, f.line, f.column))
     return result
@@ -117,15 +142,12 @@ def _scan_chunk(task, max_bytes: int) -> str:
                        "files": part.files, "n": len(paths)})
 
 
-def _scan_file(p: Path, rel: str, table: Table, max_bytes: int, result: ScanResult, keep_tree: bool) -> None:
+def _scan_file(p: Path, rel: str, table: Table, max_bytes: int, result: ScanResult, keep_tree: bool,
+               follow: bool = False) -> None:
     try:
-        size = p.stat().st_size
-        if size > max_bytes:
-            result.skipped.append(Skipped(rel, f"over the size limit ({size} > {max_bytes} bytes)"))
-            return
-        data = p.read_bytes()
-    except OSError as e:
-        result.skipped.append(Skipped(rel, f"unreadable: {e.strerror or e}"))
+        data = read_source(p, max_bytes, follow=follow)
+    except Skip as e:
+        result.skipped.append(Skipped(rel, str(e)))
         return
     if b"\0" in data[:BINARY_SNIFF]:
         result.skipped.append(Skipped(rel, "binary (NUL bytes)"))

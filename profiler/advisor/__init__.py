@@ -13,10 +13,12 @@ from .rules import Rule, load_pack, load_rules
 __all__ = ["Advice", "Rule", "RunData", "advise", "analyze", "evaluate", "load", "load_pack", "load_rules", "report"]
 
 
-def report(run_id: str, store=None, rules: list | None = None) -> tuple[dict, list[Advice]]:
-    """The analyses and the advice for a run (`rules`: extra rule files on top of the bundled packs)."""
+def report(run_id: str, store=None, rules: list | None = None,
+           skipped: list | None = None) -> tuple[dict, list[Advice]]:
+    """The analyses and the advice for a run (`rules`: extra rule files on top of the bundled packs; `skipped`
+    gets the bundled rules the run's data broke, engine.evaluate says how)."""
     analyses = analyze(load(run_id, store))
-    return analyses, evaluate(load_rules(rules or []), analyses)
+    return analyses, evaluate(load_rules(rules or []), analyses, skipped)
 
 
 def advise(run_id: str, store=None, rules: list | None = None) -> list[Advice]:

@@ -85,16 +85,38 @@ def description_of(run: dict) -> Description | None:
 def _int(v) -> int:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
 
 
+# a run's config is JSON someone else may have written (an imported run, a shared store): a field that should
+# be a table or a list and is not counts as absent, a number that is not one as 0
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _float(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return f if np.isfinite(f) else 0.0
+
+
 def _first_float(text) -> str | None:
+    """The first float dtype in an event's dtypes (JSON text of a list). Stored data is the importer's, from a
+    file anyone may have written: anything but a list (a number, an object) says no dtype, never a TypeError."""
     if not text:
         return None
     try:
-        dts = json.loads(text) if isinstance(text, str) else list(text)
-    except ValueError:
+        dts = json.loads(text) if isinstance(text, str) else text
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(dts, (list, tuple)):
         return None
     for d in dts:
         if isinstance(d, str) and d.startswith(("float", "bfloat")):
@@ -136,8 +158,7 @@ def analyze(data: RunData) -> dict:
 def _train(evs, run, busy, steps) -> dict:
     """A training run's phases: the optimizer's share, activation memory at the peak (what activation
     checkpointing would save and cost), and in a script profile the host time between steps."""
-    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
-    info = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
+    info = _dict(_dict(run.get("config")).get("train"))
     per = {p: sum(e["seconds"] for e in evs if e["phase"] == p and not e.get("depth")) / steps
            for p in ("forward", "backward", "optimizer")}
     out = {"is_training": per["backward"] > 0 or per["optimizer"] > 0, "script": bool(info.get("script")),
@@ -148,13 +169,13 @@ def _train(evs, run, busy, steps) -> dict:
            "peak_bytes": 0, "activation_bytes": 0, "activation_share": 0.0, "checkpoint_saved_bytes": 0,
            "recompute_seconds": 0.0, "recompute_share": 0.0,
            "step_gap_seconds": 0.0, "step_gap_share": 0.0, "step_gaps": 0}
-    peak = (info.get("memory_timeline") or {}).get("peak") or {}
-    if peak.get("bytes"):
-        act = int(peak.get("activation", 0))
+    peak = _dict(_dict(info.get("memory_timeline")).get("peak"))
+    if _int(peak.get("bytes")) > 0:
+        act = _int(peak.get("activation", 0))
         n_fwd = max(sum(1 for e in evs if e["phase"] == "forward") // steps, 1)
         # sqrt(n) checkpointing (Chen et al. 2016): keep about 2/sqrt(n) of the activations, recompute one forward
         saved = int(act * max(0.0, 1 - 2 / n_fwd ** 0.5))
-        out.update({"peak_bytes": int(peak["bytes"]), "activation_bytes": act,
+        out.update({"peak_bytes": _int(peak["bytes"]), "activation_bytes": act,
                     "activation_share": _share(act, peak["bytes"]), "checkpoint_saved_bytes": saved,
                     "recompute_seconds": per["forward"], "recompute_share": _share(per["forward"], busy)})
     bounds = {}
@@ -515,11 +536,10 @@ def _ranks(evs, run) -> dict:
     step = float(np.median(list(windows.values())))
     wait = [float(np.median([r["exposed_communication_s"] for r in per[k]])) for k in ids]
     compute = [float(np.median([r["compute_s"] for r in per[k]])) for k in ids]
-    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
-    dist = cfg.get("dist") if isinstance(cfg.get("dist"), dict) else {}
-    backends = [str(b) for b in dist.get("backends") or []]
-    last = (dist.get("steps") or [{}])[-1]
-    ratios = [float(x) for x in last.get("ratios") or []]
+    dist = _dict(_dict(run.get("config")).get("dist"))
+    backends = [str(b) for b in _list(dist.get("backends"))]
+    last = _dict((_list(dist.get("steps")) or [{}])[-1])
+    ratios = [_float(x) for x in _list(last.get("ratios"))]
     hybrid = len(backends) == len(ids) == len(ratios)
     if not hybrid:
         ratios, backends = [1.0 / len(ids)] * len(ids), [f"rank {k}" for k in ids]

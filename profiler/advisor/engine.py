@@ -30,8 +30,17 @@ class Advice:
         return asdict(self)
 
 
-def evaluate(rules: list[Rule], analyses: dict) -> list[Advice]:
-    """Every rule that applies to the run's backend and whose condition holds; biggest gain first."""
+# what evaluating a checked rule over analyses can raise: the language's own errors, and Python's for values
+# of a type or size the rule did not expect (a name 2 MB long, a list that is a number)
+RULE_ERRORS = (ExprError, ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError)
+
+
+def evaluate(rules: list[Rule], analyses: dict, skipped: list | None = None) -> list[Advice]:
+    """Every rule that applies to the run's backend and whose condition holds; biggest gain first.
+
+    A rule that fails on this run: a bundled rule is opscope's own and tested, so what broke it is the run's
+    data (an imported trace's) -- it is skipped and `skipped` gets {rule, file, reason}, the other rules still
+    advise. A rule from the user's pack is their input: one line naming the file and the rule (exit 2)."""
     kind, backend = analyses["hw"]["kind"], analyses["run"]["backend"] or ""
     base = analyses["time"]["seconds"]
     out: list[Advice] = []
@@ -43,10 +52,18 @@ def evaluate(rules: list[Rule], analyses: dict) -> list[Advice]:
             try:
                 with budget(expr.SECONDS, "one rule"):
                     out.extend(_fire(rule, analyses, base))
-            except (ExprError, TypeError, ValueError) as e:
-                raise UsageError(f"{rule.where()}: {e}") from None
+            except RULE_ERRORS as e:
+                if not rule.bundled:
+                    raise UsageError(f"{rule.where()}: {_one_line(e)}") from None
+                if skipped is not None:
+                    skipped.append({"rule": rule.id, "file": rule.path, "reason": _one_line(e)})
     out.sort(key=lambda a: (-a.estimated_gain["seconds"], _SEVERITY_RANK.get(a.severity, 9), a.id))
     return out
+
+
+def _one_line(e: Exception) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _fire(rule: Rule, analyses: dict, base: float) -> list[Advice]:

@@ -84,6 +84,11 @@ class Rule:
     def where(self) -> str:
         return f"{self.path}: rule {self.id!r}"
 
+    @property
+    def bundled(self) -> bool:
+        """One of opscope's own packs (profiler/rules/), not a file the user gave."""
+        return bool(self.path) and Path(self.path).resolve().parent == BUNDLED
+
     def matches(self, kind: str, backend: str) -> bool:
         for a in self.applies_to:
             if a == "*" or a == kind or a == backend or (a.endswith("*") and backend.startswith(a[:-1])):

@@ -254,6 +254,25 @@ class EventTable:
         self.details = None      # what the trace holds besides ops (details.Details), written beside them
         self.rank, self.world_size = 0, 1     # from the trace's distributedInfo; one value for every row
         self.memory = None       # live-bytes samples as memory-table columns (our own export's counters)
+        self.cut: dict[str, int] = {}    # column -> values cut (names) or dropped (shapes) by `_bounded`
+
+    def _bounded(self, column: str, values: np.ndarray) -> np.ndarray:
+        """A text column as the store may keep it: a name past MAX_NAME characters cut (a 2 MB op name is a
+        hostile file, and every table, template and page that prints it would pay for it), shapes or dtypes
+        that are not the JSON text of a list, or past MAX_SHAPES characters, dropped to unknown (NULL) --
+        what reads them expects a list. Each distinct value is looked at once: a column holds few."""
+        if not len(values):
+            return values
+        shapes = column in SHAPE_COLUMNS
+        distinct = {values[0]} if values.strides == (0,) else set(values.tolist())
+        fixed = {v: _bounded_value(v, shapes) for v in distinct if v is not None}
+        fixed = {v: w for v, w in fixed.items() if w is not v}
+        if not fixed:
+            return values
+        self.cut[column] = sum(1 for v in values.tolist() if v in fixed)
+        out = np.empty(len(values), dtype=object)
+        out[:] = [fixed.get(v, v) if v is not None else None for v in values.tolist()]
+        return out
 
     def __len__(self):
         return len(self.cols["start_ns"])
@@ -330,11 +349,36 @@ class EventTable:
         for k in ("op", "node", "module", "source", "backend", "input_shapes", "input_dtypes", "output_shapes",
                   "output_dtypes", "phase", "fwd_node"):
             out[k] = _objects(c[k])
+        for k in NAME_COLUMNS + SHAPE_COLUMNS:
+            out[k] = self._bounded(k, out[k])
         nulls = {"live_bytes": np.ones(n, dtype=bool)}
         out["live_bytes"] = np.zeros(n, dtype=np.int64)
         for k in ("bytes", "flops"):
             out[k], nulls[k] = _nullable_ints(c[k])
         return out, nulls
+
+
+# names (op, node, module path, source line, backend, device, phase): kernels' C++ names run to a few
+# thousand characters, module paths to a few hundred; past this a name is cut, ending in CUT_MARK
+MAX_NAME = 4096
+MAX_SHAPES = 64 * 1024    # the JSON text of one op's input (or output) shapes / dtypes
+CUT_MARK = "…"
+NAME_COLUMNS = ("op", "node", "module", "source", "backend", "device", "phase", "fwd_node")
+SHAPE_COLUMNS = ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")
+
+
+def _bounded_value(v, shapes: bool):
+    """`v` itself when it may be stored as it is, else what is stored instead (EventTable._bounded)."""
+    if not isinstance(v, str):
+        v = text(v)
+    if not shapes:
+        return v if len(v) <= MAX_NAME else v[:MAX_NAME - len(CUT_MARK)] + CUT_MARK
+    if len(v) > MAX_SHAPES or not v.lstrip().startswith("["):
+        return None
+    try:
+        return v if isinstance(loads(v), list) else None
+    except JSON_ERRORS:
+        return None
 
 
 def _objects(values) -> np.ndarray:
@@ -383,6 +427,14 @@ def save(store, table: EventTable | list[EventTable], *, model: str, backend: st
     if not sum(map(len, tables)):
         raise UsageError(f"cannot import {source}: it holds no operator events to import")
     parts = [t.columns() for t in tables]
+    cut: dict = {}
+    for t in tables:
+        for k, n in t.cut.items():
+            cut[k] = cut.get(k, 0) + n
+    if cut:         # what `trace import` says it changed: names cut, shapes dropped (EventTable._bounded)
+        config = {**config, "cut": {"names": {k: n for k, n in cut.items() if k in NAME_COLUMNS}, "max_name": MAX_NAME,
+                                    "shapes": {k: n for k, n in cut.items() if k in SHAPE_COLUMNS},
+                                    "max_shapes": MAX_SHAPES}}
     if len(parts) == 1:        # one table: its columns as they are (a copy of a million rows is not free)
         cols, nulls = dict(parts[0][0]), parts[0][1]
     else:
