@@ -1,0 +1,178 @@
+"""Signed plans: a detached Ed25519 signature over every member, so a team can require plans of its own.
+
+    ssh-keygen -t ed25519 -N "" -C "team plans" -f plan-key        # plan-key (mode 600) and plan-key.pub
+    opscope compile demo:gpt -b sim:npu-a1 -o gpt.opsplan --sign plan-key
+    opscope run demo:gpt --plan gpt.opsplan --trust plan-key.pub   # or a folder of .pub files, or several --trust
+
+Keys are OpenSSH ed25519 keys (what ssh-keygen makes; PEM/PKCS#8 Ed25519 keys are read too). plan.sig is
+JSON: {"format": "opscope-plan-signature", "version": 1, "algorithm": "ed25519", "key_id": first 16 hex of
+SHA-256 of the raw public key, "members": {name: SHA-256 hex of its bytes, for every other member},
+"signature": base64 of the signature of `message(members)`}. A plan verifies when its members are exactly
+the signed ones with the signed digests and a trusted key of that id signed them. plan.sha256 stays: it
+catches accidents; anyone who edits a plan recomputes it, nobody without the private key can re-sign.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from ..errors import UsageError, first_line
+
+SIG_MEMBER = "plan.sig"
+MAX_SIG = 1 << 20             # plan.sig: a digest per member, a few hundred members
+MAX_KEY_FILE = 1 << 20        # a key file, or an authorized_keys-style list of public keys
+MAX_TRUST_FILES = 1000
+
+
+def key_id(public_key) -> str:
+    from cryptography.hazmat.primitives import serialization as ser
+    raw = public_key.public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def message(members: dict[str, str]) -> bytes:
+    """What the key signs: one line per member, sorted (member names never hold a newline)."""
+    return b"opscope-plan-signature-v1\n" + "".join(f"{d}  {n}\n" for n, d in sorted(members.items())).encode()
+
+
+def digests(members: dict[str, bytes]) -> dict[str, str]:
+    return {n: hashlib.sha256(b).hexdigest() for n, b in members.items() if n != SIG_MEMBER}
+
+
+def sign(members: dict[str, bytes], key) -> bytes:
+    """plan.sig's bytes for `members` (name -> bytes, every member but plan.sig) signed by `key`."""
+    table = digests(members)
+    return json.dumps({"format": "opscope-plan-signature", "version": 1, "algorithm": "ed25519",
+                       "key_id": key_id(key.public_key()), "members": table,
+                       "signature": base64.b64encode(key.sign(message(table))).decode()}, indent=1).encode()
+
+
+def verify(members: dict[str, bytes], trusted: dict, where: str) -> str:
+    """The key id that signed `members` (every member, plan.sig included); UsageError otherwise."""
+    from cryptography.exceptions import InvalidSignature
+    if SIG_MEMBER not in members:
+        raise UsageError(f"{where} is not signed: --trust runs only plans signed by a trusted key "
+                         "(`opscope compile ... --sign KEY`)")
+    try:
+        doc = json.loads(members[SIG_MEMBER])
+        table, kid = doc["members"], doc["key_id"]
+        raw = base64.b64decode(doc["signature"], validate=True)
+        if doc.get("algorithm") != "ed25519" or not isinstance(table, dict) or not isinstance(kid, str):
+            raise ValueError("not an Ed25519 signature of members")
+    except (ValueError, TypeError, KeyError, RecursionError, binascii.Error) as e:
+        raise UsageError(f"{where}: plan.sig is not a signature opscope reads ({type(e).__name__}: "
+                         f"{first_line(e)[:60]}); sign the plan again") from None
+    if table != digests(members):
+        changed = sorted(set(table) ^ set(digests(members)) | {n for n, d in digests(members).items()
+                                                                if table.get(n) != d})
+        raise UsageError(f"{where}: changed since it was signed (member {ascii(changed[0])[:60]}); "
+                         "get the plan again from whoever signed it")
+    if kid not in trusted:
+        raise UsageError(f"{where} is signed by key {ascii(kid)[:20]}, which --trust does not list "
+                         f"(trusted: {', '.join(sorted(trusted))})")
+    for public in trusted[kid]:
+        try:
+            public.verify(raw, message(table))
+            return kid
+        except InvalidSignature:
+            pass
+    raise UsageError(f"{where}: its signature does not verify with trusted key {kid}; get the plan again "
+                     "from whoever signed it")
+
+
+def _read_key_file(path: Path, what: str) -> bytes:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be read ({first_line(e)[:80]})") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_KEY_FILE:
+        raise UsageError(f"{what} {path} is not a key file (not a regular file, or over {MAX_KEY_FILE} bytes)")
+    with open(path, "rb") as f:
+        return f.read(MAX_KEY_FILE + 1)[:MAX_KEY_FILE]
+
+
+def load_signing_key(path):
+    """The Ed25519 private key in `path` (OpenSSH or PEM), refused unless only its owner can read it."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    path = Path(path)
+    data = _read_key_file(path, "--sign key")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise UsageError(f"--sign key {path} is readable by others (mode {mode:o}): `chmod 600 {path}`")
+    try:
+        key = ser.load_ssh_private_key(data, None) if b"OPENSSH PRIVATE KEY" in data else \
+            ser.load_pem_private_key(data, None)
+    except TypeError:
+        raise UsageError(f"--sign key {path} is protected by a passphrase; opscope signs with an unencrypted "
+                         "key (ssh-keygen -t ed25519 -N '' -f KEY)") from None
+    except (ValueError, binascii.Error) as e:
+        raise UsageError(f"--sign key {path} is not a private key opscope reads ({first_line(e)[:60]}); "
+                         "make one with ssh-keygen -t ed25519 -N '' -f KEY") from None
+    except Exception as e:                    # cryptography's own errors (e.g. unsupported algorithms)
+        raise UsageError(f"--sign key {path} cannot be read ({type(e).__name__}: {first_line(e)[:60]})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise UsageError(f"--sign key {path} is a {type(key).__name__}, not an Ed25519 key; make one with "
+                         "ssh-keygen -t ed25519 -N '' -f KEY")
+    return key
+
+
+def load_trusted_keys(paths) -> dict:
+    """key id -> [Ed25519 public keys] from files (OpenSSH .pub lines, authorized_keys-style lists, PEM)
+    and folders (their *.pub files)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    keys: dict = {}
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.pub"))[:MAX_TRUST_FILES] if p.is_dir() else [p]
+    for f in files:
+        for where, public in _public_keys(f):
+            if not isinstance(public, Ed25519PublicKey):
+                raise UsageError(f"--trust {where}: a {type(public).__name__}, not an Ed25519 key")
+            keys.setdefault(key_id(public), []).append(public)
+    if not keys:
+        raise UsageError(f"--trust {', '.join(map(str, paths))}: no public keys found (an ssh-ed25519 .pub file "
+                         "or a folder of them)")
+    return keys
+
+
+def _public_keys(path: Path):
+    from cryptography.hazmat.primitives import serialization as ser
+    data = _read_key_file(path, "--trust key")
+    if b"PRIVATE KEY" in data:
+        raise UsageError(f"--trust {path} holds a private key: pass the public key ({path}.pub)")
+    try:
+        if b"-----BEGIN PUBLIC KEY-----" in data:
+            yield str(path), ser.load_pem_public_key(data)
+            return
+        for i, line in enumerate(data.splitlines(), 1):
+            line = line.strip()
+            if line and not line.startswith(b"#"):
+                yield f"{path}:{i}", ser.load_ssh_public_key(line)
+    except UsageError:
+        raise
+    except Exception as e:        # cryptography raises ValueError and its own UnsupportedAlgorithm
+        raise UsageError(f"--trust {path}: not a public key opscope reads ({type(e).__name__}: "
+                         f"{first_line(e)[:60]}); pass an ssh-ed25519 .pub file") from None
+
+
+def generate_key(path) -> Path:
+    """A new key pair: `path` (OpenSSH private key, mode 600) and `path`.pub -- as ssh-keygen -t ed25519 does."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    path = Path(path)
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+    Path(f"{path}.pub").write_bytes(public + b" opscope-plan-key\n")
+    return path
