@@ -262,7 +262,7 @@ def test_serve_a_shared_folder_shows_its_jobs_from_a_private_store_that_goes_awa
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "OPSCOPE_TOKEN"}
     proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "serve", str(tmp_path / "shared"), "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             str(port), "--no-token"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=ctrl_c_able, env=dict(env, TMPDIR=str(tmp)))
     try:
         lines = [proc.stdout.readline() for _ in range(3)]
