@@ -1,4 +1,5 @@
-"""`opscope compile MODEL -b B [--train] [--passes ...] -o model.opsplan`: optimize and place once, save the plan."""
+"""`opscope compile MODEL -b B [--train] [--passes ...] [--sign KEY] -o model.opsplan`: optimize and place once,
+save the plan (signed with an Ed25519 key: `ssh-keygen -t ed25519 -N '' -f KEY`; `run --plan --trust KEY.pub`)."""
 from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
@@ -14,6 +15,9 @@ def register(sub) -> None:
     p.add_argument("--passes", metavar="NAMES",
                    help="comma-separated passes (dce, fold, cse, layout, fuse, memplan), all or none; default: "
                         "every pass the backend description does not switch off in its [passes] table")
+    p.add_argument("--sign", metavar="KEY",
+                   help="sign the plan with this Ed25519 private key (OpenSSH or PEM, mode 600; make one with "
+                        "ssh-keygen -t ed25519 -N '' -f KEY), so `opscope run --plan FILE --trust KEY.pub` runs it")
     add_json(p)
     p.set_defaults(func=main)
 
@@ -26,7 +30,8 @@ def main(args) -> int:
     if not args.output.strip():
         raise UsageError("--output needs a file name, e.g. -o model.opsplan")
     output_path(args.output)                 # a missing folder is a usage error before the capture
-    info = compile_to_file(args.output, args.model, args.backend, passes=args.passes, train=args.train)
+    info = compile_to_file(args.output, args.model, args.backend, passes=args.passes, train=args.train,
+                           sign=args.sign)
     if args.json:
         emit_json(info)
         return 0
@@ -35,7 +40,8 @@ def main(args) -> int:
     console.print(f"[bold]{args.model}[/] on [bold]{info['backend']['name']}[/]: {info['nodes']} ops after "
                   f"{', '.join(info['passes']) or 'no passes'}; capture {t['capture_seconds'] * 1e3:.0f} ms, passes and "
                   f"placement {t['compile_seconds'] * 1e3:.0f} ms; saved to {args.output}"
-                  + (f"; planned peak {fmt_bytes(mp['peak_bytes'])}" if mp else ""))
+                  + (f"; planned peak {fmt_bytes(mp['peak_bytes'])}" if mp else "")
+                  + (f"; signed by key {info['signed_by']}" if info.get("signed_by") else ""))
     console.print(table("passes", ["pass", "changes", "ops before", "ops after", "first change"],
                         [[e["pass"], len(e["changes"]), e["nodes_before"], e["nodes_after"],
                           (e["changes"] or [""])[0][:90]] for e in info["pass_log"]],

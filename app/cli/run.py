@@ -24,6 +24,9 @@ def register(sub) -> None:
                    help="--hybrid: split only when dim 1 of the input (the sequence) is at least N")
     p.add_argument("--plan", metavar="FILE.opsplan",
                    help="run a plan saved by `opscope compile` instead of capturing (MODEL gives inputs and weights)")
+    p.add_argument("--trust", metavar="KEYS", action="append",
+                   help="--plan: run it only if signed by one of these Ed25519 public keys (an ssh-ed25519 .pub "
+                        "file, a file of them, or a folder of .pub files; repeatable)")
     p.add_argument("--recompile", action="store_true",
                    help="--plan: compile again when the plan's description or versions changed (else refused)")
     p.add_argument("--no-tune", action="store_true",
@@ -36,6 +39,8 @@ def main(args) -> int:
     if args.repeat < 1 or args.switch_threshold < 0:
         raise UsageError(f"--repeat must be >= 1 and --switch-threshold >= 0 (got {args.repeat} and "
                          f"{args.switch_threshold})")
+    if args.trust and not args.plan:
+        raise UsageError("--trust checks a plan's signature: it needs --plan FILE.opsplan")
     if args.hybrid:
         if args.capture != "export":
             raise UsageError("--hybrid splits one exported graph: it cannot be used with --capture dynamo")
@@ -50,9 +55,11 @@ def main(args) -> int:
     if args.plan:
         import sys
         from opscope.runtime.passes.plan_file import open_plan_session
+        from opscope.runtime.passes.plan_sign import load_trusted_keys
         typed = any(a in ("-b", "--backend") or a.startswith("--backend=") for a in sys.argv[1:])
+        trust = load_trusted_keys(args.trust) if args.trust else None
         s, tuned = open_plan_session(args.plan, args.model, args.backend if typed else None,
-                                     recompile=args.recompile), None
+                                     recompile=args.recompile, trust=trust), None
     else:
         s, tuned = open_tuned_session(args.model, args.backend, allow_fallback=not args.no_fallback,
                                       use_tuned=not args.no_tune)

@@ -73,7 +73,8 @@ def verify(members: dict[str, bytes], trusted: dict, where: str) -> str:
         raise UsageError(f"{where}: changed since it was signed (member {ascii(changed[0])[:60]}); "
                          "get the plan again from whoever signed it")
     if kid not in trusted:
-        raise UsageError(f"{where} is signed by key {ascii(kid)[:20]}, which --trust does not list "
+        shown = kid if kid.isalnum() and len(kid) <= 64 else ascii(kid)[:20]
+        raise UsageError(f"{where} is signed by key {shown}, which --trust does not list "
                          f"(trusted: {', '.join(sorted(trusted))})")
     for public in trusted[kid]:
         try:
