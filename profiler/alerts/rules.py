@@ -6,18 +6,24 @@
     condition = "value > device.throttle_temperature - 5"
     duration = 10                     # seconds the condition must hold before the alert fires
     severity = "warning"              # info | warning | critical
-    message = "{device.name} at {value:.0f} C for {duration:g} s"
+    message = "{device.name} at {value:.0f} C for {duration:g} s"   # fields only: see FIELDS
 
     rules = load_rules(["my-rules.toml"])        # the bundled default.toml first, then the files
     engine = AlertEngine(rules)
     alerts = engine.observe(t, "sim:hot", {"temperature": 93.0, ...}, device={...})
 
 A condition and a message see: `value` (the metric's value), `sample` (every metric of that
-device at that moment), `device` (name, kind, and the description's thermal/power numbers), and
-`duration` / `held` (seconds the condition has held). Nothing in a rule file is executed.
+device at that moment), `device` (name, kind, and the description's thermal/power numbers),
+`duration` / `held` (seconds the condition has held), and `median` / `over_median` (a rank's
+median step time, and how far above it this rank is, as a fraction). A condition is an expression;
+a message only substitutes fields: `{name}` or `{name:spec}` of a name in FIELDS, or `ms()`, `pct()`,
+`size()` of one, never arithmetic, indexing or other attributes (`{value / 'x'}` raised a TypeError
+while the alert fired; now the file is refused when it is read). Nothing in a rule file is executed.
 """
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +45,12 @@ METRICS = {
 }
 SEVERITIES = ("info", "warning", "critical")
 KEYS = {"id": str, "metric": str, "condition": str, "duration": (int, float), "severity": str, "message": str}
-ROOTS = {"value", "sample", "device", "duration", "held", "median"}
+ROOTS = {"value", "sample", "device", "duration", "held", "median", "over_median"}
+DEVICE_KEYS = ("name", "kind", "tdp", "throttle_temperature")      # what every source's `device` holds
+FIELDS = ({"value", "duration", "held", "median", "over_median"} | {f"device.{k}" for k in DEVICE_KEYS}
+          | {f"sample.{m}" for m in METRICS})
+FORMATTERS = ("ms", "pct", "size")          # the expression language's pure formatting functions
+_FIELD = re.compile(r"(?:(?:%s)\((?P<inner>[\w.]+)\)|(?P<name>[\w.]+))" % "|".join(FORMATTERS))
 BUNDLED = Path(__file__).with_name("default.toml")
 MAX_BYTES = 1 << 20
 
@@ -103,12 +114,30 @@ def _rule(path: Path, i: int, body) -> AlertRule:
     duration = float(body.get("duration", 0))
     if not 0 <= duration <= 86400:
         raise UsageError(f"{where}: duration must be 0..86400 seconds (got {duration})")
+    _check_fields(body["message"], where)
     try:
         cond = Expr(body["condition"], ROOTS, where=f"{where}: condition")
         msg = Template(body["message"], ROOTS, where=f"{where}: message")
     except ExprError as e:
         raise UsageError(str(e) if str(e).startswith(str(path)) else f"{where}: {e}")
     return AlertRule(body["id"], body["metric"], cond, duration, severity, msg, str(path))
+
+
+def _check_fields(message: str, where: str) -> None:
+    """A message substitutes known fields and nothing else, checked before anything runs: a field that
+    computes (`{value / 'x'}`), indexes or reaches for an attribute (`{x.__class__}`) is refused."""
+    try:
+        fields = [(f, conv, spec) for _, f, spec, conv in string.Formatter().parse(message) if f is not None]
+    except ValueError as e:
+        raise UsageError(f"{where}: message: {e}; write a literal brace as {{{{ or }}}}")
+    for f, conv, spec in fields:
+        m = _FIELD.fullmatch(f)
+        name = m and (m["inner"] or m["name"])
+        if name not in FIELDS or conv is not None or "{" in (spec or ""):
+            shown = f"{{{f}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}"
+            raise UsageError(f"{where}: message field {shown[:80]!r} is not allowed: a message substitutes "
+                             f"{{name}} or {{name:spec}}, or ms/pct/size of one, for a name among value, duration, "
+                             f"held, median, over_median, device.{'/'.join(DEVICE_KEYS)}, sample.METRIC")
 
 
 @dataclass
@@ -135,6 +164,8 @@ class AlertEngine:
             key = (rule.id, subject)
             ns = {"value": sample[rule.metric], "sample": sample, "device": device or {"name": subject},
                   "duration": rule.duration, "held": 0.0, "median": 0.0, **(extra or {})}
+            ns["over_median"] = ns["value"] / ns["median"] - 1 if _number(ns["value"]) and _number(ns["median"]) \
+                and ns["median"] else 0.0
             try:
                 with budget(what=f"alert {rule.id}"):
                     holds = bool(rule.condition.evaluate(ns))
@@ -148,11 +179,18 @@ class AlertEngine:
             if ep.fired or ns["held"] < rule.duration:
                 continue
             ep.fired = True
-            with budget(what=f"alert {rule.id}"):
-                message = rule.message.render(ns)
+            try:        # fields are checked at load; a device without one of them still ends in one line
+                with budget(what=f"alert {rule.id}"):
+                    message = rule.message.render(ns)
+            except ExprError as e:
+                raise UsageError(f"{rule.source}: alert {rule.id!r}: message: {e}")
             alert = {"kind": "alert", "rule": rule.id, "severity": rule.severity, "metric": rule.metric,
                      "subject": subject, "value": sample[rule.metric], "held_seconds": round(ns["held"], 3),
                      "time": t, "message": message}
             fired.append(alert)
         self.alerts += fired
         return fired
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
