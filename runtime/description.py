@@ -19,14 +19,24 @@ from .errors import UsageError, first_line
 
 # section -> key -> (types, required, meaning)
 _NUM = (int, float)
+# [backend.options]: what a real compiler stack (implementation = "onnxruntime", ...) is told
+OPTIONS = {
+    "device": (str, "the stack's own device name: an execution provider, CPU / GPU.0 / NPU, a PJRT platform"),
+    "providers": (list, "execution providers tried in order, e.g. [\"CUDAExecutionProvider\", \"CPUExecutionProvider\"]"),
+    "precision": (str, '"f32" (default: the graph\'s own dtype, never a silent bf16), "f16" or "bf16"'),
+    "threads": (int, "intra-op threads (0: the stack decides)"),
+}
+PRECISIONS = ("f32", "f16", "bf16")
+STACK_IMPLS = ("onnxruntime", "openvino", "xla")
 SCHEMA = {
     "backend": {
         "name": (str, True, "a unique backend name"),
-        "implementation": (str, True, '"sim", "numpy", "torch", or a dotted module path'),
+        "implementation": (str, True, '"sim", "numpy", "torch", "onnxruntime", or a dotted module path'),
         "fallback": ((str, list), False, 'a backend spec for unsupported ops, or a list tried in order, '
                      'e.g. "numpy" or ["numpy", "torch:cpu"]'),
         "device": (str, False, "a torch device string, for implementation = \"torch\""),
         "summary": (str, False, "one line describing the chip"),
+        "options": (dict, False, "a table of the stack's options ([backend.options]: " + ", ".join(OPTIONS) + ")"),
     },
     "hardware": {
         "peak_flops": (dict, False, "a table of dtype = FLOP/s, e.g. { float32 = 5.0e13 }"),
@@ -68,7 +78,7 @@ from .passes.catalog import PASSES as _PASSES  # noqa: E402 -- names only, nothi
 SCHEMA["passes"] = {name: (bool, False, f"true to run the {name} pass ({doc}), false to skip it")
                     for name, doc in _PASSES.items()}
 _TOPOLOGIES = ("ring", "tree", "all-to-all")
-_IMPLS = ("sim", "numpy", "torch")
+_IMPLS = ("sim", "numpy", "torch") + STACK_IMPLS
 _SIM_REQUIRED = ("peak_flops", "memory_bandwidth")
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 _BIG = 1e300                         # past any real chip; keeps sums and products finite
@@ -99,6 +109,7 @@ class Description:
     thermal: dict = field(default_factory=dict)        # [thermal]: sim chips' throttling model
     interconnect: dict = field(default_factory=dict)   # [interconnect]: bandwidth, latency, topology
     passes: dict = field(default_factory=dict)         # [passes]: pass name -> on/off
+    options: dict = field(default_factory=dict)        # [backend.options]: a stack's device, providers, ...
     path: str = ""
     digest: str = ""
 
@@ -185,6 +196,9 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
     if not b["name"].strip():
         bad("backend.name", "expected a unique backend name, got an empty string")
     fallbacks = _fallbacks(b, impl, bad)
+    if "device" in b and impl in STACK_IMPLS:
+        bad("backend.device", f'is a torch device, for implementation = "torch"; a {impl} backend takes its '
+                              'device in [backend.options] device')
     if "device" in b and (why := device_problem(b["device"])):
         bad("backend.device", f"{_SHOW.repr(b['device'])}: {why}")
     if impl == "sim":
@@ -208,6 +222,7 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
             bad("tuning.threads", f"expected thread counts (positive integers up to 4096), got {_SHOW.repr(n)}")
     _check_tables(data, positive, bad)
+    _check_options(b.get("options", {}), impl, bad)
     if "supported" in ops and "unsupported" in ops:
         bad("operators", "give supported or unsupported, not both")
     from .ops import OPS
@@ -228,7 +243,26 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
         cores=int(hw.get("cores", 0)), supported=ops.get("supported"), unsupported=list(ops.get("unsupported", [])),
         low_precision=list(ops.get("low_precision", [])), tuning=dict(data.get("tuning", {})), path=where, digest=digest,
         thermal=dict(data.get("thermal", {})), interconnect=dict(data.get("interconnect", {})),
-        passes=dict(data.get("passes", {})))
+        passes=dict(data.get("passes", {})), options=dict(b.get("options", {})))
+
+
+def _check_options(options: dict, impl: str, bad) -> None:
+    """[backend.options]: only for a stack, only the keys it knows, each of its type."""
+    if options and impl not in STACK_IMPLS:
+        bad("backend.options", f"options are for a real compiler stack ({', '.join(STACK_IMPLS)}), not {impl}")
+    for key, value in options.items():
+        if key not in OPTIONS:
+            bad(f"backend.options.{key}", f"unknown option; expected one of {', '.join(OPTIONS)}")
+        types, meaning = OPTIONS[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            bad(f"backend.options.{key}", f"expected {meaning}, got {type(value).__name__} {_SHOW.repr(value)}")
+    for p in options.get("providers", []):
+        if not isinstance(p, str) or not p.strip():
+            bad("backend.options.providers", f"expected provider names (strings), got {_SHOW.repr(p)}")
+    if options.get("precision", "f32") not in PRECISIONS:
+        bad("backend.options.precision", f"expected one of {', '.join(PRECISIONS)}, got {_SHOW.repr(options['precision'])}")
+    if not 0 <= options.get("threads", 0) <= 4096:
+        bad("backend.options.threads", f"expected 0 to 4096 threads, got {_SHOW.repr(options['threads'])}")
 
 
 def _check_tables(data: dict, positive, bad) -> None:

@@ -112,9 +112,14 @@ class NumpyBackend(Backend):
         return kernel
 
 
+def description() -> Description:
+    """What the built-in spec `numpy` means."""
+    return Description(name="numpy", implementation="numpy", kind="cpu",
+                       summary="reference kernels in numpy (float64 available)")
+
+
 def create(desc: Description | None = None, name: str = "numpy") -> NumpyBackend:
-    desc = desc or Description(name="numpy", implementation="numpy", kind="cpu",
-                               summary="reference kernels in numpy (float64 available)")
+    desc = desc or description()
     backend = NumpyBackend(name=name, description=desc, ops=None, memory=NumpyMemory(), device="cpu")
     backend.ops = OperatorRegistry(lambda node: numpy_kernel(node, backend), supported=desc.supported,
                                    unsupported=desc.unsupported)

@@ -119,12 +119,17 @@ def available(device: str) -> tuple[bool, str]:
     return True, ""
 
 
+def description(device: str = "cpu") -> Description:
+    """What the built-in spec `torch:DEVICE` means."""
+    kind = "gpu" if torch.device(device).type in ("cuda", "mps", "xpu") else "cpu"
+    return Description(name=f"torch:{device}", implementation="torch", device=device, kind=kind,
+                       summary=f"ATen kernels on torch device {device}")
+
+
 def create(device: str = "cpu", desc: Description | None = None, name: str | None = None) -> TorchBackend:
     dev = torch.device(device)
     name = name or f"torch:{device}"
-    kind = "gpu" if dev.type in ("cuda", "mps", "xpu") else "cpu"
-    desc = desc or Description(name=name, implementation="torch", device=device, kind=kind,
-                               summary=f"ATen kernels on torch device {device}")
+    desc = desc or description(device)
     clock = CudaEventClock(dev) if dev.type == "cuda" else HostClock()
     backend = TorchBackend(name=name, description=desc, ops=None, memory=TorchMemory(dev), device=str(dev), clock=clock)
     # Every captured node carries its ATen overload, so ATen ops run natively; ops captured
