@@ -131,7 +131,7 @@ def compile_plan(graph: Graph, backend: Backend, *, allow_fallback: bool = True,
         if names:
             graph, plog = _passes.optimize(graph, backend, names, volatile=set(carry or {}), options=pass_options)
             log = plog.entries
-    placement = place(graph, backend, allow_fallback=allow_fallback)
+    placement = place(graph, backend, allow_fallback=allow_fallback, volatile=frozenset(carry or ()))
     last_read: dict[int, int] = {}
     for i, (node, _) in enumerate(placement.assignments):
         for s in node.inputs:

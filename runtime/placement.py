@@ -3,6 +3,10 @@
 Like ONNX Runtime's partitioning: the chosen backend claims every node its registry supports;
 the rest go to its fallback, with explicit `transfer` nodes where a value crosses backends.
 The result is a report a user can read.
+
+A compiler stack (runtime/regions.py) claims runs of nodes instead: each run becomes one region node,
+placed like any node, whose inputs and outputs are its only transfers; the nodes it left out are placed
+op by op as above, and the report lists the regions and why each left-out node stayed out.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ class Placement:
     backend: Backend | None = None                                   # the backend asked to run the graph
     passed_over: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     # (op, fallback that took it) -> {earlier fallback: why it refused}
+    left_out: list[dict] = field(default_factory=list)    # a stack's refusals: {node, op, reason}
 
     def report(self) -> dict:
         per_backend: dict[str, int] = {}
@@ -34,16 +39,22 @@ class Placement:
         for node, b in self.assignments:
             if node.op == "transfer":
                 continue
-            per_backend[b.name] = per_backend.get(b.name, 0) + 1
+            # a region counts the nodes it runs, so the table reads the same whether or not a stack grouped them
+            per_backend[b.name] = per_backend.get(b.name, 0) + (len(node.attrs["members"]) if node.op == "region" else 1)
             if getattr(node, "fallback", False):
                 f = fell_back.setdefault((node.op, b.name), {
                     "op": node.op, "nodes": 0, "backend": b.name, "reason": self.reasons.get(node.op, ""),
                     "refused_by": [{"backend": n, "reason": r}
                                    for n, r in self.passed_over.get((node.op, b.name), {}).items()]})
                 f["nodes"] += 1
-        return {"nodes_per_backend": per_backend,
-                "fallback_ops": sorted(fell_back.values(), key=lambda r: (r["op"], r["backend"])),
-                "transfers": self.transfers, "transfer_bytes": self.transfer_bytes}
+        out = {"nodes_per_backend": per_backend,
+               "fallback_ops": sorted(fell_back.values(), key=lambda r: (r["op"], r["backend"])),
+               "transfers": self.transfers, "transfer_bytes": self.transfer_bytes}
+        placed = [(n, b.name) for n, b in self.assignments if n.op == "region"]
+        if placed or self.left_out:
+            from .regions import report
+            out.update(report(placed, self.left_out))
+        return out
 
 
 def choose(node: Node, backend: Backend, chain: list[Backend]) -> tuple[Backend | None, dict[str, str]]:
@@ -58,7 +69,8 @@ def choose(node: Node, backend: Backend, chain: list[Backend]) -> tuple[Backend 
     return None, refused
 
 
-def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Placement:
+def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volatile=frozenset()) -> Placement:
+    """`volatile`: constant slots a run replaces (training's carry): a region reads them as inputs."""
     where: dict[int, Backend] = {}     # slot -> backend holding it (None: a constant, anywhere)
     moved: dict[tuple[int, str], int] = {}
     out: list[tuple[Node, Backend]] = []
@@ -71,7 +83,7 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Pla
     for s in graph.input_slots:
         where[s] = backend
 
-    for node in graph.nodes:
+    for node in _claimed_regions(graph, backend, placement, volatile):
         target, refused = choose(node, backend, chain)
         node.fallback = target is not None and target is not backend
         if refused:
@@ -118,6 +130,26 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True) -> Pla
     if unsupported:
         raise UnsupportedOpError(_refusal(backend, unsupported, refusals, chain, allow_fallback), sorted(unsupported))
     return placement
+
+
+def _claimed_regions(graph: Graph, backend: Backend, placement: Placement, volatile) -> list[Node]:
+    """The graph's nodes, each run of nodes a compiler stack claims replaced by one region node."""
+    from .regions import StackRegistry, group, region_node
+    if not isinstance(backend.ops, StackRegistry):
+        return graph.nodes                                   # a per-op backend: nothing changes
+    answers = [backend.ops.supports(n) for n in graph.nodes]
+    placement.left_out = [{"node": n.name, "op": n.op, "reason": str(a)}
+                          for n, a in zip(graph.nodes, answers) if a is not True]
+    regions = group(graph, [a is True for a in answers], volatile=volatile)
+    first = {id(r.members[0]): r for r in regions}
+    inside = {id(m) for r in regions for m in r.members}
+    nodes = []
+    for n in graph.nodes:
+        if id(n) in first:
+            nodes.append(region_node(first[id(n)], backend.name))
+        elif id(n) not in inside:
+            nodes.append(n)
+    return nodes
 
 
 def _refusal(backend: Backend, unsupported: dict, refusals: dict, chain: list, allow_fallback: bool) -> str:

@@ -1,0 +1,185 @@
+"""onnxruntime[:PROVIDER]: each region is exported to ONNX and run by an InferenceSession.
+
+    opscope run demo:gpt -b onnxruntime                          # CPUExecutionProvider
+    opscope run demo:gpt -b onnxruntime:CUDAExecutionProvider    # where onnxruntime-gpu is installed
+
+claim: any node with an ATen target whose dtypes ONNX Runtime computes in (the description may refuse
+more); compile: the region as a torch module (regions.to_torch) through torch's TorchScript ONNX exporter,
+every member in its own scope `/n<i>/`, so the per-node spans of ONNX Runtime's own profile
+(`enable_profiling`) map back to the opscope nodes they came from.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+from ..description import Description
+from ..errors import ModelError, first_line
+from ..hdi import Backend
+from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
+from .numpy_backend import NumpyMemory
+
+INSTALL = "pip install onnxruntime (or opscope[onnxruntime])"
+OPSET = 17
+CLOCK = "onnxruntime profiler"
+# short spellings a user types after `onnxruntime:` -> the provider's own name
+_SHORT = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCM", "tensorrt": "Tensorrt", "openvino": "OpenVINO",
+          "qnn": "QNN", "coreml": "CoreML", "dml": "Dml", "migraphx": "MIGraphX"}
+
+
+def providers(desc: Description) -> list[str]:
+    """The execution providers, in order: `device` (from the spec) first, else the description's list."""
+    device = desc.options.get("device")
+    given = [device] if device else list(desc.options.get("providers") or ["CPUExecutionProvider"])
+    names = [p if p.endswith("ExecutionProvider") else _SHORT.get(p.lower(), p) + "ExecutionProvider" for p in given]
+    if "CPUExecutionProvider" not in names:        # what a provider leaves out runs on the CPU provider
+        names.append("CPUExecutionProvider")
+    return names
+
+
+def available(desc: Description) -> tuple[bool, str]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False, f"not installed: {INSTALL}"
+    here = ort.get_available_providers()
+    for p in providers(desc):
+        if p not in here:
+            return False, (f"execution provider {p} is not available here (this onnxruntime has "
+                           f"{', '.join(here)}); install the onnxruntime build that has it, or pick one of those")
+    return True, ""
+
+
+def devices() -> list[str]:
+    import onnxruntime as ort
+    return list(ort.get_available_providers())
+
+
+class OnnxRuntimeBackend(Backend):
+    pass
+
+
+def create(desc: Description, name: str) -> OnnxRuntimeBackend:
+    chosen = providers(desc)
+    backend = OnnxRuntimeBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
+                                 device=f"onnxruntime:{chosen[0]}")
+    backend.ops = StackRegistry(Claim(), lambda region: compile_region(region, desc, chosen),
+                                unsupported=desc.unsupported, supported=desc.supported)
+    return backend
+
+
+def export(region: Region) -> bytes:
+    """The region as an ONNX model (inputs i0.., outputs o0.., members scoped /n<i>/)."""
+    import torch
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # the TorchScript exporter's deprecation notice, tracer warnings
+        torch.onnx.export(to_torch(region), example_inputs(region), f, dynamo=False, opset_version=OPSET,
+                          input_names=[f"i{k}" for k in range(len(region.inputs))],
+                          output_names=[f"o{k}" for k in range(len(region.outputs))], do_constant_folding=True)
+    return f.getvalue()
+
+
+class OrtProgram(RegionProgram):
+    def __init__(self, region: Region, model: bytes, desc: Description, chosen: list[str]):
+        super().__init__(region, self._run)
+        self.model, self.desc, self.chosen = model, desc, chosen
+        self.session = self._session()
+        self.names = [i.name for i in self.session.get_inputs()]
+
+    def _session(self, profile_dir: str | None = None):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = int(self.desc.options.get("threads", 0))
+        so.log_severity_level = 3
+        if profile_dir:
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(profile_dir, "ort")
+            so.optimized_model_filepath = os.path.join(profile_dir, "optimized.onnx")
+        return ort.InferenceSession(self.model, so, providers=self.chosen)
+
+    def _covers(self, optimized_path: str) -> dict[str, list]:
+        """Node name in the optimized graph -> the members it runs. A node ONNX Runtime made (a fusion, a
+        Gemm's reshape) is named by no scope: walk back from its outputs through the exported graph to the
+        tensors the optimized graph still has; every member met on the way is one it covers."""
+        try:
+            import onnx
+        except ImportError:              # no onnx package: spans map by their scope names only
+            return {}
+        exported, optimized = onnx.load_from_string(self.model).graph, onnx.load(optimized_path).graph
+        producer = {o: n for n in exported.node for o in n.output}
+        kept = {t for n in optimized.node for t in list(n.input) + list(n.output)}
+        covers = {}
+        for node in optimized.node:
+            seen, todo, members = set(), list(node.output), []
+            while todo:
+                src = producer.get(todo.pop())
+                if src is None or src.name in seen:
+                    continue
+                seen.add(src.name)
+                m = self.region.member_of_scope(src.name)
+                if m is not None and m not in members:
+                    members.append(m)
+                todo += [t for t in src.input if t not in kept]
+            covers[node.name] = members
+        return covers
+
+    def _feeds(self, inputs):
+        return {n: np.ascontiguousarray(x) for n, x in zip(self.names, inputs)}
+
+    def _run(self, *inputs):
+        if self._profiled is None:
+            return self.session.run(None, self._feeds(inputs))
+        t0 = time.perf_counter_ns()
+        out = self._profiled.run(None, self._feeds(inputs))
+        self._calls.append((t0, time.perf_counter_ns()))
+        return out
+
+    # NOTE: a session's profile ends for good at end_profiling(), so each profiled step gets a session
+    # of its own, made before the step and read after it: neither is inside the region's timed call
+    _profiled = None
+
+    def start_profile(self):
+        self._folder = tempfile.mkdtemp(prefix="opscope-ort-")
+        self._profiled, self._calls = self._session(self._folder), []
+
+    def stop_profile(self):
+        if self._profiled is None:
+            return []
+        try:
+            with open(self._profiled.end_profiling()) as f:
+                events = json.load(f)
+            covers = self._covers(os.path.join(self._folder, "optimized.onnx"))
+        finally:
+            self._profiled = None
+            shutil.rmtree(self._folder, ignore_errors=True)
+        runs = [e for e in events if e.get("name") == "model_run"]
+        children = []
+        for (t0, t1), run in zip(self._calls, runs):     # one model_run per call, in order
+            lo, hi = run["ts"], run["ts"] + run["dur"]
+            scale = (t1 - t0) / (run["dur"] * 1000) if run["dur"] else 1.0   # the profiler's us onto the call
+            for e in events:
+                name = e.get("name", "")
+                if e.get("cat") == "Node" and name.endswith("_kernel_time") and lo <= e["ts"] <= hi:
+                    name = name.removesuffix("_kernel_time")
+                    children.append(self.child(name, e.get("args", {}).get("op_name", ""),
+                                               t0 + int((e["ts"] - lo) * 1000 * scale),
+                                               t0 + int((e["ts"] - lo + e["dur"]) * 1000 * scale), CLOCK,
+                                               covers.get(name)))
+        return children
+
+
+def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtProgram:
+    ops = ", ".join(sorted({m.op for m in region.members}))
+    try:
+        return OrtProgram(region, export(region), desc, chosen)
+    except Exception as e:       # the exporter or ONNX Runtime may raise anything on a graph it cannot take
+        raise ModelError(f"onnxruntime could not compile {region.name} ({len(region.members)} nodes: {ops}): "
+                         f"{type(e).__name__}: {first_line(e)[:200]}") from e

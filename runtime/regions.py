@@ -1,0 +1,352 @@
+"""Regions: a compiler stack claims runs of nodes and compiles each as one program.
+
+    claimed = [backend.ops.supports(n) is True for n in graph.nodes]    # the stack's claim, per node
+    regions = group(graph, claimed)           # runs of claimed nodes, in execution order
+    node = region_node(region)                # what placement and the executor see: one node
+
+A stack backend (onnxruntime, openvino, xla) implements two things next to the HDI's three modules,
+the way ONNX Runtime's execution providers implement GetCapability and Compile:
+
+    claim(node) -> True | reason              which nodes it takes (an op it has no lowering for: a reason)
+    compile(region) -> RegionProgram          one program for the region: program(*inputs) -> [outputs]
+
+`StackRegistry` turns those two into an OperatorRegistry, so placement asks it as it asks any backend;
+partitioning is opscope's, not the vendor's. A region's members stay on its node (attrs["members"]),
+so tools name and step into them, and its FLOPs are its members'. Its inputs and outputs are its only
+transfers: parameters are compiled into the program (folded, pre-packed by the stack), except those a
+training step replaces between runs (`volatile`), which stay inputs.
+
+A region is a run of consecutive claimed nodes in the graph's order (a topological order), so it never
+needs a value computed after it: no cycle between a region and the nodes around it. `to_torch` gives a
+region as a torch module whose every member runs in its own submodule `n<i>`: exporters (ONNX,
+OpenVINO) carry that scope into their node names, and a stack's profile maps back to members by it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .graph import Graph, Node, Ref, TensorMeta
+from .ops import flops_of
+from .ops.registry import define
+
+
+def _region_flops(node) -> int:
+    return sum(flops_of(m) for m in node.attrs.get("members", ()))
+
+
+@define("region", "region", flops=_region_flops, doc="a run of nodes a compiler stack compiled as one program "
+        "(made by placement; its members are in attrs['members'])")
+def _region_reference(*args):
+    raise RuntimeError("a region runs through its stack's compiled program, not a reference kernel")
+
+
+@dataclass
+class Region:
+    name: str
+    members: list[Node]
+    inputs: list[int]                 # slots read from outside: user inputs, other backends' values, volatile constants
+    outputs: list[int]                # slots read after the region, returned by the graph, or carried
+    constants: dict[int, Any]         # slot -> host value compiled into the program
+    slot_meta: dict[int, TensorMeta]
+
+    def member_of_scope(self, name: str) -> Node | None:
+        """The member a stack's node name comes from (`/n12/MatMul` -> members[12])."""
+        m = _SCOPE.search(name)
+        return self.members[int(m.group(1))] if m and int(m.group(1)) < len(self.members) else None
+
+
+_SCOPE = re.compile(r"(?:^|/)n(\d+)(?:/|$)")
+
+
+@dataclass
+class ChildEvent:
+    """One span from inside a region, out of the stack's own profiler: the ops it covers (more than one
+    when the stack fused them), their names, and times on the host clock of the region's run."""
+
+    region: str                       # the parent: the region node's name
+    name: str                         # the stack's own node name
+    kernel: str                       # the stack's op type (MatMul, Gelu, ...)
+    nodes: list[str]                  # opscope node names covered
+    ops: list[str]
+    module_path: str
+    start_ns: int
+    end_ns: int
+    flops: int
+    clock: str                        # where the times came from, e.g. "onnxruntime profiler"
+
+
+class RegionProgram:
+    """A compiled region: call it with the region's inputs, get its outputs. Between start_profile() and
+    stop_profile() the calls run under the stack's own profiler; stop_profile() returns their per-op
+    spans (ChildEvents). Both are called outside the region's timed call (RegionProfile does)."""
+
+    def __init__(self, region: Region, run: Callable):
+        self.region = region
+        self.run = run
+
+    def __call__(self, *inputs):
+        return self.run(*inputs)
+
+    def start_profile(self) -> None:
+        """Get the stack's profiler ready (a stack without one records nothing)."""
+
+    def stop_profile(self) -> list[ChildEvent]:
+        return []
+
+    def child(self, stack_name: str, kernel: str, start_ns: int, end_ns: int, clock: str,
+              covered: list[Node] | None = None) -> ChildEvent:
+        """A span named by the stack; `covered`: the members it ran, when the stack says (else its scope)."""
+        m = self.region.member_of_scope(stack_name)
+        covered = list({id(n): n for n in ([m] if m is not None else []) + list(covered or [])}.values())
+        return ChildEvent(self.region.name, stack_name, kernel, [n.name for n in covered], [n.op for n in covered],
+                          covered[0].module_path if covered else "", start_ns, end_ns,
+                          sum(flops_of(n) for n in covered), clock)
+
+
+class RegionProfile:
+    """An executor hook: each region's per-op spans from its stack's profiler, per step.
+
+        prof = RegionProfile()
+        with executor.hooked(prof, recorder):
+            executor.run(*inputs)
+        prof.children[(0, "region0")]          # [ChildEvent], parent region0, step 0
+    """
+
+    def __init__(self):
+        self.children: dict[tuple[int, str], list[ChildEvent]] = {}
+
+    def _programs(self, plan):
+        return [st.kernel for st in plan.steps if isinstance(st.kernel, RegionProgram)]
+
+    def on_run_start(self, info) -> None:
+        for p in self._programs(info.plan):
+            p.start_profile()
+
+    def on_run_end(self, info, error) -> None:
+        for p in self._programs(info.plan):
+            self.children[(info.step, p.region.name)] = p.stop_profile()
+
+
+class StackRegistry:
+    """The OperatorRegistry of a stack backend: `claim` answers for plain nodes, a region node is always
+    its own, and `kernel_for` compiles (a plain node becomes a region of one: `backend check` runs that)."""
+
+    reference_kernels = False
+
+    def __init__(self, claim: Callable[[Node], bool | str], compile: Callable[[Region], RegionProgram], *,
+                 unsupported=(), supported=None):
+        self._claim, self._compile = claim, compile
+        self.unsupported = set(unsupported)
+        self.supported = set(supported) if supported is not None else None
+        self.dtypes = None
+
+    def supports(self, node: Node) -> bool | str:
+        if node.op == "region":
+            return True
+        if node.op in self.unsupported:
+            return f"{node.op} is marked unsupported in the description"
+        if self.supported is not None and node.op not in self.supported:
+            return f"{node.op} is not in the description's supported list"
+        return self._claim(node)
+
+    def kernel_for(self, node: Node) -> Callable:
+        region = node.attrs["region"] if node.op == "region" else single(node)
+        program = self._compile(region)
+        if node.op == "region":
+            return program
+
+        def one(*args, **kwargs):          # a plain node's call: its Ref'd args, in order, are the inputs
+            out = program(*[a for a in _flat(args) if a is not None])
+            return out if node.multi_output or len(out) != 1 else out[0]
+        return one
+
+    def ops(self) -> list[str]:
+        from .ops import OPS
+        return sorted(n for n in OPS if n not in self.unsupported and n not in ("region", "transfer")
+                      and (self.supported is None or n in self.supported))
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        elif hasattr(a, "shape"):
+            yield a
+
+
+def single(node: Node) -> Region:
+    """One node as a region (for per-op checks): its tensor inputs, in order, are the region's inputs."""
+    meta = {s: m for s, m in zip(node.inputs, node.input_meta)} | \
+           {s: m for s, m in zip(node.outputs, node.output_meta) if m is not None}
+    return Region(f"region_{node.name}", [node], list(dict.fromkeys(node.inputs)), list(node.outputs), {}, meta)
+
+
+def group(graph: Graph, claimed: list[bool], *, volatile=frozenset(), extra_readers=frozenset()) -> list[Region]:
+    """Runs of consecutive claimed nodes as Regions (no region of a lone view: nothing to compile)."""
+    keep = {r.slot for r in _refs(graph.output_refs)} | set(extra_readers)
+    last_reader: dict[int, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for s in n.inputs:
+            last_reader[s] = i
+    runs, cur = [], []
+    for i, ok in enumerate(claimed):
+        if ok:
+            cur.append(i)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    if cur:
+        runs.append(cur)
+    regions = []
+    for idx in runs:
+        members = [graph.nodes[i] for i in idx]
+        made = {s for m in members for s in m.outputs}
+        inputs, constants = [], {}
+        for m in members:
+            for s in m.inputs:
+                if s in made or s in inputs or s in constants:
+                    continue
+                if s in graph.constant_slots and s not in volatile and graph.constant_slots[s] is not None:
+                    constants[s] = graph.constant_slots[s]
+                else:
+                    inputs.append(s)
+        outputs = [s for m in members for s in m.outputs if s in keep or last_reader.get(s, -1) > idx[-1]]
+        regions.append(Region(f"region{len(regions)}", members, inputs, outputs, constants, graph.slot_meta))
+    return regions
+
+
+def _refs(tree):
+    if isinstance(tree, Ref):
+        yield tree
+    elif isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _refs(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _refs(t)
+
+
+def region_node(region: Region, backend_name: str) -> Node:
+    """The one node placement and the executor see for a region."""
+    first = region.members[0]
+    meta = region.slot_meta
+    return Node(index=first.index, name=region.name, op="region", target=None,
+                args=tuple(Ref(s) for s in region.inputs), kwargs={}, inputs=list(region.inputs),
+                outputs=list(region.outputs), input_meta=[meta.get(s) or TensorMeta((), "float32") for s in region.inputs],
+                output_meta=[meta.get(s) for s in region.outputs],
+                attrs={"members": list(region.members), "region": region, "backend": backend_name},
+                module_path=_common_path([m.module_path for m in region.members]), module_type="region",
+                source=first.source, source_line=first.source_line, multi_output=True)
+
+
+def _common_path(paths: list[str]) -> str:
+    parts = [p.split(".") for p in paths if p]
+    if not parts:
+        return ""
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common)
+
+
+def report(regions_placed: list[tuple[Node, str]], left_out: list[dict]) -> dict:
+    """The placement report's `regions` entry: nodes per region, edge bytes, and why nodes stayed out."""
+    rows = []
+    for node, backend in regions_placed:
+        ops: dict[str, int] = {}
+        for m in node.attrs["members"]:
+            ops[m.op] = ops.get(m.op, 0) + 1
+        rows.append({"name": node.name, "backend": backend, "nodes": len(node.attrs["members"]), "ops": ops,
+                     "inputs": len(node.inputs), "outputs": len(node.outputs),
+                     "input_bytes": sum(m.nbytes for m in node.input_meta if m is not None),
+                     "output_bytes": sum(m.nbytes for m in node.output_meta if m is not None)})
+    return {"regions": rows, "left_out": left_out}
+
+
+# --- a region as a torch module (what the ONNX and OpenVINO exporters take) --------------------
+def to_torch(region: Region):
+    """A torch.nn.Module computing the region: forward(*inputs) -> tuple of outputs, with every member in its
+    own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers."""
+    import torch
+
+    class Member(torch.nn.Module):
+        def __init__(self, node):
+            super().__init__()
+            self.node = node
+
+        def forward(self, *args, **kwargs):
+            return self.node.target(*args, **kwargs)
+
+    class RegionModule(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.consts = {}
+            for s, v in region.constants.items():
+                if isinstance(v, torch.Tensor):
+                    self.register_buffer(f"c{s}", v.detach().clone())
+                else:
+                    self.consts[s] = v
+            for i, m in enumerate(region.members):
+                self.add_module(f"n{i}", Member(m))
+
+        def forward(self, *inputs):
+            env = dict(zip(region.inputs, inputs))
+            env.update(self.consts)
+            for s in region.constants:
+                if s not in env:
+                    env[s] = getattr(self, f"c{s}")
+            for i, m in enumerate(region.members):
+                out = getattr(self, f"n{i}")(*_sub(m.args, env), **{k: _sub(v, env) for k, v in m.kwargs.items()})
+                if m.multi_output:
+                    for s, v in zip(m.outputs, out):
+                        env[s] = v
+                elif m.outputs:
+                    env[m.outputs[0]] = out
+            return tuple(env[s] for s in region.outputs)
+
+    return RegionModule().eval()
+
+
+def _sub(a, env):
+    if isinstance(a, Ref):
+        return env[a.slot]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_sub(x, env) for x in a)
+    return a
+
+
+def example_inputs(region: Region):
+    """Tensors of the region's input shapes and dtypes (exporters trace with them)."""
+    import torch
+
+    from .dtypes import to_torch as torch_dtype
+    out = []
+    for s in region.inputs:
+        m = region.slot_meta[s]
+        dt = torch_dtype(m.dtype)
+        out.append(torch.zeros(m.shape, dtype=dt) if not dt.is_floating_point else torch.randn(m.shape, dtype=dt))
+    return tuple(out)
+
+
+@dataclass
+class Claim:
+    """What a stack can take, by op name and dtype: the common shape of a stack's claim()."""
+
+    ops: frozenset = field(default_factory=frozenset)    # empty: any op with an ATen target
+    refused: frozenset = field(default_factory=frozenset)
+    dtypes: frozenset = frozenset({"float32", "float16", "bfloat16", "int64", "int32", "bool"})
+
+    def __call__(self, node: Node) -> bool | str:
+        import torch
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return f"{node.op} has no ATen target to lower"
+        if node.op in self.refused or (self.ops and node.op not in self.ops):
+            return f"{node.op} has no lowering on this stack"
+        for m in list(node.input_meta) + list(node.output_meta):
+            if m is not None and m.dtype not in self.dtypes:
+                return f"{node.op} on {m.dtype}: the stack does not compute in {m.dtype}"
+        return True
