@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -264,10 +265,12 @@ def main(argv=None) -> int:
         ranks, optimized = ranks_and_optimize_runs()
     if "import" in only:
         imported = torch_profiler_import()
-    app = create_app()
+    token = secrets.token_urlsafe()          # as `opscope serve` does; the pages strip it from the address bar
+    app = create_app(token=token)
     srv, url = start_in_thread(app)
     driver = chromium()
     try:
+        driver.get(f"{url}/?token={token}")  # sets the cookie every page below then passes by
         if "train" in only:
             shoot(driver, f"{url}/timeline?run={trained}&step=1", "train-timeline", click_backward(trained))
             shoot(driver, f"{url}/memory?run={trained}", "train-memory")

@@ -9,7 +9,8 @@ import pytest
 from opscope.app.web import theme
 from opscope.app.web import timeline as lod
 from opscope.app.web.data import WebData
-from opscope.app.web.server import create_app, is_loopback, serve
+from opscope.app.web.gate import is_loopback
+from opscope.app.web.server import create_app, serve
 from opscope.profiler.store import RunStore
 
 from conftest import ctrl_c_able
@@ -307,15 +308,17 @@ def test_token_refuses_requests_without_it(opscope_home):
     assert c.get("/_dash-layout").status_code == 200                # the cookie carries it from now on
 
 
-def test_loopback_without_token_is_open(opscope_home):
+def test_an_app_made_without_a_token_has_no_gate(opscope_home):
+    """create_app(token=None) is for a caller that serves it itself (tests); serve() always sets one (test_web_token)."""
     c = create_app().server.test_client()
     assert c.get("/").status_code == 200
     assert c.get("/_dash-layout").status_code == 200
 
 
 def test_is_loopback():
-    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
+    assert not is_loopback("127.0.0.2")          # issue 24: only the three names count
 
 
 def test_serve_off_loopback_generates_a_token_and_refuses_without_it(opscope_home, capsys, monkeypatch):
@@ -324,7 +327,7 @@ def test_serve_off_loopback_generates_a_token_and_refuses_without_it(opscope_hom
     srv, url = serve(host="0.0.0.0", port=0, block=False)
     try:
         err = capsys.readouterr()
-        token = re.search(r"generated one: (\S+)", err.err).group(1)
+        token = re.search(r"\?token=(\S+)", err.out).group(1)
         port = srv.server_port
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
@@ -361,7 +364,8 @@ def test_profile_web_ctrl_c_mid_run_stops_the_runner_and_keeps_the_run(opscope_h
     try:
         first = proc.stdout.readline()
         rid = re.match(r"run (\w+):", first).group(1)
-        assert "web analyzer: http://127.0.0.1:" in proc.stdout.readline()
+        assert re.search(r"web analyzer: http://127\.0\.0\.1:\d+/timeline\?run=\w+&token=[\w-]{40,}$",
+                         proc.stdout.readline())         # the token is on by default (issue 24)
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:

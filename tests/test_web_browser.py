@@ -27,6 +27,7 @@ from opscope.runtime.models import load                         # noqa: E402
 from conftest import ctrl_c_able                                # noqa: E402
 
 TIMEOUT = 90          # the test machine is shared; this bounds a hang, it is not a speed check
+TOKEN = "browser-test-token"
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +41,11 @@ def store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(store):
-    srv, url = start_in_thread(create_app(store=store))
+def server(store, driver):
+    """A server that needs a token, as `opscope serve` does: the driver opens ?token= once, then every page and
+    every fetch of theirs passes by the cookie."""
+    srv, url = start_in_thread(create_app(store=store, token=TOKEN))
+    driver.get(f"{url}/?token={TOKEN}")
     yield url
     srv.shutdown()
 

@@ -44,7 +44,8 @@ def register(sub) -> None:
                    help="ignore the configuration `opscope tune` cached for this model and backend")
     p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
     p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
-    p.add_argument("--host", default="127.0.0.1", help="--web: address to bind (default 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="--web: address to bind (default 127.0.0.1); the URL printed carries its token")
     p.add_argument("--port", type=int, default=8050, help="--web: port (default 8050)")
     from .serve import add_token_options
     add_token_options(p)
@@ -85,7 +86,7 @@ def main(args) -> int:
                 console.print(say("run [bold]{}[/]: {} on {}, {} step(s); open the page below to watch it stream, "
                                   "Ctrl-C stops the server", live.run_id, args.model, args.backend, args.steps))
             serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=token,
-                  allow_hosts=args.allow_host)  # until Ctrl-C
+                  allow_hosts=args.allow_host, no_token=args.no_token)  # until Ctrl-C
         except KeyboardInterrupt:          # Ctrl-C before the server was up: same as after
             pass
         except OSError as e:

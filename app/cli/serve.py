@@ -13,14 +13,16 @@ from opscope.runtime.home import HOME_ENV
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="open the web analyzer over every run in the store",
-                       description="Serve the web analyzer. It binds 127.0.0.1 unless --host says otherwise; any "
-                                   "other address needs a token, set with OPSCOPE_TOKEN or --token-file (one is "
-                                   "generated and printed when none is set).")
+                       description="Serve the web analyzer. It binds 127.0.0.1 unless --host says otherwise. Every "
+                                   "request needs a token, on loopback too (other users of the machine can reach "
+                                   "127.0.0.1): one is generated and the URL printed carries it, or set it with "
+                                   "OPSCOPE_TOKEN or --token-file; --no-token turns it off on loopback only.")
     p.add_argument("folder", nargs="?", default=None,
                    help="a --shared-dir folder of per-rank Parquet: serve its jobs (each one run) from a private "
                         "temporary store, deleted when the server stops, instead of the store in OPSCOPE_HOME")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; any other address needs a token, or one is generated)")
+                   help="address to bind (default 127.0.0.1). Only 127.0.0.1, ::1 and localhost count as loopback: "
+                        "any other address (127.0.0.2 too) refuses --no-token")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     add_token_options(p)
     p.add_argument("--run", default=None, help="open this run's timeline first")
@@ -29,25 +31,30 @@ def register(sub) -> None:
 
 
 def add_token_options(p) -> None:
-    """--token-file, --token and --allow-host: the same for `serve` and `profile --web`."""
+    """--token-file, --token, --no-token and --allow-host: the same for `serve` and `profile --web`."""
     p.add_argument("--token-file", default=None, metavar="PATH",
-                   help="read the access token from this file (mode 600); or set OPSCOPE_TOKEN. Every request "
-                        "then needs it (?token= once, then a cookie)")
+                   help="read the access token from this file (mode 600); or set OPSCOPE_TOKEN; else one is "
+                        "generated. Every request needs it (?token= once, then a cookie)")
     p.add_argument("--token", default=None,
                    help="the access token on the command line (other users can see it in `ps`: prefer "
                         "OPSCOPE_TOKEN or --token-file)")
+    p.add_argument("--no-token", action="store_true",
+                   help="no token at all, for a machine no one else logs in to: any local user can then read every "
+                        "run. Loopback only; OPSCOPE_TOKEN is then ignored")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a host name browsers may use to reach the server besides --host and localhost "
                         "(a DNS name, a proxy); repeatable. Other Host headers are refused (DNS rebinding)")
 
 
 def token_from(args) -> str | None:
-    """The token `args` give (--token, --token-file, else OPSCOPE_TOKEN), checked before anything starts."""
-    from opscope.app.web.gate import resolve_token
+    """The token the server will need (--token, --token-file, else OPSCOPE_TOKEN, else a new one; None with
+    --no-token), checked before anything starts."""
+    from opscope.app.web.gate import server_token
+    token = server_token(args.host, args.token, args.token_file, args.no_token)
     if args.token is not None:
         print("opscope: note: --token is visible to other users in `ps`; prefer OPSCOPE_TOKEN or --token-file",
               file=sys.stderr)
-    return resolve_token(args.token, args.token_file)
+    return token
 
 
 def main(args) -> int:
@@ -92,7 +99,7 @@ def _serve(args, token) -> int:
         run_id = RunStore().get_run(args.run)["run_id"]     # unknown ids fail here, with a message
     try:
         serve(run_id=run_id, host=args.host, port=args.port, token=token, open_browser=args.open,
-              allow_hosts=args.allow_host)
+              allow_hosts=args.allow_host, no_token=args.no_token)
     except OSError as e:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")
     raise KeyboardInterrupt   # serve() blocks until Ctrl-C (or SIGTERM): it ends as an interrupt (exit 130, one line)

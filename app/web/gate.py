@@ -1,6 +1,6 @@
 """Who may ask the web server what: the Host check, the token gate, and the shape of callback requests.
 
-    token = resolve_token(flag, token_file)      # --token, else --token-file, else $OPSCOPE_TOKEN
+    token = server_token(host, flag, token_file)  # --token, else --token-file, else $OPSCOPE_TOKEN, else a new one
     install(app, host="127.0.0.1", token=token)  # create_app does this
 
 Each request passes, in order:
@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import secrets
 import socket
 import stat
 from pathlib import Path
@@ -52,6 +53,32 @@ def resolve_token(token: str | None = None, token_file: str | os.PathLike | None
     if token is None or token == "":
         return None
     return _checked(token, "the token")
+
+
+def server_token(host: str, token: str | None = None, token_file=None, no_token: bool = False) -> str | None:
+    """The token a server bound to `host` requires: the one given (resolve_token), else a new random one, the way
+    Jupyter does: on a shared machine every local user can reach 127.0.0.1, so loopback needs one too.
+
+    no_token: the explicit opt-out for a single-user machine; refused off loopback, and beside a given token."""
+    if no_token:
+        if token is not None or token_file is not None:
+            raise UsageError("--no-token and a token (--token, --token-file): give one or the other")
+        if not is_loopback(host):
+            raise UsageError(f"--no-token: {host} is not loopback (only {', '.join(sorted(LOOPBACK_NAMES))} are), so "
+                             "every request needs the token; drop --no-token")
+        return None
+    return resolve_token(token, token_file) or secrets.token_urlsafe()
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine's own loopback names: any other address, 127.0.0.2 included, is treated as reachable
+    from elsewhere (another interface, a container, a forwarded port)."""
+    name = _norm(host)
+    try:
+        name = str(ipaddress.ip_address(name))         # 0:0:0:0:0:0:0:1 is ::1
+    except ValueError:
+        pass
+    return name in LOOPBACK_NAMES
 
 
 def read_token_file(path) -> str:

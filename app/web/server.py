@@ -5,15 +5,13 @@
 
 Pages are Dash pages registered from opscope.app.pages; their callbacks are bound to the app
 (not to dash's global list) so that several apps can live in one process (tests, `profile --web`).
-Off loopback, every request must carry the token (DESIGN.md: servers bind 127.0.0.1 by default);
+serve() requires a token by default, on loopback too (Jupyter's model: every local user can reach 127.0.0.1);
 gate.py checks the Host, the token and the shape of callback requests (who may ask what).
 """
 from __future__ import annotations
 
 import importlib
-import ipaddress
 import json
-import secrets
 import signal
 import sys
 import threading
@@ -43,7 +41,8 @@ def create_app(store=None, token: str | None = None, live=None, host: str = "127
                allow_hosts=()) -> dash.Dash:
     """The web analyzer over `store` (default: the run store in OPSCOPE_HOME).
 
-    token: when set, every request needs it (?token= once, then a cookie; or the X-Opscope-Token header).
+    token: when set, every request needs it (?token= once, then a cookie; or the X-Opscope-Token header);
+    None: no gate, for an app a test or a caller serves itself (serve() sets one unless told no_token).
     live: the run that is streaming in (`profile --web`), as its id or the profiler's LiveRun (whose collector's
     counters then answer the page's poll without a store query); pages show it when no run is picked.
     host, allow_hosts: the address the server is bound to and other names it may be reached by; a request
@@ -260,15 +259,6 @@ _POLL_JS = """function (_n, status) {
 }"""
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
     """Serve `app` from a background thread; returns (server, url). server.shutdown() stops it."""
     import logging
@@ -281,19 +271,20 @@ def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
 
 def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: int = 8050,
           token: str | None = None, open_browser: bool = False, store=None, block: bool = True,
-          token_file=None, allow_hosts=()):
-    """Run the web analyzer. The token: `token`, else `token_file`, else $OPSCOPE_TOKEN (gate.resolve_token);
-    off loopback without any, one is generated and printed.
+          token_file=None, allow_hosts=(), no_token: bool = False):
+    """Run the web analyzer. Every request needs a token (loopback too: every local user can reach 127.0.0.1):
+    `token`, else `token_file`, else $OPSCOPE_TOKEN, else a new one (gate.server_token); the URL printed carries it.
+    no_token: no token at all, on loopback only (a single-user machine); a warning says so.
 
     live: the run streaming in, as a run id or the profiler's LiveRun (`profile --web`); with a LiveRun
     the server says on stdout when the run ends, and keeps serving until Ctrl-C.
     allow_hosts: names besides `host` (and loopback) that browsers may use to reach it (a DNS name, a proxy).
     With block=False, returns (server, url) with the server running in a thread."""
     live_id = getattr(live, "run_id", live)
-    token = gate.resolve_token(token, token_file)
-    if not is_loopback(host) and not token:
-        token = secrets.token_urlsafe(18)
-        print(f"opscope: {host} is not loopback, so requests need a token; generated one: {token}", file=sys.stderr)
+    token = gate.server_token(host, token, token_file, no_token)
+    if no_token:
+        print(f"opscope: warning: --no-token: every user of this machine can open {host}:{port} and read every "
+              "run it serves", file=sys.stderr)
     app = create_app(store=store if store is not None else getattr(live, "store", None), token=token, live=live,
                      host=host, allow_hosts=allow_hosts)
     srv, base = start_in_thread(app, host, port)
