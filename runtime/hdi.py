@@ -6,6 +6,11 @@
 
 A Backend bundles the three with its parsed description and a clock. Everything above the
 HDI -- placement, the executor, the profiler, the debugger -- talks to backends through it.
+
+A real compiler stack (ONNX Runtime, OpenVINO, XLA) implements two things instead of per-op kernels,
+next to `memory`: claim(node) -> True | reason, and compile(region) -> a program, wrapped by
+runtime/regions.StackRegistry as its `ops`; placement groups what it claims into regions
+(runtime/backends/onnxruntime_backend.py is the worked example).
 """
 from __future__ import annotations
 
