@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from opscope.app.web import gate
+from opscope.app.web import gate, ids
 from opscope.app.web.server import create_app, start_in_thread
 from opscope.profiler.store import RunStore
 from opscope.runtime.errors import UsageError
@@ -273,7 +273,16 @@ def test_a_cookie_from_one_server_does_not_open_another_on_another_port(opscope_
 BAD_VALUES = [None, [], [None, None, None], ["a", "b", "c"], [1e308, -1e308, 1e308], [2**70, 1, 1.0], {},
               {"run": 5}, {"run": ["x"]}, {"run": "no-such-run", "status": "ok", "events": 1, "dropped": 0},
               {"run": "x" * 200_000}, {"rowId": ["x"]}, {"rowId": 7}, [{"id": 3}], [{"no": "id"}], [7],
-              "x" * 200_000, "no-such-run", "", 12345, -1.5, 1e308, True, "?run=a&run=b", "?run=" + "x" * 50_000]
+              "x" * 200_000, "no-such-run", "", 12345, -1.5, 1e308, True, "?run=a&run=b", "?run=" + "x" * 50_000,
+              # issue 24: what reached DuckDB or the encoder (500), and shapes the callbacks read keys of
+              {"rowId": "ok", "value": "\ud800"}, {"run": "x", "stamp": [1], "step": {"a": 1}, "find": [1]},
+              {"run": "x", "status": "ok"}, [0, 1, "\ud800"], [1, 2, 3, 4], {"id": "\ud800"}]
+
+# Invalid wherever they go: every callback input refuses them with a 400 (a lone surrogate no store or encoder
+# takes, nested; a list where text or an object goes; an object where text or a list goes; 1 MB of text).
+ALWAYS_INVALID = ["\ud800", "run-\udfff", "?run=\ud800", {"run": "\ud800", "status": "ok", "events": 1, "dropped": 0},
+                  {"rowId": "\ud800"}, [{"id": "\ud800"}], [1], {"rowId": ["x"]}, "x" * 1_000_000,
+                  {"rowId": "x" * 1_000_000}, json.loads("[" * 40 + '"deep"' + "]" * 40)]
 
 
 def test_every_callback_answers_forged_inputs_with_400_or_a_page_never_500(opscope_home):
@@ -301,6 +310,75 @@ def test_every_callback_answers_forged_inputs_with_400_or_a_page_never_500(opsco
     assert refused > 100                              # the checks ran (a broken gate would let all through)
 
 
+def test_every_callback_input_has_a_schema_and_refuses_what_no_page_sends_with_400(opscope_home):
+    """Issue 24: a forged body with a lone surrogate as a run id, or a wrong structure for a store, answered 500."""
+    from opscope.app.web import inputs
+    store = RunStore()
+    rid = a_run(store)
+    app = create_app(store=store)
+    c = app.server.test_client()
+    callbacks = _server_callbacks(app)
+    slots = {(d["id"], d["property"]) for cb in callbacks.values() for d in cb["inputs"] + cb["state"]}
+    assert slots <= set(inputs.SCHEMA), slots - set(inputs.SCHEMA)
+    valid = _valid_inputs(rid)
+    shown = 0
+    for key, cb in callbacks.items():
+        every = cb["inputs"] + cb["state"]
+        baseline = [valid.get((d["id"], d["property"])) for d in every]
+        for i, slot in enumerate(every):
+            for bad in ALWAYS_INVALID:
+                r = c.post("/_dash-update-component",
+                           json=_callback_body(key, cb, baseline[:i] + [bad] + baseline[i + 1:]))
+                where = f"{key} {slot['id']}.{slot['property']} = {json.dumps(bad)[:60]}"
+                assert r.status_code == 400, (where, r.status_code, r.get_data(as_text=True)[-300:])
+                assert one_line(r).startswith("400 bad request: "), where
+                shown += 1
+    assert shown >= 20 * len(ALWAYS_INVALID)
+
+
+def test_a_callback_added_without_its_schema_line_is_a_500_that_says_so(opscope_home):
+    """A bug of ours, not bad input: no value reaches a callback unchecked, and the log says what to add."""
+    from dash import Input, Output
+    app = create_app()
+
+    @app.callback(Output(ids.NAV, "title"), Input("new-widget", "value"))
+    def unchecked(value):
+        return value
+    r = app.server.test_client().post("/_dash-update-component", json=_callback_body(
+        "nav.title", app.callback_map["nav.title"], ["anything"]))
+    assert r.status_code == 500 and "new-widget.value has no schema" in one_line(r)
+
+
+@pytest.mark.parametrize("slot, value, message", [
+    (("run-status", "data"), {"run": "R", "stamp": [1], "step": {"a": 1}}, "exactly the keys run, status"),
+    (("run-status", "data"), {"run": "R", "status": "ok", "events": "x", "dropped": 0}, "events must be a number"),
+    (("timeline-view", "data"), {"run": "R", "stamp": [1], "step": "all", "find": ""}, "stamp must be a string"),
+    (("timeline-view", "data"), {"run": "R", "stamp": "s", "step": {"a": 1}, "find": ""}, "step must be a number"),
+    (("timeline-view", "data"), {"run": "R"}, "exactly the keys"),
+    (("timeline-picked", "data"), [0, 1], "[step, seq, microseconds]"),
+    (("timeline-picked", "data"), [0, 1, "\ud800"], "lone surrogate"),
+    (("timeline-step", "value"), "drop table", "'all' or a step number"),
+    (("runs-table", "selectedRows"), [{"id": "x"}] * 100_001, "at most 100,000"),
+    (("ops-group", "value"), "\ud800", "lone surrogate"),
+])
+def test_a_wrong_structure_is_a_400_that_names_what_was_wrong(opscope_home, slot, value, message):
+    store = RunStore()
+    rid = a_run(store)
+    app = create_app(store=store)
+    c = app.server.test_client()
+    value = json.loads(json.dumps(value).replace('"R"', json.dumps(rid)))
+    valid = _valid_inputs(rid)
+    tried = 0
+    for key, cb in _server_callbacks(app).items():
+        every = [(d["id"], d["property"]) for d in cb["inputs"] + cb["state"]]
+        if slot in every:
+            values = [value if s == slot else valid.get(s) for s in every]
+            r = c.post("/_dash-update-component", json=_callback_body(key, cb, values))
+            assert r.status_code == 400 and message in one_line(r), (key, r.get_data(as_text=True)[:300])
+            tried += 1
+    assert tried
+
+
 @pytest.mark.parametrize("body, message", [
     ([1, 2], "JSON object"), ({"output": "nope.children"}, "no callback"), ({"output": ["x"]}, "no callback"),
     ({"output": "timeline-view.id", "outputs": {"id": "timeline-view", "property": "id"}, "inputs": []},
@@ -313,6 +391,9 @@ def test_every_callback_answers_forged_inputs_with_400_or_a_page_never_500(opsco
       "inputs": [{"id": "run-status", "property": "data", "value": None}]}, "expected hardware-graph.children"),
     ({"output": "hardware-graph.children", "outputs": {"id": "hardware-graph", "property": "children"},
       "inputs": [{"id": "run-status", "property": "data", "value": None}], "changedPropIds": [1]}, "changedPropIds"),
+    ({"output": "hardware-graph.children", "outputs": {"id": "hardware-graph", "property": "children"},
+      "inputs": [{"id": "run-status", "property": "data", "value": None}], "changedPropIds": ["\ud800"]},
+     "lone surrogate"),
 ])
 def test_malformed_callback_requests_are_400(body, message):
     app = create_app()
@@ -321,6 +402,9 @@ def test_malformed_callback_requests_are_400(body, message):
     r = c.post("/_dash-update-component", json=body)
     assert r.status_code == 400 and message in one_line(r)
     assert c.post("/_dash-update-component", data=b"{not json", content_type="application/json").status_code == 400
+    deep = b"[" * 100_000 + b"]" * 100_000               # Python's JSON parser recursed until RecursionError: 500
+    r = c.post("/_dash-update-component", data=deep, content_type="application/json")
+    assert r.status_code == 400 and "nested too deep" in one_line(r)
 
 
 def test_a_callback_that_fails_on_valid_input_is_still_a_500_with_its_traceback_logged(opscope_home, caplog):
