@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from .chrome import DEVICE_OPS, NS_MAX, Irregular, is_collective, is_step_span  # noqa: F401 (the names importers and views use)
 from .column_parser import parse_columns
-from .common import JSON_ERRORS, EventTable, not_json, text
+from opscope.runtime.errors import UsageError
+
+from .common import JSON_ERRORS, EventTable, check_other_times, not_json, short, text
 from .event_parser import parse_events
 from . import typed
 
@@ -65,20 +67,42 @@ def parse(doc, source: str, shift_ns: int = 0) -> tuple[EventTable, dict]:
         except JSON_ERRORS as e:
             raise not_json(source, e) from None
         raise
-    dist = distributed_info(doc)
+    check_other_times(events, source)
+    dist = distributed_info(doc, source)
     if dist is not None:
         table.rank, table.world_size = dist["rank"], dist["world_size"]
         run["config"]["distributed"] = dist
     return table, run
 
 
-def distributed_info(doc) -> dict | None:
-    """torch.profiler's `distributedInfo` (written when torch.distributed is initialised): {rank,
-    world_size, backend}, or None when the trace has none or it is not numbers."""
+MAX_WORLD_SIZE = 65536      # ranks in one job: a per-rank table is sized by it (the largest jobs run ~10^5 GPUs)
+
+
+def distributed_info(doc, source: str = "") -> dict | None:
+    """torch.profiler's `distributedInfo` (written when torch.distributed is initialised): {rank, world_size,
+    backend}, or None when the trace has none (or it lacks rank or world_size). Present but wrong -- not
+    whole numbers, world_size past MAX_WORLD_SIZE, a rank outside 0..world_size-1 -- is one line (exit 2):
+    a world_size of 1e12 would size per-rank structures, and a rank past it is a trace of no job."""
     info = doc.get("distributedInfo") if isinstance(doc, dict) else None
-    if not isinstance(info, dict):
+    if not isinstance(info, dict) or "rank" not in info or "world_size" not in info:
         return None
-    rank, world = info.get("rank"), info.get("world_size")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, world)) or not 0 <= rank < world:
-        return None
+    rank, world = _whole(info.get("rank")), _whole(info.get("world_size"))
+    problem = None
+    if world is None or not 1 <= world <= MAX_WORLD_SIZE:
+        problem = f"world_size is {short(info.get('world_size'))}, expected a whole number from 1 to {MAX_WORLD_SIZE}"
+    elif rank is None or not 0 <= rank < world:
+        problem = f"rank is {short(info.get('rank'))}, expected a whole number from 0 to world_size - 1 ({world - 1})"
+    if problem:
+        raise UsageError(f"cannot import {source or 'the trace'}: distributedInfo {problem}")
     return {"rank": rank, "world_size": world, "backend": text(info.get("backend")) or ""}
+
+
+def _whole(v) -> int | None:
+    """An int, or a float that is one (JSON writers may put 4.0); None for anything else."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None

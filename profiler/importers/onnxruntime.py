@@ -13,7 +13,7 @@ from collections import Counter
 
 from opscope.runtime.errors import UsageError
 
-from .common import DTYPES, EventTable, as_int as _int, shapes_json, span_ns, where_of
+from .common import DTYPES, EventTable, as_int as _int, check_other_times, shapes_json, span_ns, where_of
 from .names import op_for_onnx
 
 _PROVIDER_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "ROCMExecutionProvider": "rocm",
@@ -60,6 +60,7 @@ def parse(doc: list, source: str) -> tuple[EventTable, dict]:
                   device=_PROVIDER_DEVICE.get(provider, provider.replace("ExecutionProvider", "").lower()),
                   thread=_int(ev.get("tid", 0)), start_ns=start, end_ns=end, input_shapes=in_s,
                   input_dtypes=in_t, output_shapes=out_s, output_dtypes=out_t)
+    check_other_times(doc, source)        # the events skipped above (not X) too
     table.steps_from_spans(runs)
     backend = providers.most_common(1)[0][0] if providers else "onnxruntime"
     steps = len(set(table.cols["step"])) if len(table) else 0

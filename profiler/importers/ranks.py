@@ -36,7 +36,7 @@ def import_rank_folder(folder, store=None, max_bytes: int | None = None) -> str:
         doc = read_json(f, max_bytes)
         if not kineto.is_chrome(doc):
             raise UsageError(f"cannot import {folder}: {f.name} is not a torch.profiler trace (no 'traceEvents')")
-        info = kineto.distributed_info(doc)
+        info = kineto.distributed_info(doc, str(f))
         if info is None:
             raise UsageError(f"cannot import {folder}: {f.name} has no distributedInfo (rank, world_size); a folder "
                              "import takes one torch.profiler trace per rank of a torch.distributed job")
@@ -83,10 +83,11 @@ def _check_one_job(folder: Path, docs: list) -> None:
             raise UsageError(f"cannot import {folder}: it mixes runs: rank {info['rank']} is in both "
                              f"{seen[info['rank']]} and {f.name}")
         seen[info["rank"]] = f.name
-    missing = sorted(set(range(world)) - set(seen))
-    if missing:
+    if len(seen) < world:      # world_size is bounded (kineto.MAX_WORLD_SIZE): listing the missing ones is cheap
+        missing = [r for r in range(world) if r not in seen]
+        more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
         raise UsageError(f"cannot import {folder}: world_size is {world} but rank(s) "
-                         f"{', '.join(map(str, missing))} have no trace in the folder")
+                         f"{', '.join(map(str, missing[:20]))}{more} have no trace in the folder")
 
 
 def _clock_shifts(folder: Path, docs: list) -> tuple[list[int], str]:
