@@ -2,7 +2,7 @@
 from . import (convolution as _convolution, fft as _fft, indexing as _indexing, math as _math,  # noqa: F401
                nn as _nn, pooling as _pooling, random as _random, recurrent as _recurrent, shape as _shape,
                sorting as _sorting)
-from . import backward as _backward, optim as _optim  # noqa: F401,E402  (training ops: after the forward ones)
+from . import backward as _backward, optim as _optim, view_backward as _view_backward  # noqa: F401,E402  (training ops: after the forward ones)
 from .registry import OPS, OpDef, bytes_of, flops_of, op_for_target
 from .user import operator
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from ..samples import SAMPLES, C, F, I, Sample
+from ..samples import SAMPLES, B, C, F, I, Sample
 from .registry import FLOATS, define
 from .convolution import _tuple
 
@@ -235,6 +235,29 @@ def silu_backward(grad_output, self):
     return (_f64(grad_output) * s * (1 + x * (1 - s))).astype(self.dtype)
 
 
+@define("hardswish_backward", "activation", aten=("aten.hardswish_backward",), flops=lambda n: 4 * _numel(n),
+        dtypes=FLOATS)
+def hardswish_backward(grad_output, self):
+    """d/dx x*relu6(x+3)/6: 0 below -3, x/3 + 1/2 up to 3 (ATen's boundaries, inclusive there), 1 above."""
+    x, g = _f64(self), _f64(grad_output)
+    return np.where(x < -3.0, 0.0, np.where(x <= 3.0, g * (x / 3.0 + 0.5), g)).astype(grad_output.dtype)
+
+
+@define("hardsigmoid_backward", "activation", aten=("aten.hardsigmoid_backward",), flops=lambda n: 2 * _numel(n),
+        dtypes=FLOATS)
+def hardsigmoid_backward(grad_output, self):
+    """1/6 of the gradient strictly inside (-3, 3), 0 outside (ATen's boundaries)."""
+    x = _f64(self)
+    return np.where((x > -3.0) & (x < 3.0), _f64(grad_output) / 6.0, 0.0).astype(grad_output.dtype)
+
+
+@define("native_dropout_backward", "elementwise", aten=("aten.native_dropout_backward",),
+        flops=lambda n: 2 * _numel(n), dtypes=FLOATS)
+def native_dropout_backward(grad_output, mask, scale):
+    """The gradient where the forward's mask kept a value, times the forward's 1/(1-p)."""
+    return (_f64(grad_output) * mask * scale).astype(grad_output.dtype)
+
+
 # --- normalization and softmax backwards ---------------------------------------------------
 @define("layer_norm_backward", "normalization", aten=("aten.native_layer_norm_backward",),
         flops=lambda n: 10 * _numel(n), dtypes=FLOATS)
@@ -284,6 +307,19 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
 def softmax_backward(grad_output, output, dim, input_dtype=None):
     y, g = _f64(output), _f64(grad_output)
     return (y * (g - (g * y).sum(axis=dim, keepdims=True))).astype(grad_output.dtype)
+
+
+@define("safe_softmax", "normalization", aten=("aten._safe_softmax",), flops=lambda n: 5 * _numel(n), dtypes=FLOATS)
+def safe_softmax(self, dim, dtype=None):
+    """softmax, except that a row whose every input is -inf gives zeros instead of NaN (what attention with a
+    fully masked row needs; T5 and Swin capture their softmax as this)."""
+    from ..dtypes import to_numpy
+    from .nn import _softmax
+    x = self.astype(to_numpy(dtype)) if dtype is not None else self
+    with np.errstate(invalid="ignore"):        # the dead rows' 0/0, replaced just below
+        out = _softmax(_f64(x), dim)
+    dead = np.all(np.isneginf(x), axis=dim, keepdims=True)
+    return np.where(dead, 0.0, out).astype(x.dtype)
 
 
 @define("log_softmax_backward", "normalization", aten=("aten._log_softmax_backward_data",),
@@ -395,6 +431,14 @@ BACKWARD_SAMPLES = {
     "tanh_backward": Sample(aten.tanh_backward.default, [(F(4, 5), F(4, 5, lo=-1.0, hi=1.0))]),
     "sigmoid_backward": Sample(aten.sigmoid_backward.default, [(F(4, 5), F(4, 5, lo=0.0, hi=1.0))]),
     "silu_backward": Sample(aten.silu_backward.default, [(F(4, 5), F(4, 5))]),
+    "hardswish_backward": Sample(aten.hardswish_backward.default,
+                                 [(F(4, 5), F(4, 5, lo=-4, hi=4)), (F(7), F(7, lo=-4, hi=4))], F32_64),
+    "hardsigmoid_backward": Sample(aten.hardsigmoid_backward.default,
+                                   [(F(4, 5), F(4, 5, lo=-4, hi=4)), (F(7), F(7, lo=-4, hi=4))], F32_64),
+    "native_dropout_backward": Sample(aten.native_dropout_backward.default,
+                                      [(F(4, 5), B(4, 5), 2.0), (F(3, 2), B(3, 2), 1.0)], F32_64),
+    "safe_softmax": Sample(aten._safe_softmax.default,
+                           [(F(4, 5), 1), (F(2, 3, 4), -1), (F(2, 3, 4), 0, torch.float32), (F(0, 3), -1)], F32_64),
     "layer_norm_backward": Sample(aten.native_layer_norm_backward.default,
                                   [(F(4, 6), F(4, 6), [6], F(4, 1), F(4, 1, lo=0.5), F(6), F(6), [True, True, True]),
                                    (F(2, 3, 4), F(2, 3, 4), [3, 4], F(2, 1, 1), F(2, 1, 1, lo=0.5), F(3, 4), F(3, 4),

@@ -60,6 +60,21 @@ def define(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc="",
     return wrap
 
 
+def composition(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc=""):
+    """Register the decorated torch function (the ATen op's signature, written in other ATen ops) as
+    op `name`'s definition: a backend with no kernel of its own runs its decomposition -- the body
+    captured into opscope ops (runtime/decompose.py) -- so one definition serves every backend."""
+
+    def wrap(fn):
+        OPS[name] = OpDef(name, kind, None, tuple(aten), flops, frozenset(dtypes), doc or (fn.__doc__ or "").strip(),
+                          torch=fn, composite=fn)
+        for packet in aten:
+            _ATEN[packet] = name
+        return fn
+
+    return wrap
+
+
 def alias(name: str, *packets: str) -> None:
     """More ATen packets that mean op `name` (e.g. in-place and out-of-place spellings)."""
     for packet in packets:
