@@ -385,24 +385,24 @@ def decode_graph(doc: dict, files: dict, model, where: str = "plan") -> tuple[Gr
 
 
 def plan_backend(doc: dict, where: str) -> str:
-    """The backend spec a plan may choose by itself: numpy, torch:DEVICE, or a sim:NAME description the user
-    has (bundled or in $OPSCOPE_HOME/backends) whose implementation is opscope's own. Never a description
-    file's path, never a description that imports a module: for those the user passes -b."""
-    from .. import backends as _backends, description as _description
+    """The backend spec a plan may choose by itself: numpy, torch:DEVICE, a stack (onnxruntime...), or a
+    sim:NAME description the user has (bundled or in $OPSCOPE_HOME/backends) whose implementation is
+    opscope's own. Never a description file's path, never a description that imports a module: for
+    those the user passes -b."""
+    from .. import backends as _backends
     try:
         spec = doc["backend"]["spec"]
     except (KeyError, TypeError):
         raise UsageError(f"{where}: corrupted (no backend); compile it again") from None
-    shown = ascii(spec)[:80]
-    if not isinstance(spec, str) or not re.fullmatch(r"numpy|torch(:[A-Za-z0-9_]+(:\d+)?)?|sim:[A-Za-z0-9_.-]+", spec):
-        raise UsageError(f"{where} was compiled for backend {shown}; a plan does not choose a description file "
-                         "or module by itself: pass -b (the description you mean to run it on)")
-    if spec.startswith("sim:"):
-        path = _backends.description_paths().get(spec[4:])
-        impl = _description.load(path).implementation if path else None
-        if impl not in (None, "sim", "numpy", "torch"):
-            raise UsageError(f"{where} runs on {spec}, whose description imports module {ascii(impl)[:60]}; a plan "
-                             f"does not choose a module by itself: pass -b {spec} to choose it yourself")
+    base, _, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not (base in ("numpy", "torch", "sim") or base in _backends.STACKS) or \
+            not re.fullmatch(r"[A-Za-z0-9_.:-]{0,64}", rest) or (base == "sim" and not rest):
+        raise UsageError(f"{where} was compiled for backend {_shown(spec)}; a plan does not choose a description "
+                         "file by itself: pass -b (the backend you mean to run it on)")
+    impl = _backends.describe(spec)[0].implementation
+    if impl not in ("sim", "numpy", "torch") and impl not in _backends.STACKS:
+        raise UsageError(f"{where} runs on {spec}, whose description imports module {_shown(impl)}; a plan does "
+                         f"not choose a module by itself: pass -b {spec} to choose it yourself")
     return spec
 
 
@@ -421,7 +421,7 @@ def bind_plan(doc: dict, files: dict, path, *, model, inputs, backend=None, t0: 
     from . import fuse, layout  # noqa: F401 -- their ops (fused, relayout) must be registered
     t0 = time.perf_counter() if t0 is None else t0
     where = f"plan {path}"
-    backend = backend or _backends.resolve(plan_backend(doc, where))
+    backend = backend or _backends.resolve(plan_backend(doc, where), trusted=False)
     check_plan(doc, path, model=model, inputs=inputs, backend=backend)
     try:
         graph, carry = decode_graph(doc, files, model, where)
