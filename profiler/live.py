@@ -86,26 +86,42 @@ class LiveRun:
         self._done = threading.Event()
         self._finishing = threading.Lock()
         self._log = tempfile.NamedTemporaryFile(prefix="opscope-runner-", suffix=".log", delete=False)
-        self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
-        # the key goes in the environment, never on the command line (stream.py says why)
-        from .runner import ACK_ENV, KEY_ENV, PARENT_ENV, PDEATHSIG_ENV
+        from .runner import PARENT_ENV, PDEATHSIG_ENV, PIPE_ENV, STREAM_ENV, handover
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{
-            KEY_ENV: self.collector.key.hex(), PARENT_ENV: str(os.getpid()),
+            PARENT_ENV: str(os.getpid()),
             PDEATHSIG_ENV: "1" if threading.current_thread() is threading.main_thread() else "0"})
-        # the runner waits on this pipe for "your end arrived" before it exits (runner._take_ack says why)
-        ack_r, self._ack = os.pipe() if os.name == "posix" else (None, None)
-        if ack_r is not None:
-            env[ACK_ENV] = str(ack_r)
+        # The runner starts first, so that its collector listens to the runner's process alone (stream.py);
+        # then the stream's endpoint and key go down this pipe, never into the runner's environment or
+        # command line (runner._take_stream), and at the end its closing says "your end arrived" (_take_pipe).
+        pipe_r, self._ack = os.pipe() if os.name == "posix" else (None, None)
+        self.collector = None
+        if pipe_r is None:               # NOTE: no descriptor to pass (Windows): the line goes in the environment
+            self.collector = Collector(store, run_id, hwm=hwm, on_control=self._on_control).start()
+            env[STREAM_ENV] = handover(self.collector.endpoint, self.collector.key).decode().strip()
+        else:
+            env[PIPE_ENV] = str(pipe_r)
         # a profiled script talks to its user (echo: their terminal); a model's runner only to the log
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint",
-                                          self.collector.endpoint, "--hwm", str(hwm), *argv],
+            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--hwm", str(hwm), *argv],
                                          stdout=self._log if echo is None else subprocess.PIPE,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL if echo is None else None,
-                                         env=env, pass_fds=(ack_r,) if ack_r is not None else ())
+                                         env=env, pass_fds=(pipe_r,) if pipe_r is not None else ())
         finally:
-            if ack_r is not None:       # the runner holds its own copy
-                os.close(ack_r)
+            if pipe_r is not None:       # the runner holds its own copy
+                os.close(pipe_r)
+        if self.collector is None:
+            try:
+                self.collector = Collector(store, run_id, runner_pid=self.proc.pid, hwm=hwm,
+                                           on_control=self._on_control).start()
+            except BaseException:        # no collector: no runner either
+                self.proc.kill()
+                self.proc.wait()
+                os.close(self._ack)
+                raise
+            try:
+                os.write(self._ack, handover(self.collector.endpoint, self.collector.key))
+            except BrokenPipeError:      # the runner is gone already: the watcher ends the run failed, saying how
+                pass
         self.pid = self.proc.pid
         self._pump = None
         if echo is not None:

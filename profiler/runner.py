@@ -1,10 +1,11 @@
 """The runner: runs the model and streams its events to a collector.
 
-    OPSCOPE_STREAM_KEY=<hex> OPSCOPE_PARENT_PID=<pid> \
-        python -m opscope.profiler.runner --endpoint ipc:///tmp/opscope-XXXX/stream --model demo:gpt --backend torch:cpu ...
+    OPSCOPE_PARENT_PIPE=<fd> OPSCOPE_PARENT_PID=<pid> \
+        python -m opscope.profiler.runner --model demo:gpt --backend torch:cpu ...
+    # then the parent writes handover(endpoint, key) into the pipe <fd>
 
-Only live.py starts it: the stream key comes in the environment (never on the command line, which
-`ps` shows to every user), and the runner dies with the process that started it (die_with_parent).
+Only live.py starts it. The stream's endpoint and key come down a pipe (_take_stream says why not the
+environment or the command line), and the runner dies with the process that started it (die_with_parent).
 
 `execute()` is the part that does not care where events go; profile() calls it in-process
 when the caller hands over model objects instead of a spec.
@@ -23,10 +24,10 @@ from opscope.runtime.errors import UsageError
 
 ENGINES = ("graph", "eager")
 CAPTURES = ("export", "dynamo")         # how the graph engine gets its graph: torch.export, or torch.compile regions
-KEY_ENV = "OPSCOPE_STREAM_KEY"          # hex of the per-run stream key (stream.py says why the environment)
+PIPE_ENV = "OPSCOPE_PARENT_PIPE"        # the parent's pipe: the stream's endpoint and key, then EOF (_take_pipe)
+STREAM_ENV = "OPSCOPE_STREAM"           # the same line where no pipe can be passed (Windows; see _take_stream)
 PARENT_ENV = "OPSCOPE_PARENT_PID"       # the collecting process: when it dies, so does the runner
 PDEATHSIG_ENV = "OPSCOPE_PDEATHSIG"     # "1": the parent spawned us from its main thread (see die_with_parent)
-ACK_ENV = "OPSCOPE_END_ACK_FD"          # a pipe the parent closes once the end arrived (see _take_ack)
 PR_SET_PDEATHSIG = 1                    # <linux/prctl.h>
 
 
@@ -184,7 +185,6 @@ def _send_meta(sink, meta: dict) -> None:
 
 def _args(argv):
     p = argparse.ArgumentParser(prog="python -m opscope.profiler.runner")
-    p.add_argument("--endpoint", required=True)
     p.add_argument("--model", default="")
     p.add_argument("--backend", required=True)
     p.add_argument("--steps", type=int, default=1)
@@ -229,29 +229,57 @@ def die_with_parent(parent: int, pdeathsig: bool, poll_s: float = 0.2) -> None:
     threading.Thread(target=watch, name="opscope-parent-watch", daemon=True).start()
 
 
-def _take_key() -> bytes | None:
-    """The stream key from the environment, removed from it so the model's own subprocesses never see it."""
+MAX_HANDOVER = 4096                     # one line: an endpoint (a socket path is ~100 bytes) and a key
+
+
+def handover(endpoint: str, key: bytes) -> bytes:
+    """What the parent writes into the pipe once its collector listens: one line, under PIPE_BUF (atomic)."""
+    return f"{endpoint} {key.hex()}\n".encode()
+
+
+def _take_stream(pipe: int | None) -> tuple[str, bytes] | None:
+    """(endpoint, key) from the parent's pipe, or None.
+
+    Why a pipe: the environment a process was started with stays readable in /proc/PID/environ by
+    every process of the same user for as long as it runs, whatever os.environ.pop does (a same-user
+    process read the key there and forged a run's end), and the command line shows in `ps` to everyone.
+    A pipe is read once and leaves nothing behind. NOTE: Windows has no descriptor to pass: there the
+    line comes in the environment, which the same user can read (stream.py says what that means)."""
+    if pipe is None:
+        line = os.environ.pop(STREAM_ENV, "").encode()
+    else:
+        line = b""
+        try:
+            while not line.endswith(b"\n") and len(line) < MAX_HANDOVER:
+                chunk = os.read(pipe, MAX_HANDOVER - len(line))      # the parent writes it in one go
+                if not chunk:                                        # the parent is gone, or wrote nothing
+                    break
+                line += chunk
+        except OSError:
+            return None
+    endpoint, _, key = line.decode("utf-8", "replace").strip().rpartition(" ")
     try:
-        key = bytes.fromhex(os.environ.pop(KEY_ENV, ""))
+        key = bytes.fromhex(key)
     except ValueError:
         return None
-    return key if len(key) == 32 else None
+    return (endpoint, key) if endpoint and len(key) == 32 else None
 
 
-def _take_ack() -> int | None:
-    """The read end of the pipe the collecting process closes once "your end arrived", or None.
+def _take_pipe() -> int | None:
+    """The read end of the parent's pipe, or None. The parent writes the stream's endpoint and key into
+    it (_take_stream) and closes it once "your end arrived".
 
-    Why the runner waits for it: ZeroMQ drops what still sits in the socket when the sender exits while
+    Why the runner waits for that: ZeroMQ drops what still sits in the socket when the sender exits while
     the reader's queue is full, and on a loaded machine the collector can be seconds behind. The
     runner's flush only hands its messages to the kernel, so a runner that exits then loses its end
     and the batches before it (seen in CI: "exited with code 0 without reporting the end of the run").
     PUSH/PULL has no way back, hence a pipe; one the model's own subprocesses do not inherit."""
-    fd = os.environ.pop(ACK_ENV, "")
+    fd = os.environ.pop(PIPE_ENV, "")
     if not fd.isdigit():
         return None
     try:
         os.set_inheritable(int(fd), False)
-    except (OSError, OverflowError):     # not an open descriptor: no pipe, the runner exits as before
+    except (OSError, OverflowError):     # not an open descriptor: no pipe (nor a stream, unless in the environment)
         return None
     return int(fd)
 
@@ -271,17 +299,17 @@ def _wait_for_ack(fd: int | None, timeout_s: float) -> None:
 
 def main(argv=None) -> int:
     a = _args(argv)
-    key = _take_key()
-    if key is None:
-        print(f"opscope runner: no stream key in ${KEY_ENV}: runners are started by `opscope profile`",
-              file=sys.stderr)
-        return 2
     parent = os.environ.pop(PARENT_ENV, "")
-    if parent.isdigit():
+    if parent.isdigit():                   # first: a parent that dies before it writes must not leave us waiting
         die_with_parent(int(parent), os.environ.pop(PDEATHSIG_ENV, "") == "1")
-    ack = _take_ack()
+    ack = _take_pipe()
+    stream = _take_stream(ack)
+    if stream is None:
+        print("opscope runner: no stream endpoint and key came from the parent: runners are started by "
+              "`opscope profile`", file=sys.stderr)
+        return 2
     from .stream import END_TIMEOUT_MS, StreamSink
-    sink = StreamSink(a.endpoint, key, hwm=a.hwm)
+    sink = StreamSink(*stream, hwm=a.hwm)
     sink.control("hello", pid=os.getpid(), t_ns=time.perf_counter_ns())
     code, delivered = 0, False
     try:
@@ -303,7 +331,7 @@ def main(argv=None) -> int:
             traceback.print_exc()           # into the runner log the run keeps as an artifact
         delivered = sink.end("failed", error=msg, error_kind=kind)
         code = 2 if kind == "usage" else 1
-    if delivered:          # the connection must stay open until the end is read (_take_ack says why)
+    if delivered:          # the connection must stay open until the end is read (_take_pipe says why)
         _wait_for_ack(ack, END_TIMEOUT_MS / 1000)
     sink.close(flush=True)
     return code

@@ -5,18 +5,26 @@ queue is full the batch is dropped and its events counted; every later message c
 cumulative count, so the store always knows how many events it does not have. Only control
 messages (hello, meta, end) wait, and only for a bounded time.
 
-Who may talk to a collector. Two locks, because each covers what the other does not:
+Who may talk to a collector. Three locks, because each covers what the others do not:
 - the socket is `ipc://` in a fresh 0700 folder (tempfile.mkdtemp), so the kernel keeps other users
   out and there is no TCP port for anyone to find in `ps` or to squat after the collector is gone;
-- every message carries an HMAC-SHA256 under a 32-byte key made per run (wire.py), handed to the
-  runner in its environment (readable only by the same user, unlike the command line that `ps` shows
-  to everyone). That stops the same user's other processes, and it is the only lock where ZeroMQ has
-  no ipc:// (Windows), where the socket falls back to 127.0.0.1. CURVE would do the same with more
-  moving parts (libsodium in the build, key pairs); a MAC is a few lines of stdlib and, with SHA-NI,
-  about 2 GB/s.
-A message that fails the MAC, the decoding or the schema is dropped and counted (`rejected`); the
-run goes on. At the end the collector compares the runner's own count with what arrived
-(`verdict()`), so a message lost on the way marks the run incomplete instead of vanishing.
+- the listening socket accepts one process: its runner. libzmq reads the connecting process's pid
+  from the kernel (SO_PEERCRED) and closes any other connection at accept, before it reads a byte or
+  keeps a descriptor (IPC_FILTER_PID), so the same user's other processes cannot hold descriptors
+  (1,100 idle connections used to abort the collector: "Too many open files", exit 134) nor queue a
+  message. The runner's pid is known before the socket binds because the runner is started first and
+  learns the endpoint and key from a pipe its parent holds (runner._take_stream). Refused connections
+  are counted (`refused_connections`, from a socket monitor);
+- every message carries an HMAC-SHA256 under a 32-byte key made per run (wire.py), sent down that
+  pipe: never in the environment (/proc/PID/environ keeps what a process was started with, whatever
+  os.environ.pop does) nor on the command line. That is the lock where libzmq has no pid check
+  (macOS: no SO_PEERCRED; Windows: no ipc://, the socket falls back to 127.0.0.1, and the key to the
+  environment): there same-user processes can open connections, and are trusted not to. CURVE would
+  add key pairs and libsodium for what a MAC does in a few lines of stdlib, about 2 GB/s with SHA-NI.
+A message that fails the MAC, the decoding or the schema, or has more parts or bytes than the wire's
+(wire.PART_BOUNDS: ZeroMQ's MAXMSGSIZE bounds each part, not their number), is dropped and counted
+(`rejected`); the run goes on. At the end the collector compares the runner's own count with what
+arrived (`verdict()`), so a message lost on the way marks the run incomplete instead of vanishing.
 
 The way back: PUSH/PULL has none, and ZeroMQ drops what still sits in the socket when the sender
 exits while the reader's queue is full. So a runner that sent its end waits, on a pipe its parent
@@ -25,15 +33,17 @@ holds (runner._take_ack), until the collector has read it; then it exits.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 import threading
 import time
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from .batch import Batch, BatchWriter
-from .wire import MAX_FRAME, BadMessage, Opener, Sealer, new_key
+from .wire import MAX_FRAME, PART_BOUNDS, BadMessage, Opener, Sealer, new_key
 
 DEFAULT_HWM = 64            # batches queued on each side before the sender drops
 # How long the runner waits to deliver a control message (hello, meta, end) and, on exit, what is still
@@ -105,6 +115,53 @@ class StreamSink:
             self.ctx.term()
 
 
+def _only_from(sock, pid: int) -> bool:
+    """Have the socket accept connections from process `pid` only (ipc://); False where libzmq cannot."""
+    try:
+        sock.setsockopt(zmq.IPC_FILTER_PID, pid)      # NOTE: before bind: a listener copies the options then
+    except (zmq.ZMQError, AttributeError):            # built without SO_PEERCRED (macOS), or a pyzmq without it
+        return False
+    return zmq.has("ipc")
+
+
+def _watch_connections(sock) -> zmq.Socket:
+    """A monitor of the socket's accepted and refused connections, read by the collector's loop.
+
+    NOTE: libzmq's I/O thread blocks on a full monitor queue (its default bound is 1,000 events), and
+    then stops serving the runner too: unread during a busy store write, a flood of refused
+    connections would stall the stream. So the reading end is unbounded (RCVHWM 0): events are a few
+    dozen bytes, and the loop drains them between two writes."""
+    address = f"inproc://opscope-monitor-{secrets.token_hex(8)}"
+    sock.monitor(address, zmq.EVENT_ACCEPTED | zmq.EVENT_ACCEPT_FAILED)
+    monitor = sock.context.socket(zmq.PAIR)
+    monitor.setsockopt(zmq.RCVHWM, 0)
+    monitor.setsockopt(zmq.LINGER, 0)
+    monitor.connect(address)
+    return monitor
+
+
+def _receive(sock) -> list[bytes]:
+    """One message, part by part: BadMessage past the wire's number of parts or a part's bound.
+
+    What does not fit is read and let go part by part (the rest of the message must leave the socket
+    anyway), so this holds at most one message's worth (wire.MAX_MESSAGE) and one part more."""
+    kept, parts, big = [], 0, False
+    while True:
+        part = sock.recv()
+        if parts < len(PART_BOUNDS) and len(part) <= PART_BOUNDS[parts]:
+            kept.append(part)
+        else:
+            big = big or parts < len(PART_BOUNDS)
+        parts += 1
+        if not sock.rcvmore:
+            break
+    if parts != len(PART_BOUNDS):
+        raise BadMessage("wrong number of frames", f"{parts} parts")
+    if big:
+        raise BadMessage("bad frame size")
+    return kept
+
+
 def _bind_private(sock) -> tuple[str, str | None]:
     """(endpoint, private folder or None): ipc:// in a 0700 folder where ZeroMQ has it, else loopback TCP."""
     if zmq.has("ipc"):
@@ -134,11 +191,12 @@ class Collector:
     """Collector side: a background thread that writes batches into the store as they arrive.
 
     `on_control(head)` is called for hello/meta/end messages (in the collector thread). The runner
-    needs `endpoint` and `key`.
+    needs `endpoint` and `key`. `runner_pid`: the only process the socket accepts (default: this one,
+    a sink in the same process); `only_runner` says whether libzmq could enforce that here.
     """
 
-    def __init__(self, store, run_id: str, *, hwm: int = DEFAULT_HWM, on_control=None,
-                 write_interval_s: float = 0.25):
+    def __init__(self, store, run_id: str, *, runner_pid: int | None = None, hwm: int = DEFAULT_HWM,
+                 on_control=None, write_interval_s: float = 0.25):
         self.writer = BatchWriter(store, run_id)
         self.key = new_key()
         self._opener = Opener(self.key)
@@ -146,8 +204,14 @@ class Collector:
         self.sock = self.ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.RCVHWM, max(1, hwm))
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)    # a peer sending more is disconnected unread
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)    # a peer sending a bigger part is disconnected unread
+        self.only_runner = _only_from(self.sock, os.getpid() if runner_pid is None else runner_pid)
+        self._monitor = _watch_connections(self.sock)
+        self.connections = 0                # accepted: the runner's (once, unless it had to reconnect)
+        self.refused_connections = 0        # closed at accept: not the runner's process
         self.endpoint, self._folder = _bind_private(self.sock)
+        if self._folder is None:
+            self.only_runner = False        # loopback TCP: the pid check is ipc's
         self.on_control = on_control
         self.write_interval_s = write_interval_s
         self.ended = threading.Event()      # the runner's end message arrived
@@ -181,13 +245,16 @@ class Collector:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        self._count_connections()           # what the monitor saw until now: the counts are final
         self.sock.close()
+        self._monitor.close()
         if self._folder:
             shutil.rmtree(self._folder, ignore_errors=True)
 
     def verdict(self) -> tuple[str | None, dict]:
         """(why the run is incomplete, or None; what the stream reports into the run's config)."""
-        notes: dict = {"transport": self.transport, "rejected": self.rejected}
+        notes: dict = {"transport": self.transport, "rejected": self.rejected, "only_runner": self.only_runner,
+                       "refused_connections": self.refused_connections}
         if self.rejected_why:
             notes["rejected_why"] = dict(self.rejected_why)
         end = self.end
@@ -209,9 +276,18 @@ class Collector:
         if e.reason in self.rejected_why or len(self.rejected_why) < MAX_REASONS:
             self.rejected_why[e.reason] = self.rejected_why.get(e.reason, 0) + 1
 
+    def _count_connections(self) -> None:
+        while self._monitor.poll(0):
+            event = parse_monitor_message(self._monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_ACCEPTED:
+                self.connections += 1
+            elif event == zmq.EVENT_ACCEPT_FAILED:
+                self.refused_connections += 1
+
     def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         pending: list[Batch] = []
         last_write = time.monotonic()
         quiet_since = None
@@ -221,18 +297,21 @@ class Collector:
                     if quiet_since is None:
                         quiet_since = time.monotonic()
                     if time.monotonic() - quiet_since > getattr(self, "_drain_s", 0.5) or self.ended.is_set() \
-                            and not poller.poll(0):
+                            and not self.sock.poll(0):
                         break
                 got = dict(poller.poll(20))
-                while got and len(pending) < 256:
-                    frames = self.sock.recv_multipart(copy=True)
+                if self._monitor in got:
+                    self._count_connections()
+                ready = self.sock in got
+                while ready and len(pending) < 256:
                     self.messages += 1
-                    got = dict(poller.poll(0))
                     try:
-                        kind, msg = self._opener.open(frames)
+                        kind, msg = self._opener.open(_receive(self.sock))
                     except BadMessage as e:      # not our runner's, or not well-formed: count it, go on
                         self._reject(e)
                         continue
+                    finally:
+                        ready = self.sock.poll(0)
                     quiet_since = None if self._stop.is_set() else quiet_since
                     if kind == "batch":
                         pending.append(msg)

@@ -31,6 +31,10 @@ MAC_BYTES = 32
 MAX_HEADER = 64 << 20             # one header frame (sites, tensor summaries, a run's meta)
 MAX_EVENTS = 1 << 22              # events in one batch (the recorders flush every 4096, or once a step on CUDA)
 MAX_FRAME = max(MAX_HEADER, MAX_EVENTS * 8 * len(EVENT_INTS))   # ZeroMQ drops a peer that sends more
+# NOTE: ZeroMQ's MAXMSGSIZE bounds each part of a message, not the message: 50 parts under the bound pass it.
+# So the collector also reads a message part by part, keeping at most these (stream._receive)
+PART_BOUNDS = (MAX_HEADER, MAX_EVENTS * 8 * len(EVENT_INTS), MAC_BYTES)     # header, payload, mac
+MAX_MESSAGE = sum(PART_BOUNDS)
 MAX_STR = 1 << 20                 # one string field (a shapes JSON of an op with many inputs)
 MAX_DEPTH = 16                    # nesting of the free-form meta fields (description, placement)
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -224,10 +228,10 @@ class Opener:
         self.last_i = 0
 
     def open(self, frames: list) -> tuple[str, object]:
-        if len(frames) != 3:
+        if len(frames) != len(PART_BOUNDS):
             raise BadMessage("wrong number of frames")
         header, payload, mac = frames
-        if len(header) > MAX_HEADER or len(payload) > MAX_FRAME or len(mac) != MAC_BYTES:
+        if any(len(f) > most for f, most in zip(frames, PART_BOUNDS)) or len(mac) != MAC_BYTES:
             raise BadMessage("bad frame size")
         if not hmac.compare_digest(mac, _mac(self.key, header, payload)):
             raise BadMessage("bad MAC")

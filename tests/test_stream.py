@@ -102,15 +102,19 @@ def test_a_runner_that_exits_right_after_its_end_still_delivers_it(tmp_path):
 
     import zmq
 
-    from opscope.profiler.runner import KEY_ENV
+    from opscope.profiler.runner import PIPE_ENV, handover
     from opscope.profiler.wire import BadMessage, Opener, new_key
 
     key = new_key()
     endpoint = f"ipc://{tmp_path}/stream"
-    proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--endpoint", endpoint,
+    pipe_r, pipe_w = os.pipe()             # what live.py hands a runner: the endpoint and key, down a pipe
+    proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner",
                              "--model", "demo:mlp", "--backend", "numpy", "--steps", "1"],
-                            env=dict(os.environ, **{KEY_ENV: key.hex()}), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            env=dict(os.environ, **{PIPE_ENV: str(pipe_r)}), pass_fds=(pipe_r,),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    os.close(pipe_r)
+    os.write(pipe_w, handover(endpoint, key))
+    os.close(pipe_w)                       # EOF at once: the runner does not wait for its end to be read
     try:
         time.sleep(1.0)
         deadline = time.monotonic() + 120
@@ -214,12 +218,45 @@ def test_a_model_error_longer_than_the_wire_takes_still_ends_the_run_at_once(tmp
 
 
 @pytest.mark.parametrize("value", ["", "abc", "-1", "99999999999999999999999", "987654"])
-def test_a_runner_given_no_usable_end_pipe_goes_without_one(monkeypatch, value):
-    """The pipe's descriptor arrives in the environment: anything but an open descriptor means no pipe (the
-    runner then exits as it did before), never a traceback."""
+def test_a_runner_given_no_usable_pipe_goes_without_one(monkeypatch, value):
+    """The pipe's descriptor arrives in the environment: anything but an open descriptor means no pipe,
+    never a traceback."""
     import os
 
     from opscope.profiler import runner
-    monkeypatch.setenv(runner.ACK_ENV, value)
-    assert runner._take_ack() is None
-    assert runner.ACK_ENV not in os.environ      # taken: the model's own processes never see it
+    monkeypatch.setenv(runner.PIPE_ENV, value)
+    assert runner._take_pipe() is None
+    assert runner.PIPE_ENV not in os.environ      # taken: the model's own processes never see it
+
+
+@pytest.mark.parametrize("line", [b"", b"ipc:///tmp/x/stream", b"ipc:///tmp/x/stream abc\n", b" " + b"ab" * 32 + b"\n",
+                                  b"ipc:///tmp/x/stream " + b"ab" * 31 + b"\n", b"\xff\xfe " + b"zz" * 32,
+                                  b"x" * 5000])
+def test_a_runner_given_a_bad_line_down_its_pipe_has_no_stream(line):
+    """What the parent writes is checked: a short or missing key, no endpoint, junk, a line past the
+    bound -- no stream (the runner then exits 2 with one line), never a traceback."""
+    import os
+
+    from opscope.profiler import runner
+    r, w = os.pipe()
+    os.write(w, line)
+    os.close(w)
+    try:
+        assert runner._take_stream(r) is None
+    finally:
+        os.close(r)
+
+
+def test_the_line_down_the_pipe_round_trips():
+    import os
+
+    from opscope.profiler import runner
+    from opscope.profiler.wire import new_key
+    key, endpoint = new_key(), "ipc:///tmp/a folder with spaces/stream"
+    r, w = os.pipe()
+    os.write(w, runner.handover(endpoint, key))       # the write end stays open, as the parent keeps it
+    try:
+        assert runner._take_stream(r) == (endpoint, key)
+    finally:
+        os.close(r)
+        os.close(w)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from opscope.profiler import RunStore, start_profile
 from opscope.profiler.batch import Batch, BatchWriter
-from opscope.profiler.stream import step_ranges
+from opscope.profiler.stream import Collector, StreamSink, step_ranges
 from opscope.profiler.wire import MAX_STR, BadMessage, Opener, Sealer, _mac, new_key
 
 SITE = (0, "add", "add_0", "m", "f.py:1", "numpy", "cpu", 0, "[[4]]", '["float32"]', "[[4]]", '["float32"]', 32, 4,
@@ -203,33 +203,38 @@ def _per_step(model, backend):
     return len(open_session(model, backend).plan.steps)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-def test_a_live_run_refuses_a_pickle_junk_and_a_forged_end_and_carries_on(tmp_path):
-    # the payload is real: unpickled, it creates its file
-    pickle.loads(pickle.dumps(Touch(tmp_path / "proof")))
-    assert (tmp_path / "proof").exists()
-    target = tmp_path / "pwned"
-    store = RunStore()
-    steps = 200
-    live = start_profile("demo:mlp", "numpy", steps=steps, store=store, hardware=False)
-    endpoint = live.collector.endpoint
-    assert endpoint.startswith("ipc://")
-    folder = os.path.dirname(endpoint[len("ipc://"):])
-    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-    assert live.collector.key.hex() not in " ".join(psutil.Process(live.pid).cmdline())   # not in `ps`
-
+def _intrude(endpoint: str, target) -> None:
+    """What a same-user process sends once it knows the socket: a pickle that would create `target`
+    (twice: bare, and shaped like a real message), junk, and a well-formed end without a valid MAC."""
     forged = msgpack.packb({"kind": "end", "i": 10**9, "dropped": 0, "status": "failed", "error": "forged",
                             "error_kind": "model", "events": 0, "sent_by_step": []})
     intruder = zmq.Context.instance().socket(zmq.PUSH)
     intruder.setsockopt(zmq.LINGER, 10_000)
     intruder.connect(endpoint)
     evil = pickle.dumps(Touch(target))
-    intruder.send(evil)                                   # (a) a pickle that would create a file
-    intruder.send_multipart([evil, b"", b"\0" * 32])      # (a) again, shaped like a real message
-    intruder.send(b"junk")                                # (b)
-    intruder.send_multipart([forged, b"", b"\0" * 32])    # (c) well-formed msgpack, no valid MAC
-    intruder.close()                                      # lingers until delivered
+    intruder.send(evil)
+    intruder.send_multipart([evil, b"", b"\0" * 32])
+    intruder.send(b"junk")
+    intruder.send_multipart([forged, b"", b"\0" * 32])
+    intruder.close()                                      # lingers until delivered, or 10 s
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_live_run_refuses_another_process_at_connect_and_carries_on(tmp_path):
+    """Only the runner's process gets a connection: another process's pickle, junk and forged end never
+    reach the collector (its connection is closed at accept, and counted); the run goes on, whole."""
+    pickle.loads(pickle.dumps(Touch(tmp_path / "proof")))    # the payload is real: unpickled, it creates its file
+    assert (tmp_path / "proof").exists()
+    target = tmp_path / "pwned"
+    store = RunStore()
+    steps = 50
+    live = start_profile("demo:mlp", "numpy", steps=steps, store=store, hardware=False)
+    endpoint = live.collector.endpoint
+    assert endpoint.startswith("ipc://")
+    folder = os.path.dirname(endpoint[len("ipc://"):])
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    _intrude(endpoint, target)
 
     assert live.wait(240) == "ok", live.error
     assert not target.exists()
@@ -238,9 +243,57 @@ def test_a_live_run_refuses_a_pickle_junk_and_a_forged_end_and_carries_on(tmp_pa
     assert r["events"] + r["dropped"] == steps * _per_step("demo:mlp", "numpy")
     assert r["events"] == len(store.events_frame(live.run_id)["seq"])
     report = r["config"]["stream"]
-    assert report["rejected"] == live.rejected == 4
-    assert report["rejected_why"] == {"wrong number of frames": 2, "bad MAC": 2}
+    assert report["only_runner"] is True
+    assert report["refused_connections"] >= 1 and live.collector.connections == 1   # the runner's, once
+    assert report["rejected"] == live.rejected == 0          # nothing of the intruder's was even read
     assert not os.path.exists(folder)                     # the socket's folder goes with the run
+
+
+@pytest.mark.multiprocess
+def test_where_the_pid_cannot_tell_them_apart_the_key_refuses_a_pickle_junk_and_a_forged_end(tmp_path):
+    """A socket in the runner's own process passes the pid check (and on macOS there is none): the MAC
+    and the schema still refuse everything but the runner's messages, count them, and the run goes on."""
+    target = tmp_path / "pwned"
+    store = RunStore()
+    run = store.create_run(model="m", backend="numpy")
+    col = Collector(store, run).start()                     # listens to this process: sink and intruder both
+    sink = StreamSink(col.endpoint, col.key)
+    assert sink.send(Batch(0, 1, [SITE], _events(4)))
+    _intrude(col.endpoint, target)
+    assert sink.send(Batch(1, 1, [], _events(4)))
+    assert sink.end("ok")
+    assert col.ended.wait(60)
+    col.stop()
+    sink.close()
+    assert not target.exists()
+    assert col.events == 8 and col.verdict()[0] is None
+    assert col.rejected == 4 and col.rejected_why == {"wrong number of frames": 2, "bad MAC": 2}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_stream_key_is_in_neither_the_runners_environment_nor_its_command_line():
+    """/proc/PID/environ shows the environment a process was started with for as long as it runs,
+    whatever os.environ.pop did, to every process of the same user (one read the key there and forged a
+    run's end); the command line shows in `ps` to everyone. The key comes down a pipe instead."""
+    store = RunStore()
+    live = start_profile("demo:mlp", "numpy", steps=100_000_000, store=store, hardware=False)
+    try:
+        deadline = time.monotonic() + 240
+        while live.events_received == 0 and live.poll() == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)                               # the runner has its key: its events arrive
+        assert live.events_received > 0, live.error
+        key = live.collector.key
+        with open(f"/proc/{live.pid}/environ", "rb") as f:
+            environ = f.read()
+        with open(f"/proc/{live.pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        assert b"opscope.profiler.runner" in cmdline and b"OPSCOPE_PARENT_PIPE=" in environ   # the right process
+        for text in (environ, cmdline):
+            assert key.hex().encode() not in text.lower() and key not in text
+        assert b"OPSCOPE_STREAM" not in environ
+    finally:
+        live.kill()
 
 
 @pytest.mark.multiprocess
