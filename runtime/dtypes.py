@@ -34,3 +34,21 @@ def to_numpy(dtype) -> np.dtype:
     if name == "bfloat16":
         return np.dtype("float32")
     return np.dtype(name)
+
+
+def round_to_bfloat16(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16, ties to even, as torch's float -> bfloat16 conversion
+    (c10::round_to_nearest_even) does; NaN stays NaN. numpy has no bfloat16, so a bfloat16 tensor lives in a
+    float32 array whose every value is a bfloat16 -- the storage a chip would hold, in a wider word."""
+    a = np.asarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) & np.uint32(0xFFFF0000))
+    out = rounded.view(np.float32)
+    return np.where(np.isnan(a), np.float32("nan"), out)
+
+
+def round_to_storage(a, dtype_name: str):
+    """A kernel's result as the storage dtype `dtype_name` holds it (bfloat16: rounded; others: as is)."""
+    if dtype_name == "bfloat16" and isinstance(a, np.ndarray) and a.dtype == np.float32:
+        return round_to_bfloat16(a)
+    return a

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from ..description import Description
-from ..dtypes import to_numpy
+from ..dtypes import round_to_storage, to_numpy
 from ..hdi import Backend, MemoryManager, OperatorRegistry
 from ..ops import OPS
 from ..ops.registry import accepts
@@ -54,12 +54,15 @@ def numpy_kernel(node, backend):
         from ..decompose import decomposed_kernel
         return decomposed_kernel(node, backend)
     want = [to_numpy(m.dtype) if m is not None else None for m in node.output_meta]
+    # bfloat16 lives in float32 arrays: every result is rounded to it, as a chip storing bfloat16 would
+    storage = [m.dtype if m is not None else None for m in node.output_meta]
     inplace = str(getattr(node.target, "overloadpacket", "")).endswith("_")
     if node.multi_output:
         def run_multi(*args, **kwargs):
-            return [np.asarray(o).astype(w, copy=False) if w is not None else o for o, w in zip(fn(*args, **kwargs), want)]
+            return [round_to_storage(np.asarray(o).astype(w, copy=False), d) if w is not None else o
+                    for o, w, d in zip(fn(*args, **kwargs), want, storage)]
         return run_multi
-    w = want[0]
+    w, d = want[0], storage[0]
 
     def run(*args, **kwargs):
         out = fn(*args, **kwargs)
@@ -67,6 +70,7 @@ def numpy_kernel(node, backend):
             out = np.asarray(out)
             if out.dtype != w:
                 out = out.astype(w)
+            out = round_to_storage(out, d)
         if inplace and isinstance(args[0], np.ndarray) and args[0].flags.writeable and args[0].shape == out.shape:
             np.copyto(args[0], out)   # ATen in-place ops mutate their first argument
             return args[0]
