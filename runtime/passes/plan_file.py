@@ -258,6 +258,10 @@ def read_plan(path, trust: dict | None = None) -> tuple[dict, dict]:
             raise UsageError(f"{where}: corrupted (plan.sha256 is not a checksum); compile it again")
         body, digest = a.read("plan.json", MAX_JSON), a.read("plan.sha256", 128)
         signature = a.read(plan_sign.SIG_MEMBER, plan_sign.MAX_SIG) if plan_sign.SIG_MEMBER in a.infos else None
+        signed, names = None, set(a.names)
+        if trust is not None:          # checked before a byte of plan.json is parsed
+            signed, _ = plan_sign.signed_digests(signature, trust, where)
+            plan_sign.check_digests(signed, {"plan.json": body, "plan.sha256": digest}, where, names)
         if hashlib.sha256(body).hexdigest() != digest.decode("ascii", "replace").strip():
             raise UsageError(f"{where}: corrupted (its checksum does not match its contents); compile it again")
         try:
@@ -283,11 +287,8 @@ def read_plan(path, trust: dict | None = None) -> tuple[dict, dict]:
             if name not in a.infos:
                 raise UsageError(f"{where}: names {name}, which it does not hold; compile it again")
             files[name] = a.read(name, nbytes + NPY_HEADER)
-    if trust is not None:
-        members = {"plan.json": body, "plan.sha256": digest, **files}
-        if signature is not None:
-            members[plan_sign.SIG_MEMBER] = signature
-        plan_sign.verify(members, trust, where)
+    if signed is not None:
+        plan_sign.check_digests(signed, files, where, names)
     return doc, files
 
 

@@ -54,24 +54,28 @@ def sign(members: dict[str, bytes], key) -> bytes:
 
 def verify(members: dict[str, bytes], trusted: dict, where: str) -> str:
     """The key id that signed `members` (every member, plan.sig included); UsageError otherwise."""
+    table, kid = signed_digests(members.get(SIG_MEMBER), trusted, where)
+    check_digests(table, members, where, names=set(members))
+    return kid
+
+
+def signed_digests(signature: bytes | None, trusted: dict, where: str) -> tuple[dict, str]:
+    """(member -> digest, key id) from plan.sig once a trusted key's signature of them verifies: the only
+    thing read from a plan before its signature is checked."""
     from cryptography.exceptions import InvalidSignature
-    if SIG_MEMBER not in members:
+    if signature is None:
         raise UsageError(f"{where} is not signed: --trust runs only plans signed by a trusted key "
                          "(`opscope compile ... --sign KEY`)")
     try:
-        doc = json.loads(members[SIG_MEMBER])
+        doc = json.loads(signature)
         table, kid = doc["members"], doc["key_id"]
         raw = base64.b64decode(doc["signature"], validate=True)
-        if doc.get("algorithm") != "ed25519" or not isinstance(table, dict) or not isinstance(kid, str):
+        if doc.get("algorithm") != "ed25519" or not isinstance(table, dict) or not isinstance(kid, str) or \
+                not all(isinstance(n, str) and isinstance(d, str) for n, d in table.items()):
             raise ValueError("not an Ed25519 signature of members")
     except (ValueError, TypeError, KeyError, RecursionError, binascii.Error) as e:
         raise UsageError(f"{where}: plan.sig is not a signature opscope reads ({type(e).__name__}: "
                          f"{first_line(e)[:60]}); sign the plan again") from None
-    if table != digests(members):
-        changed = sorted(set(table) ^ set(digests(members)) | {n for n, d in digests(members).items()
-                                                                if table.get(n) != d})
-        raise UsageError(f"{where}: changed since it was signed (member {ascii(changed[0])[:60]}); "
-                         "get the plan again from whoever signed it")
     if kid not in trusted:
         shown = kid if kid.isalnum() and len(kid) <= 64 else ascii(kid)[:20]
         raise UsageError(f"{where} is signed by key {shown}, which --trust does not list "
@@ -79,11 +83,21 @@ def verify(members: dict[str, bytes], trusted: dict, where: str) -> str:
     for public in trusted[kid]:
         try:
             public.verify(raw, message(table))
-            return kid
+            return table, kid
         except InvalidSignature:
             pass
     raise UsageError(f"{where}: its signature does not verify with trusted key {kid}; get the plan again "
                      "from whoever signed it")
+
+
+def check_digests(table: dict, members: dict[str, bytes], where: str, names: set) -> None:
+    """The archive holds exactly the signed members (`names`), and each of `members` read so far has its
+    signed digest."""
+    unsigned = sorted(set(table) ^ (set(names) - {SIG_MEMBER}))
+    changed = unsigned or sorted(n for n, d in digests(members).items() if table.get(n) != d)
+    if changed:
+        raise UsageError(f"{where}: changed since it was signed (member {ascii(changed[0])[:60]}); "
+                         "get the plan again from whoever signed it")
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
