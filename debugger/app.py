@@ -12,8 +12,7 @@ import gc
 import time
 from dataclasses import dataclass
 
-from rich.markup import escape
-from rich.text import Text
+from rich.text import Span, Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -24,6 +23,7 @@ from textual.widgets import DataTable, Footer, Header, Input, RichLog, Static, T
 from opscope.runtime.errors import OpscopeError, UsageError
 
 from . import view
+from .view import say
 from .breakpoints import dead
 from .controller import Controller, Failed, Finished, Stop
 from .screens import AdvisorScreen, HelpScreen, ReportScreen
@@ -139,13 +139,14 @@ class DebuggerApp(App):
         self.timings: list[tuple[float, float]] = []   # per stop: (command -> stop handled, -> drawn), s
         self.last_event = None       # for tests and scripts
         self.shown_event = None      # what the panels show now: the last event, or a look back
+        self._values_title = None    # the values box's title as last set (the widget hands back markup)
 
     # --- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with Horizontal():
             with Vertical(id="left"):
-                yield Tree(self.model_name or "model", id="graph")
+                yield Tree(Text(self.model_name or "model"), id="graph")   # Text: never markup
                 yield DataTable(id="breakpoints", cursor_type="row")
             with Vertical(id="right"):
                 yield Static("[dim]starting...[/]", id="op")
@@ -175,7 +176,7 @@ class DebuggerApp(App):
         else:
             self._t_load = time.perf_counter()
             self.sub_title = f"{self.model_name}: loading"
-            self._op.update(f"[b]opscope debug[/] {escape(self.model_name)}\n[dim]loading: importing torch...[/]")
+            self._op.update(say("[b]opscope debug[/] $model\n[dim]loading: importing torch...[/]", model=self.model_name))
             self._progress_timer = self.set_interval(PROGRESS_EVERY, self._loading_tick)
             self.run_worker(self._load, thread=True, exclusive=True, group="load")
 
@@ -201,8 +202,8 @@ class DebuggerApp(App):
         if self.ctl is not None:
             return
         secs = time.perf_counter() - self._t_load
-        self._op.update(f"[b]opscope debug[/] {escape(self.model_name)}\n"
-                        f"[dim]loading ({secs:.1f} s):[/] {escape(getattr(self, '_load_line', ''))}")
+        self._op.update(say(f"[b]opscope debug[/] $model\n[dim]loading ({secs:.1f} s):[/] $line", model=self.model_name,
+                            line=getattr(self, "_load_line", "")))
 
     def _attach(self, controller: Controller) -> None:
         """The model is captured and placed: fill the graph, start the first op."""
@@ -213,20 +214,20 @@ class DebuggerApp(App):
         self.ctl.listener = self._from_worker
         self.model_name = self.model_name or controller.session.spec
         self.total = len(controller.steps)
-        self._tree.root.set_label(self.model_name)
+        self._tree.root.set_label(Text(self.model_name))
         b = self.backend_name = self.ctl.session.backend.name
         ref = self.ctl.lockstep.reference if self.ctl.lockstep else None
         self._where = f"{self.model_name} on {b}" + (f" vs {ref}" if ref else "")
         if self.notice:
             self._where += f"  [{self.notice}]"
-            self.log_line(f"[b]{escape(self.notice)}[/]")
+            self.log_line(say("[b]$notice[/]", notice=self.notice))
         self.sub_title = self._where
         self._build_tree()
         self._refresh_breakpoints()
         self._refresh_watches()
         self._tree.focus()
         for msg in self.ctl.breakpoints.dead([st.node for st in self.ctl.steps]):
-            self.log_line(f"[yellow]{escape(msg)}[/]")
+            self.log_line(say("[yellow]$msg[/]", msg=msg))
         # torch, the model and the UI leave ~400k long-lived objects; a full garbage collection that
         # walks them all costs ~250 ms and would land in the middle of some step. Freezing them
         # (after one collection) keeps later collections to what stepping allocates.
@@ -253,7 +254,7 @@ class DebuggerApp(App):
             self._compact = compact
             ev = self.shown_event
             if isinstance(ev, Stop):
-                self._op.update(Content.from_markup(view.op_panel(ev, self.total, compact)))
+                self._op.update(view.op_panel(ev, self.total, compact))
 
     def _build_tree(self) -> None:
         tree = self._tree
@@ -265,7 +266,7 @@ class DebuggerApp(App):
             if path in groups:
                 return groups[path]
             parent = group(path.rsplit(".", 1)[0] if "." in path else "")
-            node = parent.add(path.rsplit(".", 1)[-1], data=None, expand=True)
+            node = parent.add(Text(path.rsplit(".", 1)[-1]), data=None, expand=True)    # a module name: not markup
             groups[path] = node
             return node
 
@@ -303,7 +304,7 @@ class DebuggerApp(App):
             watches = None
         else:
             self._watches_sent = watches
-        return Prepared(Content.from_markup(op), view.stats_table(stats), values, watches)
+        return Prepared(op, view.stats_table(stats), values, watches)
 
     def on_controller_event(self, message: ControllerEvent) -> None:
         ev = message.event
@@ -328,11 +329,11 @@ class DebuggerApp(App):
                 self.log_line(f"[green]run finished[/]: {ev.ops} ops")
                 self._status("finished")
                 if self.ctl.lockstep is not None:
-                    self.log_line(escape(self.ctl.report.summary()["line"]))
+                    self.log_line(say("$line", line=self.ctl.report.summary()["line"]))
                 self._write_report()
             elif isinstance(ev, Failed):
                 self._mark(ev.seq, failed=True)
-                self.log_line(f"[red]model raised[/]: {escape(ev.message)}")
+                self.log_line(say("[red]model raised[/]: $message", message=ev.message))
                 self._status("failed")
         if self._t_command is not None:
             self.call_after_refresh(self._drawn, self._t_command, t_handled)
@@ -352,11 +353,12 @@ class DebuggerApp(App):
         self._status("paused")       # the op's number is in the op panel: a title that changes every
         # step would re-lay out the whole screen (the Header's title is sized to its text)
         if stop.reason != "step":
-            self.log_line(f"stopped at [b]{escape(stop.node.name)}[/] ({stop.node.op}): {escape(stop.reason)}")
+            self.log_line(say("stopped at [b]$name[/] ($op): $reason", name=stop.node.name, op=stop.node.op,
+                              reason=stop.reason))
         if stop.nan_origin:
-            self.log_line(f"[red]NaN/Inf[/] at {escape(stop.node.name)}: {escape(stop.nan_origin)}")
+            self.log_line(say("[red]NaN/Inf[/] at $name: $origin", name=stop.node.name, origin=stop.nan_origin))
             if stop.backward_of:
-                self.log_line(f"[magenta]{escape(stop.backward_of)}[/]")
+                self.log_line(say("[magenta]$of[/]", of=stop.backward_of))
 
     def _status(self, text: str) -> None:
         self.sub_title = f"{self._where}: {text}"
@@ -387,14 +389,15 @@ class DebuggerApp(App):
             box.update("[dim]values not kept (older than --history-mb)[/]" if getattr(self, "_dropped", False)
                        else "[dim]no values[/]", layout=False)
             self._values_box.border_title = "values"
+            self._values_title = None
             return
         label, value = self._shown[row]
         width = self._values_box.size.width or 72
         text, total = page(value, self._page * VALUE_ROWS, VALUE_ROWS, cols=max(1, (width - 12) // 11))
         pages = max(1, -(-total // VALUE_ROWS))
-        title = f"values: {label.split()[0]} (page {self._page + 1}/{pages}, \\[ ] to page)"
-        if self._values_box.border_title != title:
-            self._values_box.border_title = title
+        title = say(f"values: $label (page {self._page + 1}/{pages}, \\[ ] to page)", label=label.split()[0])
+        if self._values_title != title:        # a tensor's label can be a parameter's name: say(), not markup
+            self._values_title = self._values_box.border_title = title
         box.update(Content(text), layout=False)
 
     def on_tensor_table_highlighted(self, event: TensorTable.Highlighted) -> None:
@@ -408,7 +411,8 @@ class DebuggerApp(App):
             self._refresh_breakpoints()
 
     def _refresh_breakpoints(self) -> None:
-        rows = [("●" if bp.enabled else "○", bp.describe(), str(bp.hits)) for bp in self.ctl.breakpoints]
+        # Text cells: a DataTable parses a str cell as markup, and a pattern is what the user typed (`[/]`)
+        rows = [(Text("●" if bp.enabled else "○"), Text(bp.describe()), Text(str(bp.hits))) for bp in self.ctl.breakpoints]
         if rows == self._bp_shown:
             return
         self._bp_shown = rows
@@ -421,7 +425,10 @@ class DebuggerApp(App):
         self._watches.update(view.watches_text(self.ctl.watches), layout=False)
         self._watches_sent = None           # the next stop sends its watches text whatever it is
 
-    def log_line(self, text: str) -> None:
+    def log_line(self, text) -> None:
+        """A line in the log: markup written in code, or say(...) when it names anything."""
+        if isinstance(text, Content):   # as rich Text with the same style names: the log keeps rich's colours
+            text = Text(text.plain, spans=[Span(s.start, s.end, str(s.style)) for s in text.spans])
         self.query_one("#log", RichLog).write(text)
 
     # --- actions --------------------------------------------------------------------------
@@ -459,7 +466,7 @@ class DebuggerApp(App):
         n, t0 = self.ctl.progress
         line = f"running ({self._running_what}): {n:,} ops, {time.perf_counter() - t0:.1f} s"
         self._status(line)
-        self._op.border_title = f"op [dim]- {escape(line)}[/]"
+        self._op.border_title = say("op [dim]- $line[/]", line=line)
 
     def _stop_timers(self) -> None:
         for name in ("_running_timer", "_progress_timer"):
@@ -522,7 +529,7 @@ class DebuggerApp(App):
             return
         i = self.ctl.history.last_of(seq)
         if i is None:
-            self.log_line(f"[dim]{escape(self.ctl.steps[seq].node.name)} has not run yet in this run[/]")
+            self.log_line(say("[dim]$name has not run yet in this run[/]", name=self.ctl.steps[seq].node.name))
             return
         self._look(i)
 
@@ -567,9 +574,9 @@ class DebuggerApp(App):
             try:
                 self.ctl.report.write(self.report_path)
             except OSError as e:
-                self.log_line(f"[red]cannot write {escape(self.report_path)}[/]: {escape(str(e))}")
+                self.log_line(say("[red]cannot write $path[/]: $error", path=self.report_path, error=e))
                 return
-            self.log_line(f"report: {len(self.ctl.report.rows)} ops written to {escape(self.report_path)}")
+            self.log_line(say(f"report: {len(self.ctl.report.rows)} ops written to $path", path=self.report_path))
 
     def action_toggle_graph(self) -> None:
         self.set_class(not self.has_class("-graph"), "-graph")
@@ -582,7 +589,7 @@ class DebuggerApp(App):
         if bt.has_focus and len(self.ctl.breakpoints):
             row = min(bt.cursor_row, len(self.ctl.breakpoints) - 1)
             bp = self.ctl.breakpoints.remove(row)
-            self.log_line(f"breakpoint deleted: {escape(bp.describe())}")
+            self.log_line(say("breakpoint deleted: $bp", bp=bp.describe()))
             self._refresh_breakpoints()
             if bp.glob:
                 for seq, st in enumerate(self.ctl.steps):
@@ -602,7 +609,7 @@ class DebuggerApp(App):
         expr = self.ctl.watches.items[number - 1].expr
         self.ctl.watches.remove(number - 1)
         self._refresh_watches()
-        self.log_line(f"watch deleted: {escape(expr)}")
+        self.log_line(say("watch deleted: $expr", expr=expr))
         return True
 
     def action_quit_debugger(self) -> None:
@@ -629,7 +636,7 @@ class DebuggerApp(App):
         op = self.ctl.steps[seq].node
         bp = self.ctl.breakpoints.toggle_node(op)
         self._leaves[seq].set_label(self._leaf_label(op, self._leaves[seq] is self._current_leaf))
-        self.log_line(f"breakpoint {'set on' if bp else 'removed from'} {escape(op.name)}")
+        self.log_line(say(f"breakpoint {'set on' if bp else 'removed from'} $name", name=op.name))
         self._refresh_breakpoints()
 
     def action_add_watch(self) -> None:
@@ -663,7 +670,7 @@ class DebuggerApp(App):
                 try:
                     return self.delete_watch(int(text))
                 except ValueError:
-                    self.log_line(f"[red]{escape(text)!s} is not a watch number[/]")
+                    self.log_line(say("[red]$text is not a watch number[/]", text=text))
                     return False
             if what == "watch":
                 self.ctl.add_watch(text)
@@ -675,11 +682,11 @@ class DebuggerApp(App):
                     self.log_line("[yellow]this condition needs --reference to ever hold[/]")
                 never = dead(bp, [st.node for st in self.ctl.steps])
                 if never:
-                    self.log_line(f"[yellow]{escape(never)}[/]")
-            self.log_line(f"{what} added: {escape(text)}")
+                    self.log_line(say("[yellow]$never[/]", never=never))
+            self.log_line(say(f"{what} added: $text", text=text))
             return True
         except UsageError as e:
-            self.log_line(f"[red]{escape(str(e))}[/]")
+            self.log_line(say("[red]$error[/]", error=e))
             return False
 
     def on_key(self, event) -> None:

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import textwrap
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from .view import fmt_seconds
+from .view import fmt_seconds, lines_of, say
 
 HELP = """\
 [b]opscope debug[/]: step through a model one op at a time
@@ -53,25 +53,25 @@ class HelpScreen(ModalScreen):
 _SEVERITY = {"high": "b red", "medium": "b yellow", "low": "cyan", "info": "dim"}
 
 
-def advice_text(result, width: int = 100) -> str:
+def advice_text(result, width: int = 100) -> Content:
     """The advisor pane's text for a debugger.advice.SessionAdvice."""
-    head = (f"[b]{len(result.advice)} recommendation{'s' if len(result.advice) != 1 else ''}[/] "
-            f"[dim]from {result.ops} ops, {fmt_seconds(result.seconds)} of op time"
-            f"{' (simulated: roofline estimates)' if result.simulated else ''}[/]")
+    head = say(f"[b]{len(result.advice)} recommendation{'s' if len(result.advice) != 1 else ''}[/] "
+               f"[dim]from {result.ops} ops, {fmt_seconds(result.seconds)} of op time"
+               f"{' (simulated: roofline estimates)' if result.simulated else ''}[/]")
     lines = [head]
-    lines += [f"[yellow]{escape(n)}[/]" for n in result.notes]
+    lines += [say("[yellow]$note[/]", note=n) for n in result.notes]
     if not result.advice:
-        lines.append("\n[green]no rule fired[/]: nothing to change on this backend that the rules know of")
+        lines.append(say("\n[green]no rule fired[/]: nothing to change on this backend that the rules know of"))
     for i, a in enumerate(result.advice, 1):
         gain = a.estimated_gain or {}
         secs, frac = float(gain.get("seconds") or 0.0), float(gain.get("fraction") or 0.0)
         est = f"est. gain {fmt_seconds(secs)} per step ({frac:.0%})" if secs > 0 else "no gain estimate"
         style = _SEVERITY.get(a.severity, "")
-        lines.append("")
-        lines.append(f"[b]{i}.[/] [{style}]{escape(a.severity)}[/] [b]{escape(a.title)}[/]")
-        lines.append(f"   [cyan]{est}[/]  [dim]{escape(a.id)}[/]")
-        lines += [f"   {escape(t)}" for t in textwrap.wrap(a.message, max(20, width - 4))]   # hanging indent
-    return "\n".join(lines)
+        lines.append(Content(""))
+        lines.append(say(f"[b]{i}.[/] [{style}]$severity[/] [b]$title[/]", severity=a.severity, title=a.title))
+        lines.append(say("   [cyan]$est[/]  [dim]$id[/]", est=est, id=a.id))
+        lines += [Content(f"   {t}") for t in textwrap.wrap(a.message, max(20, width - 4))]   # hanging indent
+    return lines_of(lines)
 
 
 class AdvisorScreen(ModalScreen):
@@ -119,7 +119,7 @@ class AdvisorScreen(ModalScreen):
 
     def _show_error(self, message: str) -> None:
         self.error = message
-        self.query_one("#advice", Static).update(f"[red]the advisor failed[/]: {escape(message)}")
+        self.query_one("#advice", Static).update(say("[red]the advisor failed[/]: $message", message=message))
 
 
 class ReportScreen(ModalScreen):
@@ -142,26 +142,27 @@ class ReportScreen(ModalScreen):
 
     def on_mount(self) -> None:
         box = self.query_one("#report-box")
-        box.border_title = f"accuracy vs {self.report.reference}"
+        box.border_title = say("accuracy vs $reference", reference=self.report.reference)
         box.border_subtitle = "escape closes; --report FILE.csv|.json writes it"
 
 
 _STATUS = {"pass": "green", "fail": "b red", "nan": "b magenta", "skip": "dim"}
 
 
-def report_text(report) -> str:
+def report_text(report) -> Content:
     from .stats import fmt
     s = report.summary()
     c = s["counts"]
-    lines = [f"[b]{escape(s['line'])}[/]",
-             f"[dim]{s['ops']} ops{'' if report.complete else ' so far'}: {c['pass']} pass, {c['fail']} fail, "
-             f"{c['nan']} NaN on both sides, {c['skip']} not compared; tolerance {escape(report.tolerance)}[/]", ""]
+    lines = [say("[b]$line[/]", line=s["line"]),
+             say(f"[dim]{s['ops']} ops{'' if report.complete else ' so far'}: {c['pass']} pass, {c['fail']} fail, "
+                 f"{c['nan']} NaN on both sides, {c['skip']} not compared; tolerance $tolerance[/]",
+                 tolerance=report.tolerance), Content("")]
     head = f"{'#':>5} {'node':<24} {'op':<14} {'status':<6} {'err':>10} {'this op':>10} {'cosine':>9} {'max abs':>10}  module"
-    lines.append(f"[b]{escape(head)}[/]")
+    lines.append(Content(head).stylize("bold"))
     for r in report.rows:
         cos = f"{r.cosine:.6f}" if r.cosine == r.cosine else "-"
         text = (f"{r.seq + 1:>5} {r.node[:24]:<24} {r.op[:14]:<14} {r.status:<6} {fmt(r.err):>10} "
                 f"{fmt(r.local_err):>10} {cos:>9} {fmt(r.max_abs):>10}  {r.module}")
         style = _STATUS.get(r.status, "")
-        lines.append(f"[{style}]{escape(text)}[/]" if r.status != "pass" else escape(text))
-    return "\n".join(lines)
+        lines.append(Content(text).stylize(style) if r.status != "pass" and style else Content(text))
+    return lines_of(lines)

@@ -1,4 +1,4 @@
-"""Text for the debugger's panels: pure functions from controller events to Rich text.
+"""Text for the debugger's panels: pure functions from controller events to Textual Content.
 
 Kept apart from app.py so the widgets stay thin and these can be read (and tested) alone.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 import linecache
 import os
 
-from rich.markup import escape
 from textual.content import Content
 
 from .stats import fmt
@@ -53,76 +52,90 @@ def source_snippet(source: str, around: int = 1) -> list[tuple[int, str, bool]]:
     return rows
 
 
+def say(template: str, **names) -> Content:
+    """TUI markup written here in code, its `$name` fields filled with names from the model, its trace
+    or what the user typed (op and node names, module paths, breakpoint patterns, messages, source
+    lines). The ONE way such a name reaches a panel: Textual substitutes a variable as plain text, never
+    as markup, so `x[/]y`, `[bold]`, `[$v]` or a trailing backslash print as written. (rich's escape() is
+    not enough for Textual's markup: `[$v]` and `[Bold]` still vanished. Table cells and tree labels
+    are rich Text, which nothing parses.)"""
+    return Content.from_markup(template, **{k: str(v) for k, v in names.items()})
+
+
+def lines_of(lines: list[Content]) -> Content:
+    return Content("\n").join(lines)
+
+
 PHASE_STYLE = {"forward": "green", "backward": "magenta", "optimizer": "blue"}
 
 
-def op_panel(stop, total_ops: int, compact: bool = False) -> str:
+def op_panel(stop, total_ops: int, compact: bool = False) -> Content:
     """The op panel, most important first (a short terminal cuts the bottom): what stopped and why,
     the verdict against the reference, the NaN sentence, then where the op is in the model and
     in the Python source."""
     n = stop.node
-    phase = f" [b {PHASE_STYLE.get(stop.phase, 'white')}]{stop.phase}[/]" if stop.phase else ""
-    head = (f"[b]{escape(n.name)}[/] [b cyan]{escape(n.op)}[/]{phase} [dim]#{stop.seq + 1}/{total_ops}"
-            f" step {stop.step}[/]")
+    phase = f" [b {PHASE_STYLE.get(stop.phase, 'white')}]$phase[/]" if stop.phase else ""
+    head = say(f"[b]$name[/] [b cyan]$op[/]{phase} [dim]#{stop.seq + 1}/{total_ops} step {stop.step}[/]",
+               name=n.name, op=n.op, phase=stop.phase)
     if stop.history:
-        lines = [head, f"[b magenta]{escape(stop.history)}[/] [dim](p back, n forward, l live)[/]"]
+        lines = [head, say("[b magenta]$history[/] [dim](p back, n forward, l live)[/]", history=stop.history)]
     else:
-        lines = [head + f"  [b yellow]stopped:[/] {escape(stop.reason)}"]
+        lines = [head + say("  [b yellow]stopped:[/] $reason", reason=stop.reason)]
     d = stop.diff
     if d is not None:
         if not d.compared:
-            lines.append(f"[dim]vs reference:[/] [yellow]{escape(d.note)}[/]")
+            lines.append(say("[dim]vs reference:[/] [yellow]$note[/]", note=d.note))
         else:
             colour = "red" if d.introduced else ("yellow" if d.exceeds or d.nan_mismatch else
                                                  ("magenta" if d.nan_both else "green"))
-            lines.append(f"[b {colour}]{escape(d.verdict())}[/]")
-            lines.append(f"[dim]vs reference[/] {escape(d.summary())}")
+            lines.append(say(f"[b {colour}]$verdict[/]", verdict=d.verdict()))
+            lines.append(say("[dim]vs reference[/] $summary", summary=d.summary()))
     if stop.nan_origin:
-        lines.append(f"[b red]NaN/Inf:[/] {escape(stop.nan_origin)}")
+        lines.append(say("[b red]NaN/Inf:[/] $origin", origin=stop.nan_origin))
     if stop.backward_of:
-        lines.append(f"[b magenta]{escape(stop.backward_of)}[/]")
+        lines.append(say("[b magenta]$of[/]", of=stop.backward_of))
     if stop.dropped:
-        lines.append("[dim]values not kept: older than the history budget (--history-mb); stats as they were[/]")
-    note = f" [dim]({escape(stop.time_note)})[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else "")
-    lines.append(f"[dim]module[/] {escape(n.module_path or '(model)')} [dim]{escape(n.module_type)}[/]  "
-                 f"[dim]on[/] {escape(stop.backend)}{' [yellow](fallback)[/]' if stop.fallback else ''}"
-                 f"  [dim]time[/] {fmt_seconds(stop.seconds)}{note}")
+        lines.append(say("[dim]values not kept: older than the history budget (--history-mb); stats as they were[/]"))
+    note = " [dim]($note)[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else "")
+    lines.append(say("[dim]module[/] $module [dim]$type[/]  [dim]on[/] $backend"
+                     + (" [yellow](fallback)[/]" if stop.fallback else "") + "  [dim]time[/] $time" + note,
+                     module=n.module_path or "(model)", type=n.module_type, backend=stop.backend,
+                     time=fmt_seconds(stop.seconds), note=stop.time_note or ""))
     frames = stop.stack or []
     if n.source:
         path, _, line = n.source.rpartition(":")
         code = frames[0].code if frames and frames[0].where == n.source else n.source_line
-        lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}  [b]{escape(code.strip())}[/]")
+        lines.append(say("[dim]source[/] $path:$line  [b]$code[/]", path=short_path(path), line=line, code=code.strip()))
     if stop.locals:      # the op's Python frame as it was traced: what the user's names held
-        lines.append("[dim]locals[/] " + escape("  ".join(f"{k}: {v}" for k, v in stop.locals)))
+        lines.append(say("[dim]locals[/] $locals", locals="  ".join(f"{k}: {v}" for k, v in stop.locals)))
     callers = [f for f in frames if f.where != n.source][: (1 if compact else 4)]
     for f in callers:
-        lines.append(f"[dim]  called from {escape(short_path(f.path))}:{f.line} in {escape(f.function)}:[/] "
-                     f"{escape(f.code)}")
+        lines.append(say("[dim]  called from $path:$line in $function:[/] $code", path=short_path(f.path),
+                         line=f.line, function=f.function, code=f.code))
     if not compact and n.source:
         for i, text, here in source_snippet(n.source):
-            mark = "[b yellow]>[/]" if here else " "
-            body = f"[b]{escape(text)}[/]" if here else f"[dim]{escape(text)}[/]"
-            lines.append(f" {mark}{i:5d} {body}")
-    return "\n".join(lines)
+            lines.append(say(" [b yellow]>[/]$i [b]$text[/]" if here else "  $i [dim]$text[/]", i=f"{i:5d}", text=text))
+    return lines_of(lines)
 
 
-def failed_panel(ev, total_ops: int) -> str:
-    lines = ["[b red]the model raised[/]"]
+def failed_panel(ev, total_ops: int) -> Content:
+    lines = [say("[b red]the model raised[/]")]
     if ev.node is not None:
         n = ev.node
-        lines.append(f"[dim]at[/] [b]{escape(n.name)}[/] [dim]op[/] [b cyan]{escape(n.op)}[/] "
-                     f"[dim]#{(ev.seq or 0) + 1}/{total_ops} module[/] {escape(n.module_path or '(model)')}")
+        lines.append(say(f"[dim]at[/] [b]$name[/] [dim]op[/] [b cyan]$op[/] [dim]#{(ev.seq or 0) + 1}/{total_ops} "
+                         "module[/] $module", name=n.name, op=n.op, module=n.module_path or "(model)"))
         if n.source:
             path, _, line = n.source.rpartition(":")
-            lines.append(f"[dim]source[/] {escape(short_path(path))}:{line}  {escape(n.source_line.strip())}")
-    lines.append(f"[red]{escape(ev.message)}[/]")
-    lines.append("[dim]r restarts the run; the inputs of the failing op are below[/]")
-    return "\n".join(lines)
+            lines.append(say("[dim]source[/] $path:$line  $code", path=short_path(path), line=line,
+                             code=n.source_line.strip()))
+    lines.append(say("[red]$message[/]", message=ev.message))
+    lines.append(say("[dim]r restarts the run; the inputs of the failing op are below[/]"))
+    return lines_of(lines)
 
 
-def finished_panel(ev) -> str:
-    return (f"[b green]run finished[/]: {ev.ops} ops, step {ev.step}.  "
-            "[dim]r runs it again; the model's outputs are below[/]")
+def finished_panel(ev) -> Content:
+    return say(f"[b green]run finished[/]: {ev.ops} ops, step {ev.step}.  "
+               "[dim]r runs it again; the model's outputs are below[/]")
 
 
 # nan and inf right after the name and shape: a narrow terminal cuts the columns on the right
@@ -156,9 +169,9 @@ def stats_table(stats) -> tuple[Content, list[Content]]:
     return line([(h, "") for h in COLUMNS], header=True), [line(r) for r in rows]
 
 
-def watches_text(watches) -> str:
+def watches_text(watches) -> Content:
     if not len(watches):
-        return "[dim]no watches: w adds one (out.mean(), inputs[0].std())[/]"
+        return say("[dim]no watches: w adds one (out.mean(), inputs\\[0].std())[/]")
     from .stats import sparkline
     lines = []
     for k, w in enumerate(watches, 1):
@@ -168,7 +181,7 @@ def watches_text(watches) -> str:
             lo, hi = min(nums), max(nums)
             trend = sparkline([1 + (7 * (v - lo) / (hi - lo) if hi > lo else 0) for v in nums])
         prev = " ".join(t for _, t, _ in w.history[-4:-1])
-        lines.append(f"[dim]{k}[/] [b]{escape(w.expr)}[/] = [cyan]{escape(w.last)}[/] {trend}")
+        lines.append(say(f"[dim]{k}[/] [b]$expr[/] = [cyan]$last[/] $trend", expr=w.expr, last=w.last, trend=trend))
         if prev:
-            lines.append(f"   [dim]before: {escape(prev)}[/]")
-    return "\n".join(lines)
+            lines.append(say("   [dim]before: $prev[/]", prev=prev))
+    return lines_of(lines)
