@@ -132,3 +132,16 @@ def test_backends_lists_onnxruntime_with_its_providers(cli):
     r = cli("backends", "--json")
     row = next(b for b in json.loads(r.stdout)["backends"] if b["spec"] == "onnxruntime")
     assert row["available"] and "CPUExecutionProvider" in row["devices"]
+
+
+def test_an_op_torchs_exporter_cannot_take_is_left_out_not_a_failed_region():
+    import torch
+
+    from opscope.runtime.backends.onnxruntime_backend import claim
+    from opscope.runtime.graph import Node, Ref, TensorMeta
+    meta = TensorMeta((4,), "float32")
+    node = Node(0, "mse_loss_backward", "mse_loss_backward", torch.ops.aten.mse_loss_backward.default,
+                (Ref(0), Ref(1), Ref(2), 1), {}, [0, 1, 2], [3], [meta] * 3, [meta])
+    assert "no symbolic for aten::mse_loss_backward" in claim(node)
+    node.op, node.target = "gelu", torch.ops.aten.gelu.default
+    assert claim(node) is True

@@ -70,9 +70,38 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     chosen = providers(desc)
     backend = OnnxRuntimeBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                                  device=f"onnxruntime:{chosen[0]}")
-    backend.ops = StackRegistry(Claim(), lambda region: compile_region(region, desc, chosen),
+    backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
                                 unsupported=desc.unsupported, supported=desc.supported)
     return backend
+
+
+_TAKES = Claim()
+
+
+def claim(node) -> bool | str:
+    """Ops with an ATen target in dtypes ONNX Runtime computes in, that torch's exporter has a symbolic for
+    (a backward op such as mse_loss_backward has none: it stays on the fallback, op by op)."""
+    ok = _TAKES(node)
+    if ok is not True:
+        return ok
+    name = node.target._schema.name
+    exportable = _exportable()
+    if exportable is not None and not exportable(name, OPSET):
+        return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"
+    return True
+
+
+def _exportable():
+    """The TorchScript exporter's registry lookup, its symbolic modules loaded (they register on import);
+    None where this torch keeps it elsewhere (then a region that cannot export fails when compiled)."""
+    import importlib
+    try:
+        base = "torch.onnx._internal.torchscript_exporter"
+        for v in range(7, OPSET + 1):
+            importlib.import_module(f"{base}.symbolic_opset{v}")
+        return importlib.import_module(f"{base}.registration").registry.is_registered_op
+    except (ImportError, AttributeError):
+        return None
 
 
 def export(region: Region) -> bytes:
