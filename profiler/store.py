@@ -6,9 +6,18 @@
     store.finish_run(run_id, status="ok")
     store.op_stats(run_id)                               # per-op aggregates, in SQL
 
-DuckDB lets one process at a time open a database file read-write. A collector in one process
-and the web server in another share the file by holding connections only for the work at hand
-(open, do the work, close) and retrying when the other side holds the lock.
+One writer at a time, by our own lock. Collectors, imports and the web server share one file by
+holding connections only for the work at hand (open, do the work, close). DuckDB's own file lock
+cannot be the mutex for that: a connection reads the file *before* it takes DuckDB's lock, so an open
+that overlaps another process's checkpoint (which rewrites blocks and truncates the file) starts from
+a stale picture; its next checkpoint then drops committed rows or points at blocks past the end
+("Could not read enough bytes", "Corrupt database file: computed checksum"). So every connection
+first takes an flock on `runs.duckdb.lock` -- exclusive to write, shared to read -- and lets go only
+after DuckDB has closed the file: no process ever opens the file while another may be writing it.
+
+Readers open read-only with DuckDB's extension autoloading and autoinstalling off and no access to
+other files or the network: a store someone sends you can make opscope fetch, load or read nothing.
+A store found damaged is never written again (a `.damaged` note beside it stops every writer).
 
 Reading never writes: readers open the file read-only (a store on a read-only disk, or a full one,
 still reads), and an absent store reads as empty. The first writer of a process creates the store
@@ -34,6 +43,11 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:        # Windows: no flock; DuckDB's own lock is all there is
+    fcntl = None
+
 from opscope.runtime.errors import OpscopeError, UsageError, first_line
 from opscope.runtime.home import HOME_ENV, opscope_home, private_file, private_folder
 
@@ -56,7 +70,14 @@ _INT = {"step", "seq", "thread", "depth", "start_ns", "end_ns", "bytes", "flops"
 _FLOAT = {"min", "max", "mean", "std", "hist_lo", "hist_hi", "cpu_percent", "gpu_util", "temperature_c", "power_w"}
 _BOOL = {"fallback"}
 
-_LOCK_WAIT_S = 30.0
+_LOCK_WAIT_S = 120.0           # a writer waits this long for the store; then the run fails, saying why
+# DuckDB settings of every connection: nothing a store file holds can make DuckDB fetch or load code
+_SAFE = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+# and readers reach no other file and no network (a view in a crafted store cannot read ~/.ssh)
+_READ_ONLY = {**_SAFE, "enable_external_access": False}
+# what DuckDB says of a file that is damaged (a note then stops every writer), and of one it cannot read at all
+_DAMAGE = ("corrupt database file", "could not read enough bytes", "checksum")
+_UNREADABLE = _DAMAGE + ("not a valid duckdb database", "serialization", "storage version")
 _ready: set[str] = set()          # database files a writer of this process has prepared (once per process)
 _ready_lock = threading.Lock()
 _open: dict[str, list[bool]] = {}  # file -> read_only flags of this process's open connections (nesting)
@@ -155,23 +176,31 @@ class RunStore:
         key = str(self.path.absolute())
         with _PROCESS_LOCK, _store_errors(self, writing=not read_only):
             held = _open.setdefault(key, [])
+            lock = None
             if held:                       # DuckDB wants one configuration per file and process
                 read_only = held[0]
-            elif not read_only:
-                self._prepare()
-            elif not self._exists():
+            elif read_only and not self._exists():
                 con = _empty_store()
                 try:
                     yield con
                 finally:
                     con.close()
                 return
+            else:                          # the first connection of this process: take the store's lock
+                if not read_only:
+                    private_folder(self.path.parent)
+                    self._refuse_if_damaged()
+                lock = _take_lock(self, exclusive=not read_only)
             held.append(read_only)
             try:
+                if lock is not None and not read_only:
+                    self._prepare()
                 with self._connect(read_only) as con:
                     yield con
             finally:
                 held.pop()
+                if lock is not None:
+                    _release_lock(lock)
 
     @contextlib.contextmanager
     def _connect(self, read_only: bool = False):
@@ -179,9 +208,10 @@ class RunStore:
         delay = 0.005
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only, config=_READ_ONLY if read_only else _SAFE)
                 break
             except duckdb.IOException as e:
+                # our lock keeps opscope's processes apart; this is someone else's (the duckdb CLI, an old opscope)
                 if "lock" not in str(e).lower() or time.monotonic() > deadline:
                     raise
                 time.sleep(delay * (0.5 + random.random()))   # jitter: two pollers do not stay in step
@@ -200,6 +230,54 @@ class RunStore:
             return False
         except NotADirectoryError:
             raise StoreError(_not_a_folder(self)) from None
+
+    @property
+    def damaged_note(self) -> Path:
+        return Path(f"{self.path}.damaged")
+
+    def _refuse_if_damaged(self) -> None:
+        """A store seen damaged is never written again: a write (and its checkpoint) could spread the damage
+        over runs that still read."""
+        try:
+            why = self.damaged_note.read_text(errors="replace").strip()[:300]
+        except FileNotFoundError:
+            return
+        except OSError:
+            why = "unknown"
+        raise StoreError(_damaged(self, why))
+
+    def note_damage(self, why: str) -> None:
+        """Remember that the store is damaged, so no later writer touches it (best effort: a read-only home
+        cannot hold the note, and nobody can write there anyway)."""
+        try:
+            if not self.damaged_note.exists():
+                fd = os.open(self.damaged_note, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(why + "\n")
+        except OSError:
+            pass
+
+    def readable_runs(self) -> tuple[list[dict], str | None]:
+        """(the runs a damaged store still reads, None or why not even its runs table reads). Each run
+        carries `readable`: whether every column of its events still reads."""
+        try:
+            with self.connect(read_only=True) as con:
+                try:
+                    rows = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at DESC").fetchall()
+                except duckdb.Error as e:
+                    return [], first_line(e)
+                runs = []
+                for run in map(_run_dict, rows):
+                    try:
+                        con.execute("SELECT count(*), sum(hash(COLUMNS(*))) FROM events WHERE run_id = ?",
+                                    [run["run_id"]]).fetchall()
+                        run["readable"] = True
+                    except duckdb.Error:
+                        run["readable"] = False
+                    runs.append(_as_seen(run))
+                return runs, None
+        except StoreError as e:
+            return [], str(e)
 
     def _prepare(self) -> None:
         """A writer's first connection in this process: a private folder and file, current tables, and
@@ -589,10 +667,12 @@ def _store_error(store: RunStore, e: BaseException, writing: bool) -> StoreError
             return StoreError(f"cannot {verb} the run store at {path}: {advice.format(env=HOME_ENV)}", exit_code)
     if isinstance(e, (NotADirectoryError, FileExistsError)) or "not a directory" in low:
         return StoreError(_not_a_folder(store))
-    if "not a valid duckdb database" in low or "is a directory" in low or "serialization" in low \
-            or "storage version" in low:
-        what = "a folder" if "is a directory" in low else "not a run store opscope can read (damaged, or another file)"
-        return StoreError(f"the run store at {path} is {what}: move it away, or set {HOME_ENV} to another folder")
+    if "is a directory" in low:
+        return StoreError(f"the run store at {path} is a folder: move it away, or set {HOME_ENV} to another folder")
+    if any(w in low for w in _UNREADABLE):
+        if any(w in low for w in _DAMAGE):
+            store.note_damage(first_line(e))
+        return StoreError(_damaged(store, first_line(e)))
     if "conflicting lock" in low or "could not set lock" in low:
         return StoreError(f"the run store at {path} is held by another process ({first_line(e)}); "
                           "try again when it is done", 1)
@@ -605,6 +685,62 @@ def _store_error(store: RunStore, e: BaseException, writing: bool) -> StoreError
         return StoreError(f"cannot {'write' if writing else 'read'} the run store at {path}: {why}; "
                           f"set {HOME_ENV} to a writable folder")
     return None
+
+
+def _damaged(store: RunStore, why: str) -> str:
+    return (f"the run store at {store.path} is not a run store opscope can read (damaged, or another file: {why[:200]}); "
+            f"opscope will not write into it: `opscope runs` lists the runs it still reads; move it away, "
+            f"or set {HOME_ENV} to another folder")
+
+
+def _take_lock(store: RunStore, exclusive: bool) -> int | None:
+    """flock on `<store>.lock`, taken before DuckDB opens the store (the module docstring says why); the
+    fd to give back to _release_lock. Waits up to _LOCK_WAIT_S, then one line naming who holds it."""
+    path = f"{store.path}.lock"
+    if fcntl is None or str(store.path) == ":memory:":
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        if exclusive:
+            raise                  # the store cannot be written either: _store_errors says why, in one line
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None            # a read-only home without a lock file: nobody can be writing it
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    delay = 0.002
+    while True:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise StoreError(f"the run store at {store.path} has been held by another process{holder} for "
+                                 f"over {_LOCK_WAIT_S:.0f} s; try again when it is done", 1) from None
+            time.sleep(delay * (0.5 + random.random()))    # jitter: two waiters do not stay in step
+            delay = min(delay * 2, 0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+    if exclusive:                  # who holds it, for the message another writer may have to print
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(os.pread(fd, 32, 0).split()[0])
+        return f" (pid {pid})"
+    return ""
+
+
+def _release_lock(fd: int) -> None:
+    os.close(fd)                   # closing the only descriptor of an flock releases it
 
 
 def _not_a_folder(store: RunStore) -> str:
