@@ -140,6 +140,16 @@ class BatchWriter:
         return n
 
 
+def stored_shortfall(store, run_id: str, produced: int, dropped: int) -> str | None:
+    """Why the run is incomplete, counted in the store itself (None when every event is there): the
+    collector's own tally says what it handed to the store, not what the store kept."""
+    stored = int(store.query("SELECT count(*) FROM events WHERE run_id = ?", [run_id])[0][0])
+    if stored + dropped == produced:
+        return None
+    return (f"incomplete: the runner sent {produced} events, the store holds {stored} and {dropped} were counted as "
+            f"dropped: {produced - stored - dropped} missing")
+
+
 class StoreSink:
     """In-process: batches go straight into the store (no stream, nothing dropped)."""
 

@@ -233,6 +233,9 @@ class LiveRun:
         else:
             status, error = "failed", _death(self.proc.returncode)
         missing, notes = self.collector.verdict()
+        if not missing and end is not None and self.collector.error is None:
+            from .batch import stored_shortfall        # the store's own count, not the collector's tally
+            missing = stored_shortfall(self.store, self.run_id, end["events"], self.collector.dropped)
         if missing:
             status, error = ("incomplete", missing) if status == "ok" else (status, f"{error}; {missing}")
         self.store.update_run(self.run_id, config={"stream": notes})
@@ -412,5 +415,7 @@ def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py
         if isinstance(e, UsageError):
             raise
         raise RunFailed(f"run {run_id} failed: {msg}", run_id) from e
-    store.finish_run(run_id, status="ok")
+    from .batch import stored_shortfall
+    missing = stored_shortfall(store, run_id, sink.writer.events, 0)
+    store.finish_run(run_id, status="incomplete" if missing else "ok", error=missing)
     return run_id
