@@ -155,7 +155,7 @@ class DebuggerApp(App):
                     with VerticalScroll(id="values-box"):
                         yield Static("", id="values")
                     yield Static("", id="watches")
-                yield RichLog(id="log", markup=True, wrap=True, max_lines=500)
+                yield RichLog(id="log", markup=False, wrap=True, max_lines=500)     # lines are say(...) Content
         yield Input(id="prompt")
         yield Footer()
 
@@ -236,7 +236,8 @@ class DebuggerApp(App):
         if self.autostart:
             self._t_command = time.perf_counter()
             self.ctl.step()
-            self.log_line(f"running {self.model_name} on {b}: {self.total} ops; ? shows the keys")
+            self.log_line(say(f"running $model on $backend: {self.total} ops; ? shows the keys", model=self.model_name,
+                              backend=b))
 
     def on_resize(self, event) -> None:
         self._fit(event.size.width, event.size.height)
@@ -326,7 +327,7 @@ class DebuggerApp(App):
                 self._show_stop(ev)
             elif isinstance(ev, Finished):
                 self._mark(None)
-                self.log_line(f"[green]run finished[/]: {ev.ops} ops")
+                self.log_line(say(f"[green]run finished[/]: {ev.ops} ops"))
                 self._status("finished")
                 if self.ctl.lockstep is not None:
                     self.log_line(say("$line", line=self.ctl.report.summary()["line"]))
@@ -426,7 +427,7 @@ class DebuggerApp(App):
         self._watches_sent = None           # the next stop sends its watches text whatever it is
 
     def log_line(self, text) -> None:
-        """A line in the log: markup written in code, or say(...) when it names anything."""
+        """A line in the log, made by say(): a str is never parsed (the log has markup=False)."""
         if isinstance(text, Content):   # as rich Text with the same style names: the log keeps rich's colours
             text = Text(text.plain, spans=[Span(s.start, s.end, str(s.style)) for s in text.spans])
         self.query_one("#log", RichLog).write(text)
@@ -434,7 +435,7 @@ class DebuggerApp(App):
     # --- actions --------------------------------------------------------------------------
     def _command(self, fn, what: str) -> None:
         if self.ctl is None:
-            self.log_line("[dim]still loading the model[/]")
+            self.log_line(say("[dim]still loading the model[/]"))
             return
         state = self.ctl.state
         t0 = time.perf_counter()
@@ -448,9 +449,9 @@ class DebuggerApp(App):
             if len(self._queued) < MAX_QUEUED:
                 self._queued.append((fn, what))
             else:
-                self.log_line("[dim]the model is running; wait for it to stop[/]")
+                self.log_line(say("[dim]the model is running; wait for it to stop[/]"))
         else:
-            self.log_line(f"[yellow]the run has {state}[/]: r restarts it")
+            self.log_line(say(f"[yellow]the run has {state}[/]: r restarts it"))
 
     def _show_running(self, what: str) -> None:
         self._running_timer = None
@@ -489,7 +490,7 @@ class DebuggerApp(App):
         newest = len(self.ctl.history) - (1 if self.ctl.state == "paused" else 0)
         start = newest if self._looking is None else self._looking
         if start == 0:
-            self.log_line("[dim]the first op of this run: nothing before it[/]")
+            self.log_line(say("[dim]the first op of this run: nothing before it[/]"))
             return
         self._look(start - 1)
 
@@ -551,7 +552,7 @@ class DebuggerApp(App):
         self._looking = None
         self._queued.clear()
         self.ctl.restart()
-        self.log_line("restarted")
+        self.log_line(say("restarted"))
         self._status("running")
 
     def action_help(self) -> None:
@@ -565,7 +566,7 @@ class DebuggerApp(App):
         if self.ctl is None:
             return
         if self.ctl.lockstep is None:
-            self.log_line("[yellow]the accuracy report needs --reference (e.g. --reference numpy)[/]")
+            self.log_line(say("[yellow]the accuracy report needs --reference (e.g. --reference numpy)[/]"))
             return
         self.push_screen(ReportScreen(self.ctl.report))
 
@@ -600,11 +601,11 @@ class DebuggerApp(App):
             self._ask("delete", f"delete watch number (1..{len(self.ctl.watches)}); breakpoints: focus their "
                                 "table (tab) and press x")
         else:
-            self.log_line("[dim]nothing to delete: focus the breakpoints table (tab) to delete a breakpoint[/]")
+            self.log_line(say("[dim]nothing to delete: focus the breakpoints table (tab) to delete a breakpoint[/]"))
 
     def delete_watch(self, number: int) -> bool:
         if not 1 <= number <= len(self.ctl.watches):
-            self.log_line(f"[red]no watch {number}[/]: watches are numbered 1..{len(self.ctl.watches)}")
+            self.log_line(say(f"[red]no watch {number}[/]: watches are numbered 1..{len(self.ctl.watches)}"))
             return False
         expr = self.ctl.watches.items[number - 1].expr
         self.ctl.watches.remove(number - 1)
@@ -631,7 +632,7 @@ class DebuggerApp(App):
         seq = node.data if node is not None and node.data is not None else \
             (self.ctl.current.seq if self.ctl.current else None)
         if seq is None:
-            self.log_line("[yellow]select an op in the graph first[/]")
+            self.log_line(say("[yellow]select an op in the graph first[/]"))
             return
         op = self.ctl.steps[seq].node
         bp = self.ctl.breakpoints.toggle_node(op)
@@ -679,7 +680,7 @@ class DebuggerApp(App):
                 bp = self.ctl.breakpoints.add(text)
                 self._refresh_breakpoints()
                 if bp.key in ("err", "local", "tolerance") and self.ctl.lockstep is None:
-                    self.log_line("[yellow]this condition needs --reference to ever hold[/]")
+                    self.log_line(say("[yellow]this condition needs --reference to ever hold[/]"))
                 never = dead(bp, [st.node for st in self.ctl.steps])
                 if never:
                     self.log_line(say("[yellow]$never[/]", never=never))

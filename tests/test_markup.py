@@ -199,3 +199,99 @@ def test_say_fills_fields_without_parsing_them():
         t = say("[bold]{}[/] on [red]{x}[/] {n:.2f} {r!r}", name, x=name, n=1.234, r=name)
         assert t.plain == f"{name} on {name} 1.23 {name!r}"
         assert {str(s.style) for s in t.spans} == {"bold", "red"}
+
+
+# --- the TUI ----------------------------------------------------------------------------------------
+
+NODE = "[/]lin[bold]"           # node names arrive from plan files and imported graphs as they were written
+
+
+def _keys(text):
+    names = {"[": "left_square_bracket", "]": "right_square_bracket", "/": "slash", " ": "space",
+             ">": "greater_than_sign", ".": "full_stop", "_": "underscore"}
+    return [names.get(c, c) for c in text]
+
+
+def _log(app) -> list[str]:
+    return [strip.text for strip in app.query_one("#log").lines]
+
+
+def _plain(title) -> str:
+    from textual.content import Content
+    return Content.from_markup(title).plain      # a widget hands its border title back as markup
+
+
+@pytest.fixture
+def hostile_session(world, monkeypatch):
+    from opscope.runtime import open_session
+    monkeypatch.setenv("OPSCOPE_HOME", str(world["home"]))
+    s = open_session(world["model"], "sim:hostile")
+    s.graph.nodes[0].name = NODE
+    return s
+
+
+async def test_hostile_names_render_as_written_in_every_panel(hostile_session):
+    from debugger_models import until
+    from opscope.debugger.app import DebuggerApp
+    from opscope.debugger.controller import Controller, Stop
+    from opscope.debugger.screens import AdvisorScreen, ReportScreen
+
+    import shutil
+    folder = hostile_session.spec.split("]odel.py")[0]
+    reference = shutil.copy(os.path.join(os.environ["OPSCOPE_HOME"], "backends", "hostile.toml"), folder + "]ef.toml")
+    assert "[bold]x[/]ef.toml" in reference                  # a path a reference is named by
+    app = DebuggerApp(Controller(hostile_session, reference=reference), model=hostile_session.spec)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await until(pilot, app, lambda ev: isinstance(ev, Stop) and ev.seq == 0)
+        op = str(app.query_one("#op").render())
+        for text in (NODE, MODULE_PATH, KIND, DESC):
+            assert text in op, f"{text!r} not in the op panel:\n{op}"
+        labels = []
+        stack = [app.query_one("#graph").root]
+        while stack:
+            node = stack.pop()
+            labels.append(node.label.plain)
+            stack += node.children
+        assert SPEC in labels[0] and {OUTER, MODULE, "gel[u]"} <= set(labels) and any(NODE in x for x in labels)
+        assert SPEC in app.sub_title and DESC in app.sub_title
+        assert "[0].std()" in str(app.query_one("#watches").render())
+
+        # a breakpoint pattern typed in the prompt: its row, its log lines, its warning, as written
+        await pilot.press("a", *_keys("[/]"), "enter")
+        await pilot.pause()
+        shown = [bp.describe() for bp in app.ctl.breakpoints]      # after the lockstep's tolerance stop
+        assert "at [/]" in shown
+        assert str(app.query_one("#breakpoints").get_row_at(shown.index("at [/]"))[1]) == "at [/]"
+        assert "breakpoint added: [/]" in _log(app) and any("'[/]' matches no op" in x for x in _log(app))
+
+        # a bad one: one line in the log, nothing added, the debugger goes on
+        before = len(_log(app))
+        await pilot.press("a", *_keys("max_abs >> [/]"), "enter")
+        await pilot.pause()
+        said = " ".join(" ".join(_log(app)[before:]).split())      # the log wraps a long line
+        assert said.startswith("breakpoint 'max_abs >> [/]': ") and said.count("max_abs >> [/]") == 2
+        assert len(app.ctl.breakpoints) == len(shown)
+        await pilot.press("w", *_keys("[/]"), "enter")             # a watch that does not parse: the same
+        await pilot.pause()
+        assert "[/]" in _log(app)[-1] and not len(app.ctl.watches)
+
+        await pilot.press("n")
+        await until(pilot, app, lambda ev: isinstance(ev, Stop) and ev.seq == 1)
+        assert MODULE_PATH.replace(MODULE, "gel[u]") in str(app.query_one("#op").render())
+        assert _plain(app.query_one("#values-box").border_title).startswith("values: ")
+
+        await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, ReportScreen)
+        box = app.screen.query_one("#report-box")
+        assert reference in _plain(box.border_title)
+        assert NODE[:24] in str(app.screen.query_one("#report").render())
+        await pilot.press("escape")
+        await pilot.press("A")
+        for _ in range(300):
+            await pilot.pause(0.02)
+            if isinstance(app.screen, AdvisorScreen) and (app.screen.result or app.screen.error):
+                break
+        assert isinstance(app.screen, AdvisorScreen) and app.screen.error is None
+        await pilot.press("escape")
+        assert "MarkupError" not in " ".join(_log(app))
