@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, table
+from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, say, table
 
 
 def register(sub) -> None:
@@ -37,11 +37,11 @@ def main(args) -> int:
         return 0
     t = info["timing"]
     mp = info.get("memory_plan") or {}
-    console.print(f"[bold]{args.model}[/] on [bold]{info['backend']['name']}[/]: {info['nodes']} ops after "
-                  f"{', '.join(info['passes']) or 'no passes'}; capture {t['capture_seconds'] * 1e3:.0f} ms, passes and "
-                  f"placement {t['compile_seconds'] * 1e3:.0f} ms; saved to {args.output}"
-                  + (f"; planned peak {fmt_bytes(mp['peak_bytes'])}" if mp else "")
-                  + (f"; signed by key {info['signed_by']}" if info.get("signed_by") else ""))
+    console.print(say("[bold]{}[/] on [bold]{}[/]: {}", args.model, info["backend"]["name"],   # names: say(), not markup
+                      f"{info['nodes']} ops after {', '.join(info['passes']) or 'no passes'}; capture "
+                      f"{t['capture_seconds'] * 1e3:.0f} ms, passes and placement {t['compile_seconds'] * 1e3:.0f} ms; "
+                      f"saved to {args.output}" + (f"; planned peak {fmt_bytes(mp['peak_bytes'])}" if mp else "")
+                      + (f"; signed by key {info['signed_by']}" if info.get("signed_by") else "")))
     console.print(table("passes", ["pass", "changes", "ops before", "ops after", "first change"],
                         [[e["pass"], len(e["changes"]), e["nodes_before"], e["nodes_after"],
                           (e["changes"] or [""])[0][:90]] for e in info["pass_log"]],
