@@ -272,12 +272,12 @@ def check_main(args) -> int:
         return 0 if doc["confirmed"] else 1
     for b in doc["backends"]:
         c, run = b["counts"], b["run"]
-        console.print(f"[bold]{doc['model']}[/] on [bold]{b['backend']}[/]"
-                      + (f" (fallback {b['fallback']})" if b["fallback"] else "")
-                      + (" (training step: " + ", ".join(f"{p} {sum(v.values())}" for p, v in b["phases"].items()) + ")"
-                         if doc.get("train") else "")
-                      + f": {c['native']} native, {c['fallback']} fallback, {c['missing-op']} with no opscope op yet, "
-                      f"{c['unsupported']} unsupported")
+        console.print(say("[bold]{}[/] on [bold]{}[/]{}", doc["model"], b["backend"],    # names: say(), not markup
+                          (f" (fallback {b['fallback']})" if b["fallback"] else "")
+                          + (" (training step: " + ", ".join(f"{p} {sum(v.values())}" for p, v in b["phases"].items())
+                             + ")" if doc.get("train") else "")
+                          + f": {c['native']} native, {c['fallback']} fallback, {c['missing-op']} with no opscope op "
+                          f"yet, {c['unsupported']} unsupported"))
         not_native = [o for o in b["ops"] if o["status"] != "native"]
         if not_native:
             console.print(table("ops that are not native", ["op", "nodes", "prediction", "runs on", "why"],
@@ -292,8 +292,8 @@ def check_main(args) -> int:
             console.print(f"confirmed by a real run: placement {'matched' if run['matched'] else 'DID NOT match'} the "
                           f"prediction; {numerics}")
         elif run["ran"]:
-            console.print(f"[red]the run failed[/]: {run['error']}")
+            console.print(say("[red]the run failed[/]: {}", run["error"]))
         else:
-            console.print(("confirmed: the backend refuses " if run["matched"] else "[red]NOT confirmed[/]: refused ")
-                          + ", ".join(run.get("refused_ops", [])))
+            console.print(say(("confirmed: the backend refuses " if run["matched"] else "[red]NOT confirmed[/]: refused ")
+                              + "{}", ", ".join(run.get("refused_ops", []))))
     return 0 if doc["confirmed"] else 1
