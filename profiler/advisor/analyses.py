@@ -443,8 +443,16 @@ def _fusion(evs, d, busy, steps, per_op) -> dict:
     seconds = sum(e["seconds"] for c in chains for e in c)
     return {"chains": len(chains), "ops": sum(len(c) for c in chains), "seconds": seconds,
             "share": _share(seconds, busy), "gain_seconds": min(gain, seconds),
-            "examples": [" -> ".join(e["op"] for e in c) + f" ({c[0]['node']})" for c in chains[:3]],
+            "examples": [_chain_text(c) for c in chains[:3]],
             "nodes": [e["node"] for c in chains[:3] for e in c]}
+
+
+def _chain_text(chain: list) -> str:
+    """`add -> mul -> gelu (node)`: a chain's first ops only -- a model can chain thousands, and the text goes
+    into a rule's message, whose length is bounded (expr.py)."""
+    head = " -> ".join(e["op"] for e in chain[:8])
+    more = f" -> ... ({len(chain)} ops)" if len(chain) > 8 else ""
+    return f"{head}{more} ({chain[0]['node']})"
 
 
 def _dominant(evs, busy, steps) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import math
 from itertools import repeat
-from operator import ne
+from operator import itemgetter, ne
 import os
 import stat
 import zlib
@@ -283,20 +283,38 @@ class EventTable:
 
     def _bounded(self, column: str, values: np.ndarray) -> np.ndarray:
         """A text column as the store may keep it: a name past MAX_NAME characters cut (a 2 MB op name is a
-        hostile file, and every table, template and page that prints it would pay for it), shapes or dtypes
-        that are not the JSON text of a list, or past MAX_SHAPES characters, dropped to unknown (NULL) --
-        what reads them expects a list. Each distinct value is looked at once: a column holds few."""
+        hostile file, and every table, template and page that prints it would pay for it); shapes or dtypes
+        that are not the JSON text of a list (a number, an object), or past MAX_SHAPES characters, dropped to
+        unknown (NULL) -- what reads them expects a list. The usual column passes two C-level looks (longest
+        text, first and last characters) and is kept as it is; only one that fails them is looked at per
+        distinct value."""
         if not len(values):
             return values
         shapes = column in SHAPE_COLUMNS
-        distinct = {values[0]} if values.strides == (0,) else set(values.tolist())
-        fixed = {v: _bounded_value(v, shapes) for v in distinct if v is not None}
-        fixed = {v: w for v, w in fixed.items() if w is not v}
-        if not fixed:
+        rows = values[:1].tolist() if values.strides == (0,) else values.tolist()   # a broadcast column: one value
+        texts = list(filter(None, rows)) if None in rows or "" in rows else rows
+        if not texts:
             return values
-        self.cut[column] = sum(1 for v in values.tolist() if v in fixed)
-        out = np.empty(len(values), dtype=object)
-        out[:] = [fixed.get(v, v) if v is not None else None for v in values.tolist()]
+        try:          # every parser writes text (or None) here; anything else takes the slow road below
+            if max(map(len, texts)) <= (MAX_SHAPES if shapes else MAX_NAME) and (not shapes or (
+                    set(map(itemgetter(0), texts)) <= {"["} and set(map(itemgetter(-1), texts)) <= {"]"})):
+                return values
+        except TypeError:
+            pass
+        rows = values.tolist()
+        try:
+            fixed = {v: _bounded_value(v, shapes) for v in set(rows) if v is not None}
+            bad = {v for v, w in fixed.items() if w is not v}
+            new = [fixed[v] if v in bad else v for v in rows]
+            changed = sum(map(bad.__contains__, rows))
+        except TypeError:          # a value that is not text (a list): each row on its own
+            new = [None if v is None else _bounded_value(v, shapes) for v in rows]
+            changed = sum(1 for v, w in zip(rows, new) if w is not v)
+        if not changed:
+            return values
+        self.cut[column] = changed
+        out = np.empty(len(rows), dtype=object)
+        out[:] = new
         return out
 
     def __len__(self):
