@@ -29,6 +29,7 @@ class HardwareSampler:
     def __init__(self, store, run_id: str, pid: int, interval_s: float = INTERVAL_S):
         self.store, self.run_id, self.pid, self.interval_s = store, run_id, pid, interval_s
         self.samples = 0
+        self.error = None        # why samples stopped being written (a full disk): the run's own writes say so
         self._rows: list = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="opscope-hardware", daemon=True)
@@ -73,6 +74,11 @@ class HardwareSampler:
 
     def _write(self) -> None:
         rows, self._rows = self._rows, []
-        if rows:
-            self.store.add_hardware(self.run_id, rows)
+        if rows and self.error is None:
+            from opscope.runtime.errors import OpscopeError
+            try:
+                self.store.add_hardware(self.run_id, rows)
+            except OpscopeError as e:     # one line about the store comes from the run itself, not a thread traceback
+                self.error = e
+                return
             self.samples += len(rows)

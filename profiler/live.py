@@ -161,7 +161,10 @@ class LiveRun:
     def _watch(self) -> None:
         while not self.collector.ended.wait(0.05) and self.proc.poll() is None:
             pass
-        self._finish()
+        try:
+            self._finish()
+        except Exception:       # kept in self.error: wait() returns "failed" and the caller says why in one line
+            pass
 
     def kill(self) -> None:
         """Stop the model (SIGKILL); the run ends failed, with the events that arrived."""
@@ -202,7 +205,9 @@ class LiveRun:
             try:
                 self._end_run()
             except BaseException as e:             # the store itself failed: say so, never hang wait()
-                self.error = f"finishing the run failed: {type(e).__name__}: {e}"
+                from opscope.runtime.errors import OpscopeError
+                self.error = str(e) if isinstance(e, OpscopeError) else \
+                    f"finishing the run failed: {type(e).__name__}: {e}"
                 self.status = "failed"
                 raise
             finally:
