@@ -154,9 +154,10 @@ class StoreError(OpscopeError):
     """The run store cannot be opened or written: a read-only or full disk, a file where its folder
     should be, a damaged database. Exit 2 (what the user must change), 1 when the disk filled up."""
 
-    def __init__(self, message: str, exit_code: int = 2):
+    def __init__(self, message: str, exit_code: int = 2, damaged: bool = False):
         super().__init__(message)
         self.exit_code = exit_code
+        self.damaged = damaged          # the file is damaged: RunStore.readable_runs says what still reads
 
 
 class RunStore:
@@ -189,7 +190,7 @@ class RunStore:
             else:                          # the first connection of this process: take the store's lock
                 if not read_only:
                     private_folder(self.path.parent)
-                    self._refuse_if_damaged()
+                    self.refuse_if_damaged()
                 lock = _take_lock(self, exclusive=not read_only)
             held.append(read_only)
             try:
@@ -235,7 +236,7 @@ class RunStore:
     def damaged_note(self) -> Path:
         return Path(f"{self.path}.damaged")
 
-    def _refuse_if_damaged(self) -> None:
+    def refuse_if_damaged(self) -> None:
         """A store seen damaged is never written again: a write (and its checkpoint) could spread the damage
         over runs that still read."""
         try:
@@ -244,7 +245,7 @@ class RunStore:
             return
         except OSError:
             why = "unknown"
-        raise StoreError(_damaged(self, why))
+        raise StoreError(_damaged(self, why), damaged=True)
 
     def note_damage(self, why: str) -> None:
         """Remember that the store is damaged, so no later writer touches it (best effort: a read-only home
@@ -672,7 +673,7 @@ def _store_error(store: RunStore, e: BaseException, writing: bool) -> StoreError
     if any(w in low for w in _UNREADABLE):
         if any(w in low for w in _DAMAGE):
             store.note_damage(first_line(e))
-        return StoreError(_damaged(store, first_line(e)))
+        return StoreError(_damaged(store, first_line(e)), damaged=True)
     if "conflicting lock" in low or "could not set lock" in low:
         return StoreError(f"the run store at {path} is held by another process ({first_line(e)}); "
                           "try again when it is done", 1)

@@ -61,8 +61,16 @@ def main_runs(args) -> int:
     from opscope.profiler import RunStore
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: give the number of runs to list, 0 or more")
+    from opscope.profiler.store import StoreError
     store = RunStore()
-    runs = store.list_runs()[:args.limit]
+    try:
+        store.refuse_if_damaged()
+        runs = store.list_runs()[:args.limit]
+    except StoreError as e:
+        if not e.damaged:
+            raise
+        _list_readable(store, args)
+        raise
     size = store_bytes(store)
     if args.json:
         emit_json({"runs": runs, "store": {"path": str(store.path), "bytes": size}})
@@ -76,6 +84,23 @@ def main_runs(args) -> int:
     console.print(table("runs", ["run", "started", "model", "backend", "engine", "status", "events", "dropped"], rows,
                         justify_right={"events", "dropped"}))
     return 0
+
+
+def _list_readable(store, args) -> None:
+    """A damaged store: the runs it still reads, before the one line that says it is damaged."""
+    runs, why = store.readable_runs()
+    runs = runs[:args.limit]
+    if args.json:
+        emit_json({"runs": runs, "store": {"path": str(store.path), "bytes": store_bytes(store), "damaged": True}})
+        return
+    if not runs:
+        console.print(say("run store {}: damaged; no run can be read from it ({})", store.path, why or "no runs table"))
+        return
+    rows = [[r["run_id"], _when(r["started_at"]), r["model"], r["backend"], r["status"], r["events"],
+             "yes" if r["readable"] else "no: damaged"] for r in runs]
+    console.print(table(f"runs still readable in the damaged store {store.path}",
+                        ["run", "started", "model", "backend", "status", "events", "events read"], rows,
+                        justify_right={"events"}))
 
 
 def store_bytes(store) -> int:
