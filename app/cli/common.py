@@ -74,6 +74,30 @@ def add_model_and_backend(p) -> None:
     p.add_argument("--backend", "-b", default="torch:cpu", help=BACKEND_HELP)
 
 
+def add_fallback(p) -> None:
+    """--no-fallback and --fallback BACKEND, for the commands that place a model (run, train, profile)."""
+    p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
+    p.add_argument("--fallback", action="append", metavar="BACKEND",
+                   help="for this run, also send ops the backend and its description's fallbacks cannot run to "
+                        "BACKEND (e.g. torch:cpu); repeat or comma-separate for a chain")
+
+
+def fallback_of(args):
+    """What placement's allow_fallback gets: False, True (the description's chain) or that chain plus --fallback's
+    backends (runtime/fallback.py); a --fallback that names no backend is refused here, before the model loads."""
+    from opscope.runtime.errors import UsageError
+    from opscope.runtime.fallback import parse_flag
+    specs = parse_flag(getattr(args, "fallback", None))
+    if not specs:
+        return not args.no_fallback
+    if args.no_fallback:
+        raise UsageError("--fallback and --no-fallback contradict each other: give one")
+    from opscope.runtime.backends import resolve
+    for spec in specs:
+        resolve(spec)
+    return specs
+
+
 def add_json(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 

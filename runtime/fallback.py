@@ -1,0 +1,41 @@
+"""Fallbacks for one run: `--fallback torch:cpu` on run / train / profile adds backends after the ones the
+description's `fallback = [...]` names, without writing a description.
+
+The extra specs travel where the yes/no of fallback always travelled (`allow_fallback`): True is the
+description's chain, False none, a list of specs that chain and then these -- so every road from the CLI to
+placement (sessions, the profiler's runner, training, TorchDynamo regions) carries them unchanged.
+"""
+from __future__ import annotations
+
+SUGGESTED = "torch:cpu"        # runs every ATen op and any torch.library op: the way out a refusal names
+
+
+def fallback_chain(backend, allow_fallback) -> list:
+    """The backends placement asks, in order, for a node `backend` refuses."""
+    if not allow_fallback:
+        return []
+    chain = backend.fallback_chain()
+    if isinstance(allow_fallback, (list, tuple)):
+        from .backends import resolve
+        names = {backend.name} | {b.name for b in chain}
+        for spec in allow_fallback:
+            extra = resolve(spec)
+            if extra.name not in names:
+                chain.append(extra)
+                names.add(extra.name)
+    return chain
+
+
+def suggestion(backend, chain) -> str:
+    """What a user who hit a refusal can do in one flag (empty when torch already was asked)."""
+    if backend.name.startswith("torch") or any(b.name.startswith("torch") for b in chain):
+        return ""
+    return f"run with --fallback {SUGGESTED}"
+
+
+def parse_flag(values) -> list[str]:
+    """`--fallback a,b --fallback c` -> ['a', 'b', 'c'] (each checked when placement resolves it)."""
+    out = []
+    for v in values or ():
+        out += [s.strip() for s in v.split(",") if s.strip()]
+    return out
