@@ -399,7 +399,8 @@ def plan_backend(doc: dict, where: str) -> str:
     if not (base in ("numpy", "torch", "sim") or base in _backends.STACKS) or \
             not re.fullmatch(r"[A-Za-z0-9_.:-]{0,64}", rest) or (base == "sim" and not rest):
         raise UsageError(f"{where} was compiled for backend {_shown(spec)}; a plan does not choose a description "
-                         "file by itself: pass -b (the backend you mean to run it on)")
+                         f"file (nor the module it imports) by itself: pass -b {_shown(spec)}, or another backend, "
+                         "to run it")
     impl = _backends.describe(spec)[0].implementation
     if impl not in ("sim", "numpy", "torch") and impl not in _backends.STACKS:
         raise UsageError(f"{where} runs on {spec}, whose description imports module {_shown(impl)}; a plan does "
