@@ -8,7 +8,8 @@ The collector (a thread of the calling process) writes batches into the store as
 keeps runs.events / runs.dropped current; a model that raises, or a runner that dies, leaves a
 failed run with every event that arrived. A run whose events did not all arrive (the runner's own
 count says more than the store holds plus what was counted as dropped) ends `incomplete`, its error
-naming the steps that lost events; config["stream"] says how many messages the collector refused.
+naming the steps that lost events; config["stream"] says how many messages (`rejected`) and
+connections from other processes (`refused_connections`) the collector refused.
 """
 from __future__ import annotations
 
