@@ -28,7 +28,7 @@ arrived (`verdict()`), so a message lost on the way marks the run incomplete ins
 
 The way back: PUSH/PULL has none, and ZeroMQ drops what still sits in the socket when the sender
 exits while the reader's queue is full. So a runner that sent its end waits, on a pipe its parent
-holds (runner._take_ack), until the collector has read it; then it exits.
+holds (runner._take_pipe, the same one), until the collector has read it; then it exits.
 """
 from __future__ import annotations
 
