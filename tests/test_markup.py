@@ -177,6 +177,8 @@ COMMANDS = {
     "simulate": (["simulate", "{model}", "--hybrid", "sim:hostile=1", "--ranks", "8"], [SPEC]),   # shares name the spec
     "tune": (["tune", "{model}", "-b", "sim:hostile", "--budget", "2"], [SPEC, DESC]),
     "train": (["train", "{model}", "-b", "sim:hostile", "--steps", "1"], [SPEC, DESC, MODULE_PATH]),
+    "compile": (["compile", "{model}", "-b", "sim:hostile", "-o", "{root}/c.opsplan"], [SPEC, DESC]),
+    "migrate check": (["migrate", "check", "{model}", "-b", "sim:hostile"], [SPEC]),
 }
 
 
