@@ -26,7 +26,8 @@ from opscope.runtime.errors import UsageError
 from test_trace_import import TinyNet, kineto_gpu_trace, opscope_main, ort_profile, torch_profiler_trace
 
 HOSTILE = [[], [1, 2], {"a": 1}, {}, [[[[1]]]], 2 ** 63, 2 ** 64 + 5, -(2 ** 63) - 1, 10 ** 30, 1e308, -1e308,
-           9.3e15, -1, -1.5, 0, "", "abc", "12", "1e400", "-5", None, True, "x" * 300, float("nan")]
+           9.3e15, -1, -1.5, 0, "", "abc", "12", "1e400", "-5", None, True, "x" * 300, float("nan"),
+           "n" * 5000, "[" * 2000]            # issue 24: names past the bound, shapes that are not lists
 EVENT_KEYS = ["ts", "dur", "pid", "tid", "ph", "cat", "name", "args", "id"]
 ARG_KEYS = ["External id", "correlation", "Input Dims", "Input type", "stream", "device", "bytes", "step", "seq",
             "node", "module", "input_shapes", "flops", "fallback", "op_name", "provider", "input_type_shape",
@@ -139,6 +140,13 @@ def check_import(path, store, doc=None):
         lo, hi = time_bounds(doc)
         assert start.min() >= lo and end.max() <= hi, (start.min(), end.max(), lo, hi)
     assert (ev["step"] >= 0).all() and (ev["seq"] >= 0).all()
+    # issue 24: names within the bound, shapes and dtypes JSON lists (what the advisor and the pages read)
+    from opscope.profiler.importers.common import MAX_NAME, SHAPE_COLUMNS
+    assert max(store.query("SELECT max(length(op)), max(length(node)) FROM events WHERE run_id = ?",
+                           [rid])[0]) <= MAX_NAME
+    for col in SHAPE_COLUMNS:
+        for (v,) in store.query(f"SELECT DISTINCT {col} FROM events WHERE run_id = ? AND {col} IS NOT NULL", [rid]):
+            assert v.startswith("[") and v.endswith("]"), v
     return rid
 
 
