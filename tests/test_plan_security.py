@@ -227,6 +227,32 @@ def test_a_slot_count_the_plan_does_not_declare_is_refused_before_allocating(gpt
         load_plan(bad, model=model, inputs=inputs)
 
 
+@pytest.fixture(scope="module")
+def gpt_unoptimized(tmp_path_factory):
+    """demo:gpt compiled without passes: its position arange stays a node (folding makes it a constant)."""
+    path = tmp_path_factory.mktemp("plans") / "gpt-none.opsplan"
+    compile_to_file(path, "demo:gpt", "numpy", passes="none")
+    return path
+
+
+def _arange(doc):
+    return next(n for n in doc["graph"]["nodes"] if n["op"] == "arange")
+
+
+@pytest.mark.parametrize("edit,why", [
+    (lambda n: n.update(args={"$tuple": [10**11]}), "would create something other than the int64\\[128\\]"),
+    (lambda n: n.update(args={"$tuple": [10**11]}, output_meta=[[[10**11], "int64"]]), "more than this machine"),
+    (lambda n: n.update(args={"$tuple": ["x"]}), "would create something other than"),
+])
+def test_a_creation_op_sized_by_its_arguments_must_make_what_the_plan_declares(gpt_unoptimized, tmp_path, edit, why):
+    """arange(10**11) would allocate 800 GB however small the output the plan declares."""
+    bad = forge(gpt_unoptimized, tmp_path / "arange.opsplan", lambda d: edit(_arange(d)))
+    model, inputs = models.load("demo:gpt")
+    with pytest.raises(UsageError, match=f"node arange \\(arange\\) .*{why}"):
+        load_plan(bad, model=model, inputs=inputs)
+    assert load_plan(gpt_unoptimized, model=model, inputs=inputs).executor.run(*inputs)
+
+
 def test_a_zip_member_stored_as_a_symlink_is_refused(gpt_plan, tmp_path):
     members = members_of(gpt_plan)
     bad = tmp_path / "link.opsplan"

@@ -37,6 +37,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import re
 import time
 import zipfile
@@ -382,7 +383,48 @@ def decode_graph(doc: dict, files: dict, model, where: str = "plan") -> tuple[Gr
     used = [*graph.input_slots, *constants, *slot_meta, *(s for n in nodes for s in n.inputs + n.outputs)]
     if any(s >= num_slots for s in used):
         raise UsageError(f"{where}: a node reads or writes a slot outside the graph; compile it again")
+    for n in nodes:
+        _check_created_size(n, where)
     return graph, {_slot(c): _slot(o) for c, o in doc["carry"]}
+
+
+def _check_created_size(node: Node, where: str) -> None:
+    """A creation op (zeros, full, arange, randn...) allocates what its arguments say, not what the plan
+    declares: its arguments must make exactly the declared output -- checked on the meta device, where
+    nothing is allocated -- and that output must fit in this machine's memory."""
+    from ..dtypes import to_torch
+    from ..ops import OPS
+    op = OPS.get(node.op)
+    if op is None or op.kind != "creation" or not isinstance(node.target, torch._ops.OpOverload):
+        return
+    declared = node.output_meta[0] if len(node.output_meta) == 1 else None
+    if declared is None or declared.nbytes > _memory_bytes():
+        raise UsageError(f"{where}: node {_shown(node.name)} ({node.op}) declares an output of "
+                         f"{declared.nbytes if declared else 'no'} bytes, more than this machine's memory; "
+                         "compile it again")
+    metas = dict(zip(node.inputs, node.input_meta))
+
+    def on_meta(v):
+        if isinstance(v, Ref):
+            m = metas.get(v.slot) or declared
+            return torch.empty(m.shape, dtype=to_torch(m.dtype), device="meta")
+        return type(v)(on_meta(x) for x in v) if isinstance(v, (list, tuple)) else v
+    try:
+        out = node.target(*on_meta(node.args), **{k: on_meta(v) for k, v in node.kwargs.items()
+                                                   if k not in ("device", "pin_memory")}, device="meta")
+        ok = isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(declared.shape)
+    except Exception:          # arguments torch refuses: the real kernel would refuse them too, or worse
+        ok = False
+    if not ok:
+        raise UsageError(f"{where}: node {_shown(node.name)} ({node.op}) would create something other than the "
+                         f"{declared.dtype}{list(declared.shape)} it declares; compile it again")
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):     # no sysconf (Windows): what a large host has
+        return 1 << 40
 
 
 def plan_backend(doc: dict, where: str) -> str:
