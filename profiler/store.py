@@ -280,6 +280,17 @@ class RunStore:
         except StoreError as e:
             return [], str(e)
 
+    def _check_shape(self) -> None:
+        """Before a writer touches a file: only tables, as opscope makes them. A view or macro there (a store
+        someone sent) would run its SQL in a connection that may read files; refuse it, read-only."""
+        with self._connect(read_only=True) as con:
+            found = con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
+                                "SELECT function_name FROM duckdb_functions() WHERE function_type IN "
+                                "('macro', 'table_macro') AND NOT internal LIMIT 3").fetchall()
+        if found:
+            raise StoreError(f"the run store at {self.path} holds views or macros ({', '.join(r[0] for r in found)}): "
+                             f"it is not a store opscope wrote; move it away, or set {HOME_ENV} to another folder")
+
     def _prepare(self) -> None:
         """A writer's first connection in this process: a private folder and file, current tables, and
         the runs of dead collectors marked failed (the write that readers leave to writers)."""
@@ -289,6 +300,8 @@ class RunStore:
                 return
             private_folder(self.path.parent)
             new = not self.path.exists()
+            if not new:
+                self._check_shape()
             old_mask = os.umask(0o077) if new else None      # born private: no moment readable by others
             try:
                 with self._connect() as con:
@@ -674,6 +687,11 @@ def _store_error(store: RunStore, e: BaseException, writing: bool) -> StoreError
         if any(w in low for w in _DAMAGE):
             store.note_damage(first_line(e))
         return StoreError(_damaged(store, first_line(e)), damaged=True)
+    if "disabled by configuration" in low or "but it exists in the" in low:
+        # a view or default in the file that wants another file, the network or an extension: not our store
+        return StoreError(f"the run store at {path} asks for more than its own tables ({first_line(e)[:200]}); "
+                          f"opscope reads stores with files, network and extensions off: it is not a store opscope "
+                          f"wrote; move it away, or set {HOME_ENV} to another folder")
     if "conflicting lock" in low or "could not set lock" in low:
         return StoreError(f"the run store at {path} is held by another process ({first_line(e)}); "
                           "try again when it is done", 1)
@@ -720,7 +738,7 @@ def _take_lock(store: RunStore, exclusive: bool) -> int | None:
                 holder = _lock_holder(fd)
                 os.close(fd)
                 raise StoreError(f"the run store at {store.path} has been held by another process{holder} for "
-                                 f"over {_LOCK_WAIT_S:.0f} s; try again when it is done", 1) from None
+                                 f"over {_LOCK_WAIT_S:g} s; try again when it is done", 1) from None
             time.sleep(delay * (0.5 + random.random()))    # jitter: two waiters do not stay in step
             delay = min(delay * 2, 0.05)
         except BaseException:
