@@ -52,12 +52,12 @@ class Region:
     slot_meta: dict[int, TensorMeta]
 
     def member_of_scope(self, name: str) -> Node | None:
-        """The member a stack's node name comes from (`/n12/MatMul` -> members[12])."""
+        """The member a stack's node name comes from (`/n12/MatMul`, `__module.n12/...` -> members[12])."""
         m = _SCOPE.search(name)
         return self.members[int(m.group(1))] if m and int(m.group(1)) < len(self.members) else None
 
 
-_SCOPE = re.compile(r"(?:^|/)n(\d+)(?:/|$)")
+_SCOPE = re.compile(r"(?:^|[/.])n(\d+)(?:/|$)")    # ONNX: /n12/MatMul; OpenVINO: __module.n12/aten::linear/Add
 
 
 @dataclass

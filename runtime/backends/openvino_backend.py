@@ -1,0 +1,127 @@
+"""openvino[:DEVICE]: each region converted by `openvino.convert_model` and compiled for CPU (GPU, NPU, AUTO
+where the machine has them).
+
+    opscope run demo:gpt -b openvino               # CPU, float32
+    opscope run demo:gpt -b openvino:GPU.0         # an Intel GPU, where there is one
+
+claim: ops with an ATen target in float32/float16/bfloat16/integers -- float64 is refused (OpenVINO computes
+it as float32, silently), so those nodes run on the fallback; compile: the region as a torch module
+(regions.to_torch) through convert_model, compiled with INFERENCE_PRECISION_HINT from the description
+(default f32).
+NOTE: on a CPU with bf16 units OpenVINO computes float32 models in bf16 unless that hint is set.
+Per-op spans: PERF_COUNT's per-layer times, mapped back through the layers' originalLayersNames.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+from ..description import Description
+from ..errors import ModelError, first_line
+from ..hdi import Backend
+from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
+from .numpy_backend import NumpyMemory
+
+INSTALL = "pip install openvino (or opscope[openvino])"
+CLOCK = "openvino PERF_COUNT (per-layer durations, laid end to end from the region's start)"
+_TAKES = Claim()          # its dtypes leave float64 out
+
+
+def device(desc: Description) -> str:
+    return desc.options.get("device") or "CPU"
+
+
+def available(desc: Description) -> tuple[bool, str]:
+    try:
+        import openvino as ov
+    except ImportError:
+        return False, f"not installed: {INSTALL}"
+    here = ov.Core().available_devices
+    want = device(desc)
+    if want.split(":")[0] not in ("AUTO", "MULTI", "HETERO") and want not in here and \
+            not any(d.startswith(want + ".") for d in here):
+        return False, (f"device {want} is not on this machine (OpenVINO sees {', '.join(here) or 'none'}); "
+                       f"use one of those, e.g. -b openvino:{here[0] if here else 'CPU'}")
+    return True, ""
+
+
+def devices() -> list[str]:
+    import openvino as ov
+    return list(ov.Core().available_devices)
+
+
+class OpenVinoBackend(Backend):
+    pass
+
+
+def create(desc: Description, name: str) -> OpenVinoBackend:
+    backend = OpenVinoBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
+                              device=f"openvino:{device(desc)}")
+    backend.ops = StackRegistry(_TAKES, lambda region: compile_region(region, desc),
+                                unsupported=desc.unsupported, supported=desc.supported)
+    return backend
+
+
+def config(desc: Description, profile: bool = False) -> dict:
+    cfg = {"INFERENCE_PRECISION_HINT": desc.options.get("precision", "f32")}
+    if desc.options.get("threads"):
+        cfg["INFERENCE_NUM_THREADS"] = int(desc.options["threads"])
+    if profile:
+        cfg["PERF_COUNT"] = "YES"
+    return cfg
+
+
+class OpenVinoProgram(RegionProgram):
+    def __init__(self, region: Region, model, desc: Description):
+        super().__init__(region, self._run)
+        import openvino as ov
+        self.core, self.model, self.desc = ov.Core(), model, desc
+        self.compiled = self.core.compile_model(model, device(desc), config(desc))
+        self.request = self.compiled.create_infer_request()
+        self._profiled = None             # a second compiled model with PERF_COUNT, made on first use
+        self._active = None
+
+    def _run(self, *inputs):
+        request = self._active or self.request
+        t0 = time.perf_counter_ns()
+        out = request.infer(list(inputs), share_inputs=True)
+        self._span = (t0, time.perf_counter_ns())
+        return [out[o] for o in request.model_outputs]
+
+    def start_profile(self):
+        if self._profiled is None:
+            self._profiled = self.core.compile_model(self.model, device(self.desc), config(self.desc, True))
+        self._active = self._profiled.create_infer_request()
+        self._span = None
+
+    def stop_profile(self):
+        request, self._active = self._active, None
+        if request is None or self._span is None:
+            return []
+        names = {}
+        for op in self._profiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            if "originalLayersNames" in info:
+                names[op.get_friendly_name()] = info["originalLayersNames"].astype(str).split(",")
+        t, children = self._span[0], []
+        for p in request.get_profiling_info():
+            dur = int(p.real_time.total_seconds() * 1e9)
+            if p.status.name != "EXECUTED":
+                continue
+            covered = [m for n in names.get(p.node_name, []) if (m := self.region.member_of_scope(n)) is not None]
+            children.append(self.child(p.node_name, p.node_type, t, t + dur, CLOCK, covered))
+            t += dur
+        return children
+
+
+def compile_region(region: Region, desc: Description) -> OpenVinoProgram:
+    import openvino as ov
+    ops = ", ".join(sorted({m.op for m in region.members}))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")        # the tracer's warnings about constants
+            model = ov.convert_model(to_torch(region), example_input=example_inputs(region))
+        return OpenVinoProgram(region, model, desc)
+    except Exception as e:       # the converter or the plugin may raise anything on a graph it cannot take
+        raise ModelError(f"openvino could not compile {region.name} ({len(region.members)} nodes: {ops}): "
+                         f"{type(e).__name__}: {first_line(e)[:200]}") from e
