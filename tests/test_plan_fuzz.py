@@ -85,7 +85,7 @@ def _with_body(members: dict, doc) -> dict:
 
 
 @pytest.mark.timeout(300)
-@settings(derandomize=True, max_examples=80, deadline=None,
+@settings(derandomize=True, max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_plan_json_values_types_and_structure(plan, watched, data):
@@ -119,7 +119,7 @@ def test_fuzz_plan_json_values_types_and_structure(plan, watched, data):
 
 
 @pytest.mark.timeout(300)
-@settings(derandomize=True, max_examples=60, deadline=None,
+@settings(derandomize=True, max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_plan_members_bytes_names_kinds_and_compression(plan, watched, data):
