@@ -54,7 +54,7 @@ from .plan_archive import PlanArchive
 from .plan_targets import kernel_for, target_name
 
 FORMAT, VERSION = "opscope-plan", 1
-MAX_JSON = 64 << 20
+MAX_JSON = 32 << 20           # ~900 bytes a node: 35,000 nodes; json.loads of it stays under a GiB
 MAX_INLINE = 2 << 30          # the values a plan holds itself (folded constants; weights are only named)
 MAX_SLOTS = 1 << 24           # the executor holds a list of this many values
 MAX_DIMS, MAX_DIM = 64, 1 << 48
