@@ -11,6 +11,7 @@ import time
 from opscope.runtime.errors import UsageError
 
 from .common import add_json, console, emit_json, say
+from .serve import add_token_options
 
 
 def register(sub) -> None:
@@ -28,13 +29,23 @@ def register(sub) -> None:
                    help="stop after S seconds (default: until Ctrl-C, or until the --run finishes)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD",
                    help="run CMD for every alert (the alert as JSON on stdin, OPSCOPE_ALERT_* in its environment)")
+    p.add_argument("--webhook", metavar="URL",
+                   help="POST every alert, and its end, to URL in Alertmanager's webhook JSON (version 4)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics while watching (devices, ranks, the "
+                        "run's progress, alert states); it needs the token like `opscope serve` does")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container or pod)")
+    add_token_options(p)
+    p.add_argument("--export-rules", choices=["prometheus"], default=None,
+                   help="print the alert rules (bundled and --rules) as a Prometheus rule file and exit")
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from opscope.profiler.alerts import AlertEngine, load_rules
-    from opscope.profiler.alerts.watch import HostDevice, LiveRun, SimChip
+    from opscope.profiler.alerts.watch import HostDevice, LiveRun, SimChip, check_webhook
 
     if not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds (got {args.interval})")
@@ -44,7 +55,15 @@ def main(args) -> int:
         raise UsageError(f"--sim-load must be between 0 and 1 (got {args.sim_load})")
     if args.exec_cmd is not None and not shlex.split(args.exec_cmd):
         raise UsageError("--exec needs a command")
-    engine = AlertEngine(load_rules(args.rules))
+    if args.webhook is not None:
+        check_webhook(args.webhook)
+    rules = load_rules(args.rules)
+    if args.export_rules:
+        from opscope.profiler.metrics import prometheus_rules
+        sys.stdout.write(prometheus_rules(rules))
+        return 0
+    engine = AlertEngine(rules)
+    metrics, server = _metrics_server(args)
     sources = [HostDevice()] + [SimChip(spec, args.sim_load) for spec in args.device]
     store = live = None
     if args.run:
@@ -53,7 +72,7 @@ def main(args) -> int:
         live = LiveRun(store, args.run)
         sources.append(live)
     start = time.monotonic()
-    samples, last = 0, {}
+    samples, last, fired = 0, {}, {}
     try:
         while True:
             t = time.monotonic() - start
@@ -61,13 +80,23 @@ def main(args) -> int:
                 for subject, sample, device, extra in src.poll(args.interval):
                     samples += 1
                     last[subject] = sample
+                    metrics.sample(subject, sample, device)
                     for alert in engine.observe(t, subject, sample, device, extra):
+                        fired[(alert["rule"], subject)] = alert
                         _hand_on(alert, args, store, live)
+            if live is not None:
+                _run_metrics(metrics, store, live)
+            for key in metrics.alerts(engine):        # alerts whose condition stopped holding
+                if args.webhook and key in fired:
+                    _webhook(args.webhook, fired.pop(key), "resolved")
             if (args.duration is not None and t >= args.duration) or (live is not None and live.finished):
                 break
             time.sleep(args.interval)
     except KeyboardInterrupt:
         pass
+    finally:
+        if server is not None:
+            server.shutdown()
     doc = {"run_id": live.run_id if live else None, "samples": samples, "rules": [r.id for r in engine.rules],
            "last": last, "alerts": engine.alerts}
     if args.json:
@@ -86,6 +115,8 @@ def _hand_on(alert: dict, args, store, live) -> None:
         run = store.get_run(live.run_id)
         kept = (run.get("config") or {}).get("alerts", [])
         store.update_run(live.run_id, config={"alerts": kept + [alert]})
+    if args.webhook:
+        _webhook(args.webhook, alert, "firing")
     if args.exec_cmd:
         env = {**os.environ, **{f"OPSCOPE_ALERT_{k.upper()}": str(v) for k, v in alert.items()}}
         try:
@@ -93,3 +124,54 @@ def _hand_on(alert: dict, args, store, live) -> None:
                            stdout=sys.stderr if args.json else None)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"opscope: --exec {args.exec_cmd!r} failed: {e}", file=sys.stderr)
+
+
+def _webhook(url: str, alert: dict, status: str) -> None:
+    from opscope.profiler.alerts.watch import alertmanager_payload, post_webhook
+    failed = post_webhook(url, alertmanager_payload([alert], status))
+    if failed:
+        print(f"opscope: {failed}", file=sys.stderr)
+
+
+def _run_metrics(metrics, store, live) -> None:
+    from opscope.profiler.metrics import run_progress
+    progress = run_progress(store, live.run)
+    metrics.run(live.run, progress)
+    if "host" in progress:
+        metrics.sample(f"run {live.run_id}", progress["host"], {"kind": "host"})
+
+
+def _metrics_server(args):
+    """The Metrics every sample goes to, and with --metrics-port their /metrics server (a thread), checked
+    (port free, token rules as for `opscope serve`) before any watching starts."""
+    from opscope.profiler.metrics import Metrics
+    metrics = Metrics()
+    if args.metrics_port is None:
+        return metrics, None
+    from urllib.parse import quote
+
+    from opscope.profiler.metrics import metrics_app
+
+    from .profile import check_port
+    from .serve import token_from
+    args.host = args.metrics_host                 # token_from and the gate read the bound address from args.host
+    check_port(args.metrics_host, args.metrics_port)
+    token = token_from(args)
+    import logging
+    import threading
+
+    from werkzeug.serving import make_server
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    try:
+        server = make_server(args.metrics_host, args.metrics_port,
+                             metrics_app(metrics, args.metrics_host, token, args.allow_host), threaded=True)
+    except OSError as e:
+        raise UsageError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host}: "
+                         f"{e.strerror or e}; pick another port")
+    threading.Thread(target=server.serve_forever, name="opscope-metrics", daemon=True).start()
+    host = f"[{args.metrics_host}]" if ":" in args.metrics_host else args.metrics_host
+    shown = f"?token={quote(token, safe='')}" if token and not (args.token_file or os.environ.get("OPSCOPE_TOKEN")) \
+        else ""
+    print(f"opscope monitor: metrics at http://{host}:{server.server_port}/metrics{shown}", file=sys.stderr,
+          flush=True)
+    return metrics, server

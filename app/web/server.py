@@ -35,6 +35,7 @@ LIVE_POLL_MS = 1000
 
 
 LIVE_ENDPOINT = "/_opscope/live"   # GET ?run=: {run, status, events, dropped} now (the header's poll)
+METRICS_ENDPOINT = "/metrics"      # GET: Prometheus' text format (profiler/metrics.py), behind the same gate
 
 
 def create_app(store=None, token: str | None = None, live=None, host: str = "127.0.0.1",
@@ -64,6 +65,7 @@ def create_app(store=None, token: str | None = None, live=None, host: str = "127
     _register_shell(app, data, modules)
     for m in modules:
         m.register(app, data)
+    _register_metrics(app, data)
     gate.install(app, host=host, token=token, allow_hosts=allow_hosts)
     errors.install(app)
     app.opscope_data = data
@@ -237,6 +239,25 @@ def _register_shell(app, data: WebData, modules):
                         mimetype="application/json", headers={"Cache-Control": "no-store"})
 
     app.server.add_url_rule(LIVE_ENDPOINT, "opscope_live", live_endpoint)
+
+
+def _register_metrics(app, data: WebData) -> None:
+    """/metrics for Prometheus: the host now, and each running run's progress, host samples and stored alerts.
+    Like every page it needs the token (gate.py), which Prometheus sends as `Authorization: Bearer`."""
+    from flask import Response
+
+    from opscope.profiler.alerts.watch import HostDevice
+    from opscope.profiler.metrics import Metrics, from_store
+    metrics, host = Metrics(), HostDevice()
+
+    def endpoint():
+        for subject, sample, device, _ in host.poll(0):
+            metrics.sample(subject, sample, device)
+        from_store(metrics, data.store, live=data.live_run or data.live)
+        body, content_type = metrics.exposition()
+        return Response(body, status=200, content_type=content_type, headers={"Cache-Control": "no-store"})
+
+    app.server.add_url_rule(METRICS_ENDPOINT, "opscope_metrics", endpoint)
 
 
 def _alerts(run: dict) -> list[dict]:

@@ -1,13 +1,24 @@
 """What `opscope monitor` samples: the host (psutil), described sim chips (their thermal model
-under a set load), and a live multi-rank run in the store (rank step times, temperatures, drops).
+under a set load), and a live multi-rank run in the store (rank step times, temperatures, drops);
+and where a fired alert goes besides the terminal: an Alertmanager-style webhook.
 
     for subject, sample, device, extra in host.poll(dt) / chip.poll(dt) / run.poll(): ...
+    post_webhook(url, alertmanager_payload([alert], "firing"))
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import socket
 import statistics
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import psutil
+
+from opscope.runtime.errors import UsageError
 
 
 class HostDevice:
@@ -58,7 +69,7 @@ class LiveRun:
         self.finished = False
 
     def poll(self, dt: float = 0.0):
-        run = self.store.get_run(self.run_id)
+        run = self.run = self.store.get_run(self.run_id)
         self.finished = run.get("status") not in ("running", None)
         dist = (run.get("config") or {}).get("dist") or {}
         for s in dist.get("steps", []):
@@ -72,8 +83,62 @@ class LiveRun:
                 th = (s.get("thermal") or {}).get(str(rank)) or (s.get("thermal") or {}).get(rank)
                 if th:
                     sample.update(temperature=th["temperature"], power=th["power"])
-                name = f"rank {rank} ({dist.get('backends', ['?'] * (rank + 1))[rank]})"
-                yield name, sample, {"name": name, "kind": "rank", "tdp": 0, "throttle_temperature": 0}, \
-                    {"median": median}
+                backend = dist.get('backends', ['?'] * (rank + 1))[rank]
+                name = f"rank {rank} ({backend})"
+                # run, rank, backend: the labels /metrics gives a rank's step time (profiler/metrics.py)
+                yield name, sample, {"name": name, "kind": "rank", "tdp": 0, "throttle_temperature": 0,
+                                     "run": self.run_id, "rank": rank, "backend": backend}, {"median": median}
         if run.get("dropped"):
             yield "run", {"dropped_events": int(run["dropped"])}, {"name": f"run {self.run_id}"}, {}
+
+
+# --- Alertmanager's webhook format -------------------------------------------------------------
+
+def check_webhook(url: str) -> str:
+    """A --webhook URL: http(s) with a host, checked before the monitor starts."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--webhook {url!r}: expected an http:// or https:// URL, e.g. "
+                         "http://alertmanager-receiver:9095/hook")
+    return url
+
+
+def alertmanager_payload(alerts: list[dict], status: str = "firing", receiver: str = "opscope") -> dict:
+    """The JSON Alertmanager sends its webhook receivers (version 4), so a receiver written for Alertmanager
+    (chat bridges, paging adapters) takes opscope's alerts as they are. Labels: alertname (the rule),
+    severity, subject (the device, rank or run), metric; the message is the summary annotation."""
+    now = _rfc3339(time.time())
+    items = []
+    for a in alerts:
+        labels = {"alertname": str(a["rule"]), "severity": str(a["severity"]), "subject": str(a["subject"]),
+                  "metric": str(a.get("metric", "")), "job": "opscope-monitor", "instance": socket.gethostname()}
+        fingerprint = hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+        items.append({"status": status, "labels": labels,
+                      "annotations": {"summary": str(a.get("message", "")), "value": str(a.get("value", ""))},
+                      "startsAt": a.get("starts_at") or now,
+                      "endsAt": now if status == "resolved" else "0001-01-01T00:00:00Z",
+                      "generatorURL": "", "fingerprint": fingerprint})
+    common = {k: v for k, v in items[0]["labels"].items()
+              if all(i["labels"].get(k) == v for i in items)} if items else {}
+    return {"version": "4", "groupKey": "{}:" + json.dumps({"alertname": common.get("alertname", "")}),
+            "truncatedAlerts": 0, "status": status, "receiver": receiver,
+            "groupLabels": {"alertname": common["alertname"]} if "alertname" in common else {},
+            "commonLabels": common, "commonAnnotations": {}, "externalURL": "", "alerts": items}
+
+
+def post_webhook(url: str, payload: dict, timeout: float = 10.0) -> str | None:
+    """POST the payload as JSON; None when the receiver took it (2xx), else one line saying why not
+    (the monitor goes on: a receiver that is down must not stop the watching)."""
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "opscope-monitor"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return None if 200 <= r.status < 300 else f"--webhook {url}: {r.status}"
+    except urllib.error.HTTPError as e:
+        return f"--webhook {url}: the receiver answered {e.code}"
+    except (OSError, ValueError) as e:
+        return f"--webhook {url}: {getattr(e, 'reason', None) or e}"
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"

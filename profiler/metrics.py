@@ -1,0 +1,185 @@
+"""Prometheus metrics: what `opscope monitor` samples and what `opscope serve` knows, in Prometheus' text format.
+
+    m = Metrics()                                   # its own registry: two servers in one process stay apart
+    m.sample(subject, sample, device)               # a device / rank sample -> its gauges
+    m.alerts(engine)                                # which (rule, subject) alerts are firing now
+    m.run(run, progress)                            # a run's progress: events, dropped, the step reached
+    body, content_type = m.exposition()             # GET /metrics
+    app = metrics_app(m, host, token)               # monitor's /metrics, behind the same gate as the analyzer
+
+Names follow Prometheus' conventions (a unit suffix, ratios 0..1, `_total` for counters); labels hold
+names a user would filter by (device, rank, run, rule).
+"""
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+DEVICE = ("device", "kind")
+# the alert rules' metric name -> this module's gauge (rules.METRICS lists the same names)
+SAMPLE_GAUGES = {
+    "utilization": ("opscope_device_utilization_ratio", "busy fraction of the device, 0..1"),
+    "temperature": ("opscope_device_temperature_celsius", "device temperature (sensor or thermal model)"),
+    "power": ("opscope_device_power_watts", "device power draw (NVML or thermal model)"),
+    "memory": ("opscope_device_memory_used_ratio", "used fraction of the device's memory, 0..1"),
+}
+
+
+class Metrics:
+    """One registry of opscope's gauges; the methods are safe to call from the sampling loop while a
+    scrape reads (prometheus-client's metrics are thread-safe; `_lock` guards the firing set)."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.device = {m: Gauge(name, doc, DEVICE, registry=r) for m, (name, doc) in SAMPLE_GAUGES.items()}
+        self.rank_step = Gauge("opscope_rank_step_seconds", "a rank's last step time in a multi-rank run",
+                               ("run", "rank", "backend"), registry=r)
+        self.events = Gauge("opscope_run_events_received", "events the run has stored so far", ("run", "model"),
+                            registry=r)
+        self.dropped = Gauge("opscope_run_events_dropped", "events the run lost on the way", ("run", "model"),
+                             registry=r)
+        self.step = Gauge("opscope_run_step", "the last step the run has stored (0-based)", ("run", "model"),
+                          registry=r)
+        self.steps = Gauge("opscope_run_steps_planned", "steps the run was asked for", ("run", "model"), registry=r)
+        self.running = Gauge("opscope_run_running", "1 while the run is running, 0 once it ended", ("run", "model"),
+                             registry=r)
+        self.firing = Gauge("opscope_alert_firing", "1 while the alert's condition holds past its duration",
+                            ("rule", "subject", "severity"), registry=r)
+        self.fired = Counter("opscope_alerts_fired", "alerts fired (once per episode)", ("rule", "severity"),
+                             registry=r)
+        self.samples = Counter("opscope_monitor_samples", "samples taken by opscope monitor", registry=r)
+        self._lock = threading.Lock()
+        self._firing: dict[tuple, str] = {}
+
+    def sample(self, subject: str, sample: dict, device: dict | None = None) -> None:
+        device = device or {}
+        self.samples.inc()
+        if device.get("kind") == "rank":
+            if sample.get("rank_step_seconds") is not None:
+                self.rank_step.labels(device.get("run", ""), str(device.get("rank", "")),
+                                      device.get("backend", "")).set(sample["rank_step_seconds"])
+        for metric, gauge in self.device.items():
+            value = sample.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                gauge.labels(subject, device.get("kind", "")).set(value)
+
+    def alerts(self, engine) -> list[tuple[str, str]]:
+        """Set opscope_alert_firing from the engine's episodes; returns the (rule, subject) alerts that stopped
+        firing since the last call (resolved: the condition no longer holds)."""
+        severity = {r.id: r.severity for r in engine.rules}
+        now = {key: severity.get(key[0], "warning") for key, ep in engine.episodes.items() if ep.fired}
+        with self._lock:
+            resolved = [key for key in self._firing if key not in now]
+            for (rule, subject), sev in now.items():
+                if (rule, subject) not in self._firing:
+                    self.fired.labels(rule, sev).inc()
+                self.firing.labels(rule, subject, sev).set(1)
+            for rule, subject in resolved:
+                self.firing.labels(rule, subject, self._firing[(rule, subject)]).set(0)
+            self._firing = now
+        return resolved
+
+    def run(self, run: dict, progress: dict) -> None:
+        labels = (run["run_id"], str(run.get("model") or ""))
+        self.events.labels(*labels).set(progress.get("events", 0))
+        self.dropped.labels(*labels).set(progress.get("dropped", 0))
+        if progress.get("step") is not None:
+            self.step.labels(*labels).set(progress["step"])
+        if run.get("steps") is not None:
+            self.steps.labels(*labels).set(run["steps"])
+        self.running.labels(*labels).set(1 if run.get("status") == "running" else 0)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def run_progress(store, run: dict) -> dict:
+    """How far a run has got, from what it has stored: events and the last step (a live run's runs row says
+    `events` only once it ends), dropped events, and its last host sample (the hardware table)."""
+    rid = run["run_id"]
+    count, step = store.query("SELECT count(*), max(step) FROM events WHERE run_id = ?", [rid])[0]
+    hw = store.query("SELECT cpu_percent, temperature_c, power_w FROM hardware WHERE run_id = ? "
+                     "ORDER BY t_ns DESC LIMIT 1", [rid])
+    progress = {"events": max(int(count), int(run.get("events") or 0)), "step": step,
+                "dropped": int(run.get("dropped") or 0)}
+    if hw:
+        cpu, temp, power = hw[0]
+        progress["host"] = {k: v for k, v in (("utilization", None if cpu is None else cpu / 100.0),
+                                              ("temperature", temp), ("power", power)) if v is not None}
+    return progress
+
+
+def from_store(metrics: Metrics, store, live=None) -> None:
+    """`opscope serve`'s view, refreshed on each scrape: every running run's progress and last host sample,
+    each stored alert of those runs, and the live run (`profile --web`) from its collector's counters.
+    A run that has ended drops out (its series end), as a finished job's do in Prometheus."""
+    for gauge in (metrics.events, metrics.dropped, metrics.step, metrics.steps, metrics.running, metrics.firing):
+        gauge.clear()
+    for run in store.list_runs():
+        if run.get("status") != "running" and run["run_id"] != getattr(live, "run_id", live):
+            continue
+        progress = run_progress(store, run)
+        if live is not None and getattr(live, "run_id", None) == run["run_id"]:
+            progress["events"] = max(progress["events"], int(live.events_received))
+            progress["dropped"] = max(progress["dropped"], int(live.dropped))
+        metrics.run(run, progress)
+        if "host" in progress:
+            metrics.sample(f"run {run['run_id']}", progress["host"], {"kind": "host"})
+        for alert in (run.get("config") or {}).get("alerts") or []:
+            if isinstance(alert, dict) and {"rule", "subject", "severity"} <= alert.keys():
+                metrics.firing.labels(str(alert["rule"]), str(alert["subject"]), str(alert["severity"])).set(1)
+
+
+def metrics_app(metrics: Metrics, host: str, token: str | None, allow_hosts=()):
+    """A WSGI app answering GET /metrics, with the analyzer's Host check and token (gate.py): `?token=`,
+    `X-Opscope-Token` or `Authorization: Bearer` (what Prometheus' `authorization` scrape setting sends)."""
+    from werkzeug.wrappers import Request, Response
+
+    from opscope.app.web import gate
+
+    hosts = gate.allowed_hosts(host, allow_hosts)
+    any_ip = host.strip("[]").lower() in gate.WILDCARDS
+
+    def app(environ, start_response):
+        req = Request(environ)
+        given = environ.get("HTTP_HOST")
+        if given is not None and not gate.host_allowed(given, hosts, any_ip):
+            resp = Response(f"403 forbidden: Host {given[:100]!r} is not a name this server answers to\n", 403)
+        elif token and not gate._has_token(req, token, environ.get("SERVER_PORT", "")):     # one token rule
+            resp = Response("403 forbidden: /metrics needs the token: send `Authorization: Bearer TOKEN`\n", 403)
+        elif req.path != "/metrics":
+            resp = Response("404 not found: only /metrics is served here\n", 404)
+        else:
+            body, ctype = metrics.exposition()
+            resp = Response(body, 200, content_type=ctype)
+        if resp.status_code != 200:
+            resp.content_type = "text/plain; charset=utf-8"
+        return resp(environ, start_response)
+
+    return app
+
+
+
+def prometheus_rules(rules, group: str = "opscope") -> str:
+    """The alert rules as a Prometheus rule file (YAML), for `opscope monitor --export-rules prometheus`.
+
+    NOTE: each rule fires on opscope_alert_firing{rule=ID}, not on a PromQL copy of its condition: the
+    conditions read the device's description (throttle point, TDP) and the ranks' median, which are not
+    series, and one evaluator keeps the monitor's terminal, webhook and Prometheus in agreement. The TOML
+    stays the one place a rule is written; Prometheus adds routing (Alertmanager), silences and history."""
+    import json
+    q = json.dumps          # a JSON string is a YAML double-quoted scalar: no YAML library needed
+    lines = ["# Prometheus alerting rules from opscope's alert rules (opscope monitor --export-rules prometheus).",
+             "# Scrape `opscope monitor --metrics-port PORT`; the monitor evaluates each rule, these route it.",
+             "groups:", f"  - name: {q(group)}", "    rules:"]
+    for r in rules:
+        lines += [f"      - alert: {q(r.id)}",
+                  f"        expr: {q(f'opscope_alert_firing{{rule={q(r.id)}}} == 1')}",
+                  "        labels:", f"          severity: {q(r.severity)}", f"          metric: {q(r.metric)}",
+                  "        annotations:",
+                  f"          summary: {q(f'opscope alert {r.id} on {{{{ $labels.subject }}}}')}",
+                  f"          description: {q(f'{r.metric}: {r.condition.text} for {r.duration:g} s')}"]
+    return "\n".join(lines) + "\n"
