@@ -260,3 +260,102 @@ def test_events_have_phase_rank_columns_with_defaults_and_old_stores_gain_them(t
     got = store.query("SELECT phase, fwd_node, rank, world_size FROM events WHERE run_id IN ('old1', ?) "
                       "ORDER BY phase DESC", [rid])
     assert got == [("forward", "", 0, 1)] * 2 + [("backward", "relu", 1, 2)]
+
+
+# --- a store damaged on disk (issue 24): what still reads is listed, and nothing writes into it ---------
+def _import(cli, tmp_path, name, n) -> str:
+    trace = tmp_path / f"{name}.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"op{i % 50}", "ts": 2 * i, "dur": 1, "pid": 1,
+                                                  "tid": 1, "args": {"k": f"v{i}"}} for i in range(n)]}))
+    r = cli("trace", "import", trace, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["run_id"]
+
+
+def _block_of_the_first_rows(path) -> int:
+    """The file offset of a storage block that holds only the events' earlier row groups (the first run's rows)."""
+    import duckdb
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        users: dict[int, set] = {}
+        tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        for t in tables:
+            for rg, block in con.execute(f"SELECT row_group_id, block_id FROM pragma_storage_info('{t}') "
+                                         "WHERE block_id >= 0").fetchall():
+                users.setdefault(block, set()).add((t, rg))
+        block_size = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+    finally:
+        con.close()
+    last = max(rg for who in users.values() for t, rg in who if t == "events")    # where later rows went
+    only = sorted(b for b, who in users.items() if {t for t, _ in who} == {"events"} and max(rg for _, rg in who) < last)
+    assert only, users
+    return 3 * 4096 + only[len(only) // 2] * block_size      # three header pages, then the blocks
+
+
+@pytest.mark.multiprocess
+def test_a_corrupted_block_lists_what_still_reads_and_the_next_write_changes_nothing(opscope_home, cli, tmp_path):
+    big = _import(cli, tmp_path, "big", 200_000)     # the first row groups of events hold the big run alone
+    small = _import(cli, tmp_path, "small", 100)
+    path = opscope_home / "runs.duckdb"
+    with open(path, "r+b") as f:                     # bytes flipped on disk inside one of the big run's blocks
+        f.seek(_block_of_the_first_rows(path) + 1000)
+        f.write(b"\xa5" * 8192)
+    line = _one_line(cli("trace", "export", big, "-o", tmp_path / "out.json"))
+    assert str(path) in line and "damaged" in line and "Corrupt database file" in line
+    r = cli("runs")                                  # the runs that read, then the one line
+    line = _one_line(r)
+    assert "damaged" in line and "`opscope runs` lists the runs it still reads" in line
+    assert small in r.stdout and big in r.stdout
+    r = cli("runs", "--json")
+    _one_line(r)
+    readable = {x["run_id"]: x["readable"] for x in json.loads(r.stdout)["runs"]}
+    assert readable == {big: False, small: True}
+    r = cli("show", small, "--json")                 # a run that reads is still shown
+    assert r.returncode == 0 and json.loads(r.stdout)["run"]["events"] == 100, r.stderr
+    before = path.read_bytes()
+    trace = tmp_path / "new.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}))
+    line = _one_line(cli("trace", "import", trace))  # a new run is not written into the damaged file
+    assert "opscope will not write into it" in line
+    assert path.read_bytes() == before
+
+
+@pytest.mark.multiprocess
+def test_a_truncated_store_is_one_line_and_never_written(opscope_home, cli, tmp_path):
+    rid = _import(cli, tmp_path, "big", 50_000)
+    path = opscope_home / "runs.duckdb"
+    os.truncate(path, path.stat().st_size // 2)
+    before = path.read_bytes()
+    for args in (("runs",), ("show", rid), ("runs", "rm", "--keep", "0")):
+        line = _one_line(cli(*args))
+        assert str(path) in line and "damaged" in line and "Could not read enough bytes" in line
+    r = cli("runs")
+    assert "no run can be read" in r.stdout
+    line = _one_line(cli("trace", "import", tmp_path / "big.json"))
+    assert "opscope will not write into it" in line
+    assert path.read_bytes() == before
+
+
+# --- a disk that fills up during a live profile (issue 24: 51 lines, two thread tracebacks) ---------------
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_disk_that_fills_during_a_profile_is_one_line_and_earlier_runs_stay(tmpfs, cli, tmp_path):
+    home = tmpfs("8m")
+    env = {"OPSCOPE_HOME": str(home / "home")}
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": f"op{i % 5}", "ts": i, "dur": 1, "pid": 1,
+                                                  "tid": 1} for i in range(100)]}))
+    r = cli("trace", "import", trace, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    earlier = json.loads(r.stdout)["run_id"]
+    st = os.statvfs(home)
+    # leave the store room for the run's first rows, not for the whole run
+    (home / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - 600_000))
+    r = cli("profile", "demo:gpt", "-b", "numpy", "--steps", "30", env=env)
+    line = _one_line(r, 1)
+    assert "no space left on device" in line and str(home / "home" / "runs.duckdb") in line
+    (home / "filler").unlink()
+    r = cli("show", earlier, "--json", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["run"]["events"] == 100, r.stderr
+    r = cli("runs", "--json", env=env)
+    assert r.returncode == 0 and earlier in r.stdout, r.stderr
