@@ -34,7 +34,7 @@ class PlanArchive:
 
     @classmethod
     def open(cls, path, where: str) -> "PlanArchive":
-        f = _open_regular(path, where)
+        f = open_regular(path, where)
         try:
             if f.read(4) != b"PK\x03\x04":
                 raise UsageError(f"{where}: corrupted or truncated, or not a plan (a plan is a zip archive that "
@@ -80,21 +80,21 @@ class PlanArchive:
         self.close()
 
 
-def _open_regular(path, where: str):
+def open_regular(path, where: str, what: str = "make one with `opscope compile MODEL -b BACKEND -o FILE.opsplan` "
+                 "(a plan is one file; unpacked folders are not read)"):
     """Open without blocking (a FIFO would block open() for ever), then insist on a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise UsageError(f"{where} does not exist: make one with `opscope compile MODEL -b BACKEND -o FILE`") from None
+        raise UsageError(f"{where} does not exist: {what}") from None
     except (OSError, ValueError, TypeError) as e:
         raise UsageError(f"{where} cannot be opened ({type(e).__name__}: {first_line(e)[:80]})") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-        raise UsageError(f"{where} is {what}: a plan is one .opsplan file (unpacked folders are not read); "
-                         "compile it again with `opscope compile ... -o FILE.opsplan`")
+        raise UsageError(f"{where} is {kind}: {what}")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 

@@ -101,16 +101,12 @@ def check_digests(table: dict, members: dict[str, bytes], where: str, names: set
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path} does not exist") from None
-    except OSError as e:
-        raise UsageError(f"{what} {path} cannot be read ({first_line(e)[:80]})") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_KEY_FILE:
-        raise UsageError(f"{what} {path} is not a key file (not a regular file, or over {MAX_KEY_FILE} bytes)")
-    with open(path, "rb") as f:
-        return f.read(MAX_KEY_FILE + 1)[:MAX_KEY_FILE]
+    from .plan_archive import open_regular       # never blocks on a FIFO, refuses folders and devices
+    with open_regular(path, f"{what} {path}", "pass an ssh-ed25519 key file") as f:
+        data = f.read(MAX_KEY_FILE + 1)
+    if len(data) > MAX_KEY_FILE:
+        raise UsageError(f"{what} {path} is over {MAX_KEY_FILE} bytes: not a key file")
+    return data
 
 
 def load_signing_key(path):
