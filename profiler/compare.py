@@ -13,37 +13,41 @@ from __future__ import annotations
 from . import stats
 
 
-def compare_runs(store, run_a: str, run_b: str) -> dict:
+def compare_runs(store, run_a: str, run_b: str, by: str = "op") -> dict:
+    """The comparison the CLI prints and the Compare page draws: every number per step (stats.per_step, each
+    run divided by the steps its events hold), so runs of 5 and 2 steps of one model read 1.00x.
+
+    ops: one row per op (grouped `by`, every event of both runs), a_ns / b_ns per step, a_count / b_count
+    calls per step; nodes: the nodes both runs ran, matched by name; only_a / only_b: the others."""
     a, b = store.get_run(run_a), store.get_run(run_b)
-    na = {r["key"]: r for r in store.op_stats(a["run_id"], by="node")}
-    nb = {r["key"]: r for r in store.op_stats(b["run_id"], by="node")}
-    steps_a, steps_b = max(a.get("steps") or 1, 1), max(b.get("steps") or 1, 1)
-
-    def per_step(r, steps):
-        return r["total_ns"] / steps
-
+    ta, tb = run_totals(store, a), run_totals(store, b)
+    sa, sb = max(ta["steps"], 1), max(tb["steps"], 1)
+    na = {r["key"]: r for r in stats.per_step(store.op_stats(a["run_id"], by="node"), sa)}
+    nb = {r["key"]: r for r in stats.per_step(store.op_stats(b["run_id"], by="node"), sb)}
     nodes = []
     for key in [k for k in na if k in nb]:
-        ta, tb = per_step(na[key], steps_a), per_step(nb[key], steps_b)
-        nodes.append({"node": key, "op": na[key]["op"], "op_b": nb[key]["op"], "a_ns": ta, "b_ns": tb,
-                      "ratio": tb / ta if ta > 0 else None, "fallback_a": na[key]["fallback"],
+        x, y = na[key]["total_ns_per_step"], nb[key]["total_ns_per_step"]
+        nodes.append({"node": key, "op": na[key]["op"], "op_b": nb[key]["op"], "a_ns": x, "b_ns": y,
+                      "ratio": y / x if x > 0 else None, "fallback_a": na[key]["fallback"],
                       "fallback_b": nb[key]["fallback"]})
     nodes.sort(key=lambda r: -abs(r["b_ns"] - r["a_ns"]))
-    only_a = [{"node": k, "op": r["op"], "a_ns": per_step(r, steps_a)} for k, r in na.items() if k not in nb]
-    only_b = [{"node": k, "op": r["op"], "b_ns": per_step(r, steps_b)} for k, r in nb.items() if k not in na]
-    ops: dict[str, dict] = {}
-    for r in nodes:
-        o = ops.setdefault(r["op"], {"op": r["op"], "nodes": 0, "a_ns": 0.0, "b_ns": 0.0})
-        o["nodes"] += 1
-        o["a_ns"] += r["a_ns"]
-        o["b_ns"] += r["b_ns"]
-    for o in ops.values():
-        o["ratio"] = o["b_ns"] / o["a_ns"] if o["a_ns"] > 0 else None
-    ta, tb = run_totals(store, a), run_totals(store, b)
+    only_a = [{"node": k, "op": r["op"], "a_ns": r["total_ns_per_step"]} for k, r in na.items() if k not in nb]
+    only_b = [{"node": k, "op": r["op"], "b_ns": r["total_ns_per_step"]} for k, r in nb.items() if k not in na]
+    oa = {r["key"]: r for r in stats.per_step(store.op_stats(a["run_id"], by=by), sa)}
+    ob = {r["key"]: r for r in stats.per_step(store.op_stats(b["run_id"], by=by), sb)}
+    ops = []
+    for key in dict.fromkeys([*oa, *ob]):
+        x, y = oa.get(key, {}), ob.get(key, {})
+        a_ns, b_ns = x.get("total_ns_per_step", 0.0), y.get("total_ns_per_step", 0.0)
+        ops.append({"op": key, "op_type": x.get("op") or y.get("op"), "a_ns": a_ns, "b_ns": b_ns,
+                    "ratio": b_ns / a_ns if a_ns > 0 and b_ns > 0 else None,
+                    "a_count": x.get("count_per_step", 0.0), "b_count": y.get("count_per_step", 0.0)})
+    ops.sort(key=lambda o: (-(o["a_ns"] + o["b_ns"]), o["op"]))
     total_a, total_b = ta["busy_ns"], tb["busy_ns"]
-    doc = {"a": _brief(a), "b": _brief(b), "total_a_ns": total_a, "total_b_ns": total_b,
+    doc = {"a": _brief(a), "b": _brief(b), "total_a_ns": total_a, "total_b_ns": total_b, "per": "step",
+           "steps_a": sa, "steps_b": sb, "by": by,
            "ratio": total_b / total_a if total_a > 0 else None, "matched": len(nodes),
-           "ops": sorted(ops.values(), key=lambda o: -o["b_ns"]), "nodes": nodes, "only_a": only_a,
+           "ops": ops, "nodes": nodes, "only_a": only_a,
            "only_b": only_b, "totals": {"a": ta, "b": tb}, "warnings": warnings(ta, tb)}
     return doc
 
@@ -54,7 +58,7 @@ def run_totals(store, run: dict) -> dict:
         t = stats.run_times(con, run["run_id"])
         sim = con.execute("SELECT count(*) > 0 FROM events WHERE run_id = ? AND starts_with(device, 'sim:')",
                           [run["run_id"]]).fetchone()[0]
-    steps = max(len(t["steps"]), 1)
+    steps = stats.step_count(t)
     return {"busy_ns": t["busy_ns"] / steps, "host_ns": t["host_ns"] / steps, "device_ns": t["device_ns"] / steps,
             "steps": len(t["steps"]), "simulated": bool(sim)}
 

@@ -225,6 +225,23 @@ def run_times(con, run_id: str, spans: dict | None = None) -> dict:
     return out
 
 
+def step_count(times: dict) -> int:
+    """How many steps a run's events hold (at least 1): what every per-step number divides by. Not the run's
+    `steps` field, which says what was asked for (a trace tiled 53 times, or a run stopped early, differs)."""
+    return max(len(times["steps"]), 1)
+
+
+def per_step(rows: list[dict], steps: int, keys=("total_ns", "self_ns", "count", "flops", "bytes")) -> list[dict]:
+    """Op rows with `<key>_per_step` for each of `keys`: the one division by the step count that Compare, the
+    Operators page and the CLI all show (so they agree for the same runs)."""
+    steps = max(int(steps or 1), 1)
+    for r in rows:
+        for k in keys:
+            if k in r:
+                r[f"{k}_per_step"] = (r[k] or 0) / steps
+    return rows
+
+
 def step_summary(times: dict) -> dict:
     """count, mean busy time per step, and the slowest step (by its span: what a step costs end to end)."""
     steps = times["steps"]

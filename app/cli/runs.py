@@ -202,9 +202,11 @@ def main_compare(args) -> int:
                       a["model"], a["backend"], b["run_id"], b["model"], b["backend"], fmt_ns(doc["total_a_ns"]),
                       fmt_ns(doc["total_b_ns"]), f", B/A = {fmt_ratio(r)}" if r else "", doc["matched"]))
     ratio = fmt_ratio
-    console.print(table("per op (matched nodes)", ["op", "nodes", "A", "B", "B/A"],
-                        [[o["op"], o["nodes"], fmt_ns(o["a_ns"]), fmt_ns(o["b_ns"]), ratio(o["ratio"])]
-                         for o in doc["ops"]], justify_right={"nodes", "A", "B", "B/A"}))
+    console.print(table(f"per op, per step (A {doc['steps_a']} step(s), B {doc['steps_b']})",
+                        ["op", "A calls", "B calls", "A", "B", "B/A"],
+                        [[o["op"], f"{o['a_count']:g}", f"{o['b_count']:g}", fmt_ns(o["a_ns"]), fmt_ns(o["b_ns"]),
+                          ratio(o["ratio"])] for o in doc["ops"]],
+                        justify_right={"A calls", "B calls", "A", "B", "B/A"}))
     console.print(table(f"nodes with the largest difference (top {args.top})", ["node", "op", "A", "B", "B/A"],
                         [[n["node"], n["op"], fmt_ns(n["a_ns"]), fmt_ns(n["b_ns"]), ratio(n["ratio"])]
                          for n in doc["nodes"][:args.top]], justify_right={"A", "B", "B/A"}))

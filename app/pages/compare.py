@@ -10,11 +10,11 @@ from dash import Input, Output, dcc, html
 from opscope.app.cli.common import fmt_ratio
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
-from opscope.profiler.compare import run_totals, warnings
+from opscope.profiler.compare import compare_runs, warnings
 
 PATH = "/compare"
 NAME = "Compare"
-_F3, _E = ui.num(".3f"), ui.num(".2e")
+_F3, _F2, _E = ui.num(".3f"), ui.num(".4~g"), ui.num(".2e")
 TOLERANCE = 1e-3     # relative difference of a summary statistic that counts as a numerical divergence
 
 
@@ -32,9 +32,9 @@ def layout(run=None, b=None, **_query):
         html.Div(className="grid-2", children=[
             ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
                                                    config={"displaylogo": False})),
-            ui.card("Per op", ui.table(ids.CMP_TABLE, [
-                ("op", "op", ui.SWATCH), ("a_ms", "A ms", _F3), ("b_ms", "B ms", _F3),
-                ("ratio", "B / A", ui.RATIO), ("a_count", "A calls", ui.NUM), ("b_count", "B calls", ui.NUM)],
+            ui.card("Per op, per step", ui.table(ids.CMP_TABLE, [
+                ("op", "op", ui.SWATCH), ("a_ms", "A ms / step", _F3), ("b_ms", "B ms / step", _F3),
+                ("ratio", "B / A", ui.RATIO), ("a_count", "A calls / step", _F2), ("b_count", "B calls / step", _F2)],
                 [], page_size=15)),
         ]),
         ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR)),
@@ -89,16 +89,12 @@ def register(app, data):
         if not ra or not rb:
             return ui.note("Compare needs two runs: profile the model on two backends."), \
                 theme.empty_figure("pick two runs"), [], ""
-        sa = {s["key"]: s for s in data.store.op_stats(ra["run_id"])}
-        sb = {s["key"]: s for s in data.store.op_stats(rb["run_id"])}
-        rows = []
-        for op in sorted(set(sa) | set(sb), key=lambda k: -(sa.get(k, {}).get("total_ns", 0) +
-                                                             sb.get(k, {}).get("total_ns", 0))):
-            ta, tb = sa.get(op, {}).get("total_ns", 0), sb.get(op, {}).get("total_ns", 0)
-            rows.append({"id": op, "op": op, "a_ms": ta / 1e6, "b_ms": tb / 1e6, "ratio": (tb / ta) if ta and tb else None,
-                         "a_count": sa.get(op, {}).get("count", 0), "b_count": sb.get(op, {}).get("count", 0)})
-        # Totals per step, each moment counted once (nested ops not added to parents, host not added to device).
-        ta, tb = run_totals(data.store, ra), run_totals(data.store, rb)
+        # the CLI's numbers (profiler.compare): every op per step, the totals per step counted once
+        doc = compare_runs(data.store, ra["run_id"], rb["run_id"])
+        rows = [{"id": o["op"], "op": o["op"], "op_type": o["op_type"], "a_ms": o["a_ns"] / 1e6,
+                 "b_ms": o["b_ns"] / 1e6, "ratio": o["ratio"], "a_count": o["a_count"], "b_count": o["b_count"]}
+                for o in doc["ops"]]
+        ta, tb = doc["totals"]["a"], doc["totals"]["b"]
         total_a, total_b = ta["busy_ns"], tb["busy_ns"]
         summary = html.Div([html.Div(className="compare-heads", children=[
             _head("A", ra, ta), _head("B", rb, tb),

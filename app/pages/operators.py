@@ -14,7 +14,7 @@ NAME = "Operators"
 
 _F1 = ui.num(".1f")
 _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_ns", "total", ui.DURATION),
-            ("self_ns", "self", ui.DURATION), ("total_pct", "total %", _F1), ("self_pct", "self %", _F1),
+            ("self_ns", "self", ui.DURATION), ("per_step_ns", "total / step", ui.DURATION), ("total_pct", "total %", _F1), ("self_pct", "self %", _F1),
             ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
             ("pct_peak", "% of peak", _F1), ("fallback", "fell back")]
 _SORT = ("self_ns", "desc")
@@ -132,7 +132,9 @@ def columns(by):
 
 def _busy_line(times) -> str:
     parts = [f"{k} busy {ui.fmt_ns(times[k + '_ns'])}" for k in ("host", "device") if times[k + "_ns"]]
-    return ("shares are of " + " · ".join(parts) + " (each moment counted once)") if parts else ""
+    n = len(times["steps"])
+    return (f"totals over {n} step{'s' if n != 1 else ''}; shares are of " + " · ".join(parts)
+            + " (each moment counted once)") if parts else ""
 
 
 def _row(s):
@@ -141,7 +143,8 @@ def _row(s):
     if s.get("depth"):
         name = "\u2003" * s["depth"] + name.rsplit(".", 1)[-1]
     return {"id": f"{s['kind']}:{s['key']}", "key": s["key"] or "(none)", "name": name, "op": s["op"],
-            "kind": s["kind"], "count": s["count"], "total_ns": s["total_ns"], "self_ns": s["self_ns"],
+            "kind": s["kind"], "count": s["count"], "total_ns": s["total_ns"],
+            "per_step_ns": s.get("total_ns_per_step"), "self_ns": s["self_ns"],
             "mean_ns": s["mean_ns"], "p95_ns": s["p95_ns"], "total_pct": s["total_pct"], "self_pct": s["self_pct"],
             "gflops": (s["achieved_flops"] or 0) / 1e9, "pct_peak": s["pct_peak"],
             "fallback": "yes" if s["fallback"] else "", "flops": s["flops"], "bytes": s["bytes"],

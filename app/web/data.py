@@ -416,6 +416,7 @@ class WebData:
                 return stats.op_breakdown(con, run["run_id"], by=by, times=self.times(run))
         peak, _ = self.roofs(run)
         rows = [dict(r) for r in self._memoized(("ops", by, *self._stamp(run)), compute)]
+        stats.per_step(rows, stats.step_count(self.times(run)))     # the Compare page's and the CLI's division
         for r in rows:
             r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
             r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
