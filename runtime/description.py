@@ -31,7 +31,7 @@ STACK_IMPLS = ("onnxruntime", "openvino", "xla")
 SCHEMA = {
     "backend": {
         "name": (str, True, "a unique backend name"),
-        "implementation": (str, True, '"sim", "numpy", "torch", "onnxruntime", "openvino", or a dotted module path'),
+        "implementation": (str, True, '"sim", "numpy", "torch", "onnxruntime", "openvino", "xla", or a dotted module path'),
         "fallback": ((str, list), False, 'a backend spec for unsupported ops, or a list tried in order, '
                      'e.g. "numpy" or ["numpy", "torch:cpu"]'),
         "device": (str, False, "a torch device string, for implementation = \"torch\""),

@@ -23,7 +23,7 @@ from . import numpy_backend, sim_backend, torch_backend
 
 BUNDLED = Path(__file__).resolve().parent.parent / "descriptions"
 # stack name -> its module under runtime/backends/ (imported when asked for: each pulls in a big package)
-STACKS = {"onnxruntime": "onnxruntime_backend", "openvino": "openvino_backend"}
+STACKS = {"onnxruntime": "onnxruntime_backend", "openvino": "openvino_backend", "xla": "xla_backend"}
 SPECS_HELP = "numpy, torch:cpu, torch:cuda:0, sim:NAME, onnxruntime, openvino, xla or a path to a .toml description"
 
 

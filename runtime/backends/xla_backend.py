@@ -1,0 +1,175 @@
+"""xla[:PLATFORM]: each region lowered to jax.numpy / jax.lax and compiled by XLA through jax.jit.
+
+    opscope run demo:gpt -b xla                # cpu
+    opscope run demo:gpt -b xla:cuda           # where a jax CUDA plugin is installed (rocm, tpu likewise)
+
+claim: the ATen ops LOWER has a jax function for (same signature as the ATen op; everything else stays on
+the fallback); compile: one jitted function of (parameters, inputs) for the region, every member inside a
+`jax.named_scope` of its node name. Parameters go to the device once, as arguments (not literals folded
+into the HLO, which would make compiling slow and the program big).
+NOTE: torch_xla does not load beside this torch, and torchax needs patching: the lowering is opscope's own.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..description import Description
+from ..errors import ModelError, UsageError, first_line
+from ..hdi import Backend
+from ..regions import Claim, Region, RegionProgram, StackRegistry, _sub
+from .numpy_backend import NumpyMemory
+
+INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    import jax
+    import jax.numpy as jnp
+    s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), dtype=bool)), s, -jnp.inf)
+    if attn_mask is not None:
+        s = jnp.where(attn_mask, s, -jnp.inf) if attn_mask.dtype == bool else s + attn_mask
+    return jnp.matmul(jax.nn.softmax(s, axis=-1), v)
+
+
+def _layer_norm(x, shape, w=None, b=None, eps=1e-5, cudnn=None):
+    import jax.numpy as jnp
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    y = (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
+    return y * (w if w is not None else 1) + (b if b is not None else 0)
+
+
+def _split(x, size, dim=0):
+    import jax.numpy as jnp
+    return jnp.split(x, list(range(size, x.shape[dim], size)), axis=dim)
+
+
+def _lower() -> dict:
+    """ATen schema name -> a jax function of the same arguments (device, layout, ... kwargs ignored)."""
+    import jax
+    import jax.numpy as jnp
+    return {
+        "aten::arange": lambda *a, **_: jnp.arange(*a),
+        "aten::embedding": lambda w, idx, *_, **__: jnp.take(w, idx, axis=0),
+        "aten::add": lambda a, b, alpha=1: a + alpha * b,
+        "aten::sub": lambda a, b, alpha=1: a - alpha * b,
+        "aten::mul": lambda a, b: a * b,
+        "aten::div": lambda a, b, rounding_mode=None: a / b,
+        "aten::layer_norm": _layer_norm,
+        "aten::linear": lambda x, w, b=None: x @ w.T + (b if b is not None else 0),
+        "aten::addmm": lambda c, a, b, beta=1, alpha=1: beta * c + alpha * (a @ b),
+        "aten::mm": jnp.matmul, "aten::bmm": jnp.matmul, "aten::matmul": jnp.matmul,
+        "aten::t": lambda x: x.T,
+        "aten::split": _split,
+        "aten::view": lambda x, shape: jnp.reshape(x, shape),
+        "aten::reshape": lambda x, shape: jnp.reshape(x, shape),
+        "aten::transpose": lambda x, a, b: jnp.swapaxes(x, a, b),
+        "aten::permute": lambda x, dims: jnp.transpose(x, dims),
+        "aten::scaled_dot_product_attention": _sdpa,
+        "aten::gelu": lambda x, approximate="none": jax.nn.gelu(x, approximate=approximate == "tanh"),
+        "aten::relu": jax.nn.relu, "aten::tanh": jnp.tanh, "aten::exp": jnp.exp, "aten::sigmoid": jax.nn.sigmoid,
+        "aten::silu": jax.nn.silu,
+        "aten::softmax": lambda x, dim, half_to_float=False: jax.nn.softmax(x, axis=dim),
+        "aten::_softmax": lambda x, dim, half_to_float=False: jax.nn.softmax(x, axis=dim),
+        "aten::mean": lambda x, dim=None, keepdim=False, dtype=None: x.mean(axis=tuple(dim) if dim else None,
+                                                                            keepdims=keepdim),
+    }
+
+
+def platform(desc: Description) -> str:
+    return (desc.options.get("device") or "cpu").lower()
+
+
+def available(desc: Description) -> tuple[bool, str]:
+    try:
+        import jax
+    except ImportError:
+        return False, f"not installed: {INSTALL}"
+    try:
+        jax.devices(platform(desc))
+    except RuntimeError as e:
+        return False, (f"jax has no {platform(desc)} platform here ({first_line(e)[:120]}); "
+                       f"install its PJRT plugin, or use one of: {', '.join(devices())}")
+    return True, ""
+
+
+def devices() -> list[str]:
+    import jax
+    return sorted({d.platform for d in jax.devices()})
+
+
+class XlaBackend(Backend):
+    pass
+
+
+class JaxMemory(NumpyMemory):
+    def to_host(self, buf):
+        # NOTE: np.asarray of a jax array is a read-only view of XLA's buffer; a fallback's in-place op on
+        # it would write into jax's memory (torch warns as much). A copy is the transfer.
+        return np.array(buf)
+
+
+def create(desc: Description, name: str) -> XlaBackend:
+    import jax
+    if desc.options.get("threads") or desc.options.get("providers") or desc.options.get("precision", "f32") != "f32":
+        raise UsageError(f"backend {name}: the xla backend takes only [backend.options] device (threads, providers "
+                         "and precision are not its options); remove the others from the description")
+    jax.config.update("jax_enable_x64", True)      # int64 indices stay int64, a float64 graph stays float64
+    lower = _lower()
+    takes = Claim()
+
+    def claim(node):
+        ok = takes(node)
+        if ok is True and node.target._schema.name not in lower:
+            return f"{node.op}: the xla backend has no jax lowering for {node.target._schema.name}"
+        return ok
+    dev = jax.devices(platform(desc))[0]
+    backend = XlaBackend(name=name, description=desc, ops=None, memory=JaxMemory(), device=f"xla:{dev.platform}")
+    backend.ops = StackRegistry(claim, lambda region: compile_region(region, lower, dev),
+                                unsupported=desc.unsupported, supported=desc.supported)
+    return backend
+
+
+class XlaProgram(RegionProgram):
+    def __init__(self, region: Region, lower: dict, device):
+        import jax
+        super().__init__(region, self._run)
+        self.device = device
+        slots = list(region.constants)
+        self.consts = [jax.device_put(np.asarray(region.constants[s].detach().numpy()), device) for s in slots]
+        members = region.members
+
+        def run(consts, *inputs):
+            env = dict(zip(region.inputs, inputs)) | dict(zip(slots, consts))
+            for m in members:
+                with jax.named_scope(m.name):     # the profiler's spans carry the node's name
+                    out = lower[m.target._schema.name](*_sub(m.args, env), **_keep(_sub(m.kwargs, env)))
+                outs = list(out) if m.multi_output else [out]
+                for s, v, meta in zip(m.outputs, outs, m.output_meta):
+                    env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v
+            return tuple(env[s] for s in region.outputs)
+        self.fn = jax.jit(run)
+
+    def _run(self, *inputs):
+        return list(self.fn(self.consts, *inputs))
+
+
+def _keep(kwargs: dict) -> dict:
+    """Capture's device keywords mean nothing to jax: the program runs where it was compiled."""
+    return {k: v for k, v in kwargs.items() if k not in ("device", "layout", "pin_memory", "dtype", "memory_format")}
+
+
+def compile_region(region: Region, lower: dict, device) -> XlaProgram:
+    ops = ", ".join(sorted({m.op for m in region.members}))
+    try:
+        program = XlaProgram(region, lower, device)
+        from ..regions import example_inputs
+        program(*[x.numpy() for x in example_inputs(region)])       # trace and compile now, not in the first step
+        return program
+    except Exception as e:       # a lowering that does not fit the arguments, or XLA refusing the program
+        raise ModelError(f"xla could not compile {region.name} ({len(region.members)} nodes: {ops}): "
+                         f"{type(e).__name__}: {first_line(e)[:200]}") from e
