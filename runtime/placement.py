@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UnsupportedOpError
+from .fallback import fallback_chain, suggestion
 from .graph import Graph, Node, Ref, TensorMeta
 from .hdi import Backend
 from .ops import OPS
@@ -79,7 +80,7 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
     refusals: dict[str, dict[str, str]] = {}          # unsupported op -> {backend: why}
     next_slot = [graph.num_slots]
     placement = Placement(out, backend=backend)
-    chain = backend.fallback_chain() if allow_fallback else []
+    chain = fallback_chain(backend, allow_fallback)     # allow_fallback may add backends: runtime/fallback.py
     for s in graph.input_slots:
         where[s] = backend
 
@@ -99,6 +100,12 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
         remap = {}
         for s in node.inputs:
             src = where.get(s)
+            if src is None and s in graph.constant_slots:
+                # a constant lives on the backend of its first reader (compile_plan puts it there); a reader
+                # on another backend -- a parameter a region reads and the fallback's optimizer updates --
+                # gets it through a transfer like any value
+                where[s] = target
+                continue
             if src is None or src is target:
                 continue
             key = (s, target.name)
@@ -160,13 +167,14 @@ def _refusal(backend: Backend, unsupported: dict, refusals: dict, chain: list, a
     if chain:           # the fallbacks were asked and refused too: say which and why
         listing = "; ".join(f"{op} ({nodes(n)}): " + ", ".join(f"{b} says {why}" for b, why in refusals[op].items())
                             for op, n in sorted(unsupported.items()))
+        how = suggestion(backend, chain) or "add a fallback that runs them to backend.fallback in its description"
         return (f"backend {backend.name} and its fallbacks ({', '.join(b.name for b in chain)}) cannot run "
-                f"{listing}; add a fallback that runs them to backend.fallback in its description")
+                f"{listing}; {how}")
     listing = ", ".join(f"{op} ({nodes(n)})" for op, n in sorted(unsupported.items()))
     if backend.fallbacks and not allow_fallback:
         how = "run without --no-fallback"
     else:
-        how = "give the backend a fallback in its description (backend.fallback)"
+        how = suggestion(backend, chain) or "give the backend a fallback in its description (backend.fallback)"
     return f"backend {backend.name} cannot run {listing}; {how}"
 
 
