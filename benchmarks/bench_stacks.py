@@ -6,8 +6,9 @@ Sides, each run once per round (medians over rounds, so load on a shared machine
   eager       model(*inputs) under torch.no_grad
   STACK       opscope's executor on `-b STACK` (regions compiled by the stack)
   STACK-native  the route a user of that stack takes without opscope (ONNX Runtime: an InferenceSession
-              on torch.onnx.export of the whole model)
-  STACK+prof  opscope with the stack's own per-op profiler on (RegionProfile)
+              on torch.onnx.export of the whole model; OpenVINO: convert_model + compile_model, f32;
+              XLA: the same jitted lowering called directly)
+  STACK+prof  opscope with the stack's own per-op profiler on (RegionProfile: the step, profile set-up and read-back included)
 Ratios: STACK / eager (aim <= 0.7), STACK / native (the abstraction's parity: native / STACK >= 0.95),
 profiled / unprofiled.
 """
@@ -25,6 +26,7 @@ from harness import add_round_arguments, parse_round_arguments  # noqa: E402
 
 
 def native_onnxruntime(model, inputs, threads: int):
+    """An InferenceSession on torch's ONNX export of the whole model."""
     import onnxruntime as ort
     import torch
     f = io.BytesIO()
@@ -38,30 +40,63 @@ def native_onnxruntime(model, inputs, threads: int):
     return lambda: sess.run(None, feeds)
 
 
+def native_openvino(model, inputs, threads: int):
+    """convert_model + compile_model of the whole model, f32 (as opscope asks for)."""
+    import openvino as ov
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        om = ov.convert_model(model, example_input=inputs)
+    cfg = {"INFERENCE_PRECISION_HINT": "f32", **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+    req = ov.Core().compile_model(om, "CPU", cfg).create_infer_request()
+    arrays = [x.numpy() for x in inputs]
+    return lambda: req.infer(arrays)
+
+
+def native_xla(session):
+    """jax.jit of the same lowering, called directly (no executor around it)."""
+    (st,) = [st for st in session.plan.steps if st.node.op == "region"]
+    program = st.kernel
+    arrays = [x.numpy() for x in session.inputs]
+    return lambda: [o.block_until_ready() for o in program.fn(program.consts, *arrays)]
+
+
+NATIVE = {"onnxruntime": native_onnxruntime, "openvino": native_openvino}
+OPTIONS = {"onnxruntime": "threads = {t}", "openvino": "threads = {t}", "xla": ""}
+
+
 def main() -> None:
     import argparse
 
     import torch
 
     from opscope.runtime import models
-    from opscope.runtime.backends import BUNDLED
+    from opscope.runtime.backends import BUNDLED, STACKS, stack_module
+    from opscope.runtime.description import load
     from opscope.runtime.regions import RegionProfile
     from opscope.runtime.session import open_session
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_round_arguments(ap)
+    ap.add_argument("--stacks", default=",".join(STACKS), help="comma-separated stacks to measure")
     a = parse_round_arguments(ap)
     torch.set_num_threads(a.threads)
     model, inputs = models.load(a.model)
-    chip = Path(f"/tmp/bench-stacks-ort-{a.threads}.toml")      # the bundled description at --threads
-    chip.write_text((BUNDLED / "onnxruntime.toml").read_text().replace("threads = 0", f"threads = {a.threads}"))
-    s = open_session(a.model, str(chip), model=model, inputs=inputs)
-    prof = RegionProfile()
+    sides = {"eager": lambda: model(*inputs)}
+    for stack in a.stacks.split(","):
+        if not stack_module(stack).available(load(BUNDLED / f"{stack}.toml"))[0]:
+            print(f"  {stack}: not installed, skipped")
+            continue
+        text = (BUNDLED / f"{stack}.toml").read_text().replace("threads = 0", OPTIONS[stack].format(t=a.threads))
+        chip = Path(f"/tmp/bench-stacks-{stack}-{a.threads}.toml")     # the bundled description at --threads
+        chip.write_text(text)
+        s = open_session(a.model, str(chip), model=model, inputs=inputs)
+        prof = RegionProfile()
 
-    def profiled():
-        with s.executor.hooked(prof):
-            s.run()
-    sides = {"eager": lambda: model(*inputs), "onnxruntime": s.run,
-             "onnxruntime-native": native_onnxruntime(model, inputs, a.threads), "onnxruntime+prof": profiled}
+        def profiled(s=s, prof=prof):
+            with s.executor.hooked(prof):
+                s.run()
+        sides[stack] = s.run
+        sides[f"{stack}-native"] = NATIVE[stack](model, inputs, a.threads) if stack in NATIVE else native_xla(s)
+        sides[f"{stack}+prof"] = profiled
     times = {k: [] for k in sides}
     with torch.no_grad():
         for r in range(a.warmup + a.repeat):
@@ -71,12 +106,13 @@ def main() -> None:
                 if r >= a.warmup:
                     times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{a.model}, {a.threads} thread(s), medians of {a.repeat} interleaved rounds")
+    print(f"{a.model}, {a.threads} thread(s) (xla: all cores), medians of {a.repeat} interleaved rounds")
     for k, v in med.items():
-        print(f"  {k:<20}{v * 1e3:9.2f} ms")
-    print(f"  onnxruntime / eager            {med['onnxruntime'] / med['eager']:.2f}x  (aim <= 0.7)")
-    print(f"  native / onnxruntime (parity)  {med['onnxruntime-native'] / med['onnxruntime']:.2f}   (aim >= 0.95)")
-    print(f"  profiled / unprofiled          {med['onnxruntime+prof'] / med['onnxruntime']:.2f}x")
+        print(f"  {k:<22}{v * 1e3:9.2f} ms")
+    for stack in [k for k in sides if k in STACKS]:
+        print(f"  {stack:<12} vs eager {med[stack] / med['eager']:.2f}x (aim <= 0.7)   parity native/opscope "
+              f"{med[stack + '-native'] / med[stack]:.2f} (aim >= 0.95)   profiled/unprofiled "
+              f"{med[stack + '+prof'] / med[stack]:.2f}x")
 
 
 if __name__ == "__main__":
