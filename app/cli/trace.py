@@ -18,7 +18,8 @@ def register(sub) -> None:
                    help="default: from the file name (.json, .pftrace, .csv), else chrome")
     e.add_argument("-o", "--output", help="file to write (default: opscope-RUN.json / .pftrace / .csv)")
     e.add_argument("--gzip", action="store_true", help="gzip the file (implied by a .gz file name)")
-    e.add_argument("--by", choices=["op", "module", "node"], default="op", help="csv: group ops by this")
+    e.add_argument("--by", choices=["name", "op", "module", "node"], default="name",
+                   help="csv: group ops by this (name: as the trace names them, aten::mm; op: opscope op types)")
     add_json(e)
     e.set_defaults(func=export_main)
 
