@@ -238,25 +238,36 @@ class RunStore:
 
     def refuse_if_damaged(self) -> None:
         """A store seen damaged is never written again: a write (and its checkpoint) could spread the damage
-        over runs that still read."""
+        over runs that still read. The note names the file it was written for: a store moved away and
+        replaced by a fresh one is not refused."""
         try:
-            why = self.damaged_note.read_text(errors="replace").strip()[:300]
+            ident, _, why = self.damaged_note.read_text(errors="replace").partition("\n")
         except FileNotFoundError:
             return
         except OSError:
-            why = "unknown"
-        raise StoreError(_damaged(self, why), damaged=True)
+            ident, why = "", "unknown"
+        if ident != self._identity():
+            with contextlib.suppress(OSError):
+                self.damaged_note.unlink()
+            return
+        raise StoreError(_damaged(self, why.strip()[:300]), damaged=True)
+
+    def _identity(self) -> str:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return "absent"
+        return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
     def note_damage(self, why: str) -> None:
         """Remember that the store is damaged, so no later writer touches it (best effort: a read-only home
         cannot hold the note, and nobody can write there anyway)."""
-        try:
-            if not self.damaged_note.exists():
-                fd = os.open(self.damaged_note, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(why + "\n")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            tmp = Path(f"{self.damaged_note}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{self._identity()}\n{why}\n")
+            os.replace(tmp, self.damaged_note)
 
     def readable_runs(self) -> tuple[list[dict], str | None]:
         """(the runs a damaged store still reads, None or why not even its runs table reads). Each run

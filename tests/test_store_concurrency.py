@@ -51,7 +51,7 @@ def test_concurrent_profiles_into_one_home_keep_every_event_and_the_store_reads(
     store = RunStore()
     reader = _Reader(store)
     reader.start()
-    spec = ["profile", "demo:mlp", "-b", "numpy", "--steps", "60", "--json"]
+    spec = ["profile", "demo:mlp", "-b", "numpy", "--steps", "30", "--json"]
     done = []
     try:
         for group in (2, 2, 2, 2, 2, 3):            # 5 pairs and a triple, each group at once
