@@ -5,7 +5,7 @@ import time
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, say, table
+from .common import add_fallback, add_json, add_model_and_backend, fallback_of, console, emit_json, fmt_bytes, say, table
 
 # NOTE: torch and the runtime are imported inside the functions: `opscope run --help` must not pay for them.
 
@@ -13,7 +13,7 @@ from .common import add_json, add_model_and_backend, console, emit_json, fmt_byt
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a model on a backend and compare with eager PyTorch")
     add_model_and_backend(p)
-    p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
+    add_fallback(p)
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the best is reported)")
     p.add_argument("--capture", choices=("export", "dynamo"), default="export",
                    help="export: one graph through torch.export (default); dynamo: torch.compile with the opscope "
@@ -61,7 +61,7 @@ def main(args) -> int:
         s, tuned = open_plan_session(args.plan, args.model, args.backend if typed else None,
                                      recompile=args.recompile, trust=trust), None
     else:
-        s, tuned = open_tuned_session(args.model, args.backend, allow_fallback=not args.no_fallback,
+        s, tuned = open_tuned_session(args.model, args.backend, allow_fallback=fallback_of(args),
                                       use_tuned=not args.no_tune)
     s.run()                                  # warm-up: first-call allocations, lazy init
     clock = DeviceClock() if getattr(s.backend.clock, "simulated", False) else None
@@ -150,7 +150,7 @@ def _dynamo(args) -> int:
 
     # TorchDynamo logs each graph break as a multi-line warning; the report below lists them once.
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
-    s = open_dynamo_session(args.model, args.backend, allow_fallback=not args.no_fallback)   # compiles, runs once
+    s = open_dynamo_session(args.model, args.backend, allow_fallback=fallback_of(args))   # compiles, runs once
     best = float("inf")
     for _ in range(args.repeat):
         t0 = time.perf_counter()

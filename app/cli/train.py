@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, say, table
+from .common import add_fallback, add_json, add_model_and_backend, fallback_of, console, emit_json, fmt_bytes, say, table
 
 TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
 
@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="optimizer (default sgd, momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
-    p.add_argument("--no-fallback", action="store_true", help="fail, listing every op the backend cannot run")
+    add_fallback(p)
     from opscope.runtime.dist.cli_support import add_hybrid_arguments
     add_hybrid_arguments(p)
     add_json(p)
@@ -31,7 +31,7 @@ def main(args) -> int:
         raise UsageError(f"--steps must be >= 1 (got {args.steps})")
     opt = OptimizerSpec(args.optimizer, lr=args.lr if args.lr is not None else DEFAULT_LR.get(args.optimizer, 1e-2))
     r = compare_with_eager(args.model, args.backend, steps=args.steps, optimizer=opt,
-                           allow_fallback=not args.no_fallback)
+                           allow_fallback=fallback_of(args))
     loss_ok = all(abs(a - e) <= TOLERANCE * max(1.0, abs(e)) for a, e in zip(r["losses"], r["eager_losses"]))
     r["within_tolerance"] = bool(loss_ok and r["parameter_error"]["max_abs"] <= TOLERANCE)
     r["tolerance"] = TOLERANCE
