@@ -34,13 +34,22 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)')
 
 def capture(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> Graph:
     """Export `model` on `example_inputs` and translate the result into an opscope Graph."""
+    return translate_export(export(model, example_inputs, name), name or type(model).__name__)
+
+
+class ExportRefused(ModelError):
+    """torch.export itself refused the model (as opposed to opscope failing on what it exported)."""
+
+
+def export(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> torch.export.ExportedProgram:
+    """torch.export of `model` in eval mode without grad; ExportRefused (one line) when torch refuses it."""
     model.eval()
     try:
         with torch.no_grad():
-            ep = torch.export.export(model, tuple(example_inputs), strict=False)
+            return torch.export.export(model, tuple(example_inputs), strict=False)
     except Exception as e:  # torch raises many types here; the user needs the first line
-        raise ModelError(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: {first_line(e)}") from e
-    return translate_export(ep, name or type(model).__name__)
+        raise ExportRefused(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: "
+                            f"{first_line(e)}") from e
 
 
 def translate_export(ep: torch.export.ExportedProgram, model_name: str) -> Graph:
@@ -101,7 +110,10 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
                 else [sub(x, inputs) for x in a]
         return a
 
+    checks = _runtime_checks(fx_graph)
     for fx in fx_graph.nodes:
+        if fx in checks:
+            continue
         if fx.op == "placeholder":
             s = new_slot(_meta(fx.meta.get("val")))
             slots[fx] = s
@@ -154,6 +166,20 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
                  output_refs=output_refs, slot_meta=slot_meta, model_name=model_name)
 
 
+def _runtime_checks(fx_graph) -> set:
+    """Nodes that only check invariants: the asserts, and the Python comparisons of sizes (`u0 >= 0` on a
+    data-dependent size) that feed nothing but asserts. They compute nothing a later node reads."""
+    dropped: set = set()
+    for fx in reversed(list(fx_graph.nodes)):
+        if fx.op != "call_function":
+            continue
+        if _DROP.match(str(fx.target)) and getattr(fx.target, "__module__", "") != "_operator":
+            dropped.add(fx)
+        elif getattr(fx.target, "__module__", "") == "_operator" and fx.users and all(u in dropped for u in fx.users):
+            dropped.add(fx)
+    return dropped
+
+
 def op_name(target) -> str:
     """The name of an op opscope does not map: `aten:topk`, `transformers:grouped_mm_fallback`.
 
@@ -186,8 +212,17 @@ def _attrs(fx) -> dict:
 
 def _meta(val) -> TensorMeta | None:
     if isinstance(val, torch.Tensor):
-        return TensorMeta(tuple(int(s) for s in val.shape), name_of(val.dtype))
+        return TensorMeta(tuple(_size(s) for s in val.shape), name_of(val.dtype))
     return None
+
+
+def _size(s) -> int:
+    """A dim as an int. NOTE: a data-dependent one (nonzero, unique, masked_select: torch.export's unbacked
+    symbols) is known only when the op runs; it is recorded as 0, so cost models count that output as empty."""
+    try:
+        return int(s)
+    except Exception:  # torch raises GuardOnDataDependentSymNode, a private class
+        return 0
 
 
 def _source(fx_node) -> tuple[str, str]:

@@ -9,6 +9,9 @@ _TORCH = {
     torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
     torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
     torch.complex64: "complex64", torch.complex128: "complex128",
+    # named so that a graph holding them captures; numpy has none of them, so no reference kernel takes them
+    torch.complex32: "complex32", torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64",
+    torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2",
 }
 _FROM_NAME = {v: k for k, v in _TORCH.items()}
 ITEMSIZE = {name: _FROM_NAME[name].itemsize for name in _FROM_NAME}

@@ -1,10 +1,16 @@
 """PyTorch's OpInfo suite on any backend: PyTorch's own sample inputs and tolerances, not ours.
 
-Each OpInfo sample (float32, the first three per OpInfo) becomes a one-op `nn.Module`, is captured
-the way a user's model is (torch.export), placed on the backend and run; the result is compared
-with the op's eager output by `torch.testing.assert_close` at its default float32 tolerances.
-An OpInfo counts when opscope claims every op its capture contains ("claimed"); the rest are
-listed as unclaimed or not capturable.
+Each OpInfo sample (float32 unless asked for another dtype, the first three per OpInfo) becomes a one-op
+`nn.Module`, is captured the way a user's model is (torch.export), placed on the backend and run; the
+result is compared with the op's eager output by `torch.testing.assert_close` at its default tolerances
+for the dtype. An OpInfo counts when opscope claims every op its capture contains ("claimed"); the rest
+are listed as unclaimed or not capturable -- and "not capturable" means torch.export itself refused the
+sample: opscope failing to translate what torch exported is a crash of opscope's capture.
+
+A bfloat16 result comes back from numpy as float32 values; it must already be bfloat16 values (each one
+exactly representable), never rounded here -- rounding it here would hide a kernel that skipped it.
+Random ops (dropout, bernoulli, rand*) are compared by distribution: five draws on each side, a
+two-sample Kolmogorov-Smirnov test (a permutation: the same multiset of values).
 
     from opscope.runtime.opinfo import check_opinfo
     report = check_opinfo(resolve("numpy"), names=["add", "nn.functional.conv2d"])
@@ -12,7 +18,8 @@ listed as unclaimed or not capturable.
 
 A node the backend refuses runs on its fallback (torch:cpu when the backend names none), so a
 "fallback" result is a correct answer with some nodes refused; "crash" is a kernel that was
-claimed and then raised -- the thing that must never happen.
+claimed and then raised, or opscope's capture raising on what torch exported -- the things that must
+never happen.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
+from .dtypes import name_of, round_to_bfloat16, to_torch
 from .errors import UsageError, first_line
 
 SAMPLES_PER_OP = 3
@@ -35,7 +43,7 @@ STATUSES = ("pass", "fallback", "refused", "wrong", "crash", "uncapturable", "un
 # the fallback chain took a node (a clean refusal, not a crash).
 _RANK = {"crash": 0, "wrong": 1, "refused": 2, "fallback": 3, "pass": 4}
 # OpInfos whose values are undefined (uninitialised memory): compare shape and dtype only. Random
-# ops are found by running them (see _is_random), not listed.
+# ops are found by running them (see _random_draws), not listed.
 _UNINITIALISED = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted")
 
 
@@ -88,21 +96,23 @@ def op_db() -> list:
     return db
 
 
-def select(names=None) -> list:
-    """OpInfos defined for float32 on the CPU, optionally only `names` (OpInfo name or name.variant)."""
-    db = [o for o in op_db() if torch.float32 in o.supported_dtypes("cpu")]
+def select(names=None, dtype: str = "float32") -> list:
+    """OpInfos defined for `dtype` on the CPU, optionally only `names` (OpInfo name or name.variant)."""
+    want = to_torch(dtype)
+    db = [o for o in op_db() if want in o.supported_dtypes("cpu")]
     if not names:
         return db
     by = {_full_name(o): o for o in db}
     unknown = [n for n in names if n not in by]
     if unknown:
-        raise UsageError(f"no float32 OpInfo named {', '.join(unknown)} (names look like add, nn.functional.conv2d, "
+        raise UsageError(f"no {dtype} OpInfo named {', '.join(unknown)} (names look like add, nn.functional.conv2d, "
                          "max.reduction_with_dim)")
     return [by[n] for n in names]
 
 
-def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPLES_PER_OP) -> OpInfoReport:
-    """Run the OpInfo samples of every selected OpInfo on `backend`; `progress(name)` before each."""
+def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPLES_PER_OP,
+                 dtype: str = "float32") -> OpInfoReport:
+    """Run the OpInfo samples (of `dtype`) of every selected OpInfo on `backend`; `progress(name)` before each."""
     import time
 
     from .backends import resolve
@@ -111,11 +121,11 @@ def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPL
     report = OpInfoReport(backend.name)
     t0 = time.perf_counter()
     with _quiet(), np.errstate(all="ignore"):
-        for info in select(names):
+        for info in select(names, dtype):
             if progress:
                 progress(_full_name(info))
             t = time.perf_counter()
-            result = _check_one(backend, info, samples_per_op)
+            result = _check_one(backend, info, samples_per_op, to_torch(dtype))
             result.seconds = time.perf_counter() - t
             report.results.append(result)
     report.seconds = time.perf_counter() - t0
@@ -140,11 +150,11 @@ def _quiet():
         logger.setLevel(level)
 
 
-def _check_one(backend, info, n) -> OpInfoResult:
+def _check_one(backend, info, n, dtype=torch.float32) -> OpInfoResult:
     name = _full_name(info)
     result = OpInfoResult(name, "uncapturable")
     try:
-        samples = list(_first(info.sample_inputs("cpu", torch.float32, requires_grad=False), n))
+        samples = list(_first(info.sample_inputs("cpu", dtype, requires_grad=False), n))
     except Exception as e:  # a sample generator that needs something this machine lacks
         result.message = f"no samples: {type(e).__name__}: {first_line(e)[:160]}"
         return result
@@ -168,7 +178,7 @@ def _check_one(backend, info, n) -> OpInfoResult:
     elif unclaimed:
         result.status, result.message = "unclaimed", unclaimed
     else:
-        result.message = uncapturable or "no float32 samples"
+        result.message = uncapturable or f"no {name_of(dtype)} samples"
     return result
 
 
@@ -197,7 +207,7 @@ _TENSOR = object()
 
 
 def _check_sample(backend, info, sample) -> tuple[str, str, set]:
-    from .capture import capture
+    from .capture import ExportRefused, export, translate_export
     from .errors import UnsupportedOpError
     from .executor import Executor, compile_plan
     from .ops import OPS
@@ -208,13 +218,17 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
     model = _OneOp(info.op, spec, consts)
     try:
         expected = model(*[t.clone() for t in tensors])
-        shape_only = info.name in _UNINITIALISED or _is_random(info, model, tensors)
+        draws = None if info.name in _UNINITIALISED else _random_draws(info, model, tensors)
     except Exception as e:
         return "uncapturable", f"eager: {type(e).__name__}: {first_line(e)[:160]}", set()
     try:
-        graph = capture(model, tuple(t.clone() for t in tensors), name=info.name)
-    except Exception as e:
+        ep = export(model, tuple(t.clone() for t in tensors), name=info.name)
+    except ExportRefused as e:          # torch.export's own refusal: not ours to count
         return "uncapturable", first_line(e)[:200], set()
+    try:
+        graph = translate_export(ep, info.name)
+    except Exception as e:  # torch exported it and opscope could not take it: opscope's capture crashed
+        return "crash", f"capture: {type(e).__name__}: {first_line(e)[:200]}", set()
     ops = {n.op for n in graph.nodes}
     claims = set(backend.ops.ops())
     missing = sorted(o for o in ops if o not in OPS or o not in claims)
@@ -226,24 +240,31 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
         return "refused", first_line(e)[:200], ops
     try:
         fell_back = any(getattr(node, "fallback", False) for node, _ in plan.placement.assignments)
-        actual = Executor(plan).run_host(*[t.clone() for t in tensors])
+        executor = Executor(plan)
+        actual = executor.run_host(*[t.clone() for t in tensors])
+        if draws:
+            why = _compare(actual, expected, shape_only=True) or _same_distribution(
+                [actual] + [executor.run_host(*[t.clone() for t in tensors]) for _ in range(len(draws) - 1)], draws)
+        else:
+            why = _compare(actual, expected, shape_only=info.name in _UNINITIALISED)
     except Exception as e:  # claimed, then raised: what the check exists to catch
         return "crash", f"{type(e).__name__}: {first_line(e)[:200]}", ops
-    why = _compare(actual, expected, shape_only)
     if why:
         return "wrong", why, ops
     return ("fallback" if fell_back else "pass"), "", ops
 
 
-def _is_random(info, model, tensors) -> bool:
-    """True when the sample's values depend on the random stream (dropout with p > 0, rand_like...).
+def _random_draws(info, model, tensors) -> list | None:
+    """Five draws of the sample's outputs under different seeds when its values depend on the random
+    stream (dropout with p > 0, rand_like...), else None.
 
     OpInfo wraps such ops in `wrapper_set_seed`, which reseeds torch before every call so that eager
-    runs agree; the run on a backend cannot follow torch's stream. Run the op twice under different
-    seeds without the reseeding: different answers mean only shape and dtype can be compared."""
+    runs agree; the run on a backend cannot follow torch's stream. Run the op under different seeds
+    without the reseeding: different answers mean a random op, and the draws are the distribution the
+    backend's answers are compared with."""
     code = getattr(info.op, "__code__", None)
     if code is None or "wrapper_set_seed" not in code.co_names:
-        return False
+        return None
     module = info.op.__globals__
     saved = module["wrapper_set_seed"]
     module["wrapper_set_seed"] = lambda op, *args, **kwargs: op(*args, **kwargs)
@@ -256,8 +277,29 @@ def _is_random(info, model, tensors) -> bool:
     finally:
         module["wrapper_set_seed"] = saved
     first = outs[0]
-    return any(not torch.equal(a, b) for other in outs[1:] for a, b in zip(first, other)
-               if not (a.is_floating_point() and a.isnan().any()))
+    random = any(not torch.equal(a, b) for other in outs[1:] for a, b in zip(first, other)
+                 if not (a.is_floating_point() and a.isnan().any()))
+    return outs if random else None
+
+
+def _same_distribution(actual_draws: list, eager_draws: list) -> str:
+    """'' when the backend's draws could come from the distribution eager's came from, else why not."""
+    from scipy.stats import ks_2samp
+
+    for i in range(len(eager_draws[0])):
+        want = [np.asarray(d[i].detach().double().numpy()).ravel() for d in eager_draws]
+        got = [np.asarray(np.asarray(d[i], dtype=np.float64)).ravel() for d in actual_draws]
+        if all(np.array_equal(np.sort(g), np.sort(want[0])) for g in got):
+            continue                     # a permutation of the same values (randperm, shuffles), or equal
+        w, g = np.concatenate(want), np.concatenate(got)
+        w, g = w[~np.isnan(w)], g[~np.isnan(g)]
+        if len(w) < 20 or len(g) < 20:
+            continue                     # too few values to tell two distributions apart
+        p = ks_2samp(g, w).pvalue
+        if p < 1e-4:
+            return (f"output {i}: values do not follow eager's distribution (KS p={p:.1e}; mean {g.mean():.4g} "
+                    f"vs {w.mean():.4g}, std {g.std():.4g} vs {w.std():.4g})")
+    return ""
 
 
 def _compare(actual: list, expected, shape_only: bool) -> str:
@@ -273,7 +315,12 @@ def _compare(actual: list, expected, shape_only: bool) -> str:
             continue
         got = torch.from_numpy(np.array(a)) if not isinstance(a, torch.Tensor) else a   # np.array keeps 0-d
         if e.dtype == torch.bfloat16 and got.dtype == torch.float32:
-            got = got.to(torch.bfloat16)
+            # numpy holds bfloat16 in float32: the values must already be bfloat16 ones (never rounded here)
+            held = got.numpy()
+            off = int((~np.isnan(held) & (round_to_bfloat16(held) != held)).sum())
+            if off:
+                return f"output {i}: {off} of {held.size} values are not bfloat16 values (a kernel did not round)"
+            got = got.to(torch.bfloat16)      # exact: every value is a bfloat16
         if tuple(got.shape) != tuple(e.shape):
             return f"output {i}: shape {tuple(got.shape)}, want {tuple(e.shape)}"
         if got.dtype != e.dtype:

@@ -1,5 +1,5 @@
 """Hardware-agnostic operators: specifications, reference kernels, cost models, `@operator`."""
-from . import (convolution as _convolution, fft as _fft, indexing as _indexing, math as _math,  # noqa: F401
+from . import (convolution as _convolution, dynamic as _dynamic, fft as _fft, indexing as _indexing, math as _math,  # noqa: F401
                nn as _nn, pooling as _pooling, random as _random, recurrent as _recurrent, shape as _shape,
                sorting as _sorting)
 from . import backward as _backward, optim as _optim, view_backward as _view_backward  # noqa: F401,E402  (training ops: after the forward ones)

@@ -142,7 +142,8 @@ def masked_scatter(self, mask, source):
 @define("nonzero", "copy", aten=("aten.nonzero",))
 def nonzero(self):
     """(count, ndim) int64 coordinates of the non-zero elements, in row-major order."""
-    return np.argwhere(self).astype(np.int64).reshape(-1, self.ndim)
+    out = np.argwhere(self)           # a 0-d input: (1 or 0, 0), which reshape(-1, 0) cannot say
+    return out.astype(np.int64).reshape(out.shape[0], self.ndim)
 
 
 @define("one_hot", "copy", aten=("aten.one_hot",))

@@ -16,6 +16,7 @@ from ..dtypes import FLOATS
 ALL_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "int64", "int32",
                         "int16", "int8", "uint8", "bool"})
 COMPLEX = frozenset({"complex64", "complex128"})
+NO_NUMPY = frozenset({"complex32", "float8_e4m3fn", "float8_e5m2"})   # dtypes torch has and numpy does not
 
 # kind -> default FLOPs per output element (views and copies move bytes, compute nothing)
 _KIND_FLOPS = {"elementwise": 1, "activation": 4, "reduction": 1, "view": 0, "copy": 0,
@@ -96,6 +97,9 @@ def op_for_target(target) -> str | None:
 
 def accepts(node) -> bool | str:
     """True when the op's reference kernel takes this node's arguments, else why not."""
+    for m in (*node.input_meta, *node.output_meta):
+        if m is not None and m.dtype in NO_NUMPY:      # nothing to hold the values in: torch runs it
+            return f"{node.op}: numpy has no {m.dtype}"
     op = OPS.get(node.op)
     check = getattr(op, "accepts", None)
     if check is None:
