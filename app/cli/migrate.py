@@ -17,6 +17,10 @@ from opscope.runtime.errors import UsageError
 from .common import add_json, console, emit_json, output_path, say, table
 
 
+# a readiness score is what the scanner saw; a run says whether the script works off CUDA
+NOT_VERIFIED = "not verified: `opscope migrate check FILE:FACTORY -b BACKEND` runs it"
+
+
 def register(sub) -> None:
     p = sub.add_parser("migrate", help="find CUDA-specific code, rewrite it, predict how a model runs elsewhere")
     msub = p.add_subparsers(dest="migrate_command", metavar="SUBCOMMAND", parser_class=type(p))
@@ -133,7 +137,7 @@ def _print_scan(result, s) -> None:
     console.print(f"[bold]{s['findings_total']}[/] CUDA-specific findings in {s['files_with_findings']} of "
                   f"{s['files_scanned']} files ({s['lines']} lines); [bold]{s['unresolved']}[/] left after "
                   f"`opscope migrate apply`; readiness [bold]{s['readiness']:.1f}[/]/100 "
-                  f"({s['readiness_after_apply']:.1f} after apply)")
+                  f"({s['readiness_after_apply']:.1f} after apply; {NOT_VERIFIED})")
     if s["by_category"]:
         console.print(table("by category", ["category", "findings", "left after apply"],
                             [[c["category"], c["findings"], c["unresolved"]] for c in s["by_category"]],
@@ -209,7 +213,8 @@ def apply_main(args) -> int:
     print(f"{verb} {sum(c.rewritten for c in changes)} findings in {len(changes)} files"
           + (" (backups: FILE.orig)" if args.write and changes else "")
           + f"; {len(left)} need a manual change (marked `# opscope-migrate:` in Python files); "
-          f"readiness {score['before']:.1f} -> {score['after']:.1f} (scanned after the rewrite)", file=msg)
+          f"readiness {score['before']:.1f} -> {score['after']:.1f} (scanned after the rewrite; {NOT_VERIFIED})",
+          file=msg)
     return 1 if refused else 0
 
 

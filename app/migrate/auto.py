@@ -30,16 +30,27 @@ _FACTORIES = ("tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "
 
 
 def _is_cuda(d) -> bool:
+    """A device that names CUDA: "cuda", "cuda:1", torch.device("cuda"), or an int (torch's accelerator i)."""
     if isinstance(d, torch.device):
         return d.type == "cuda"
     if isinstance(d, str):
         return d.split(":", 1)[0].strip() == "cuda"
-    return False
+    return isinstance(d, int) and not isinstance(d, bool)
 
 
 def _device(d):
     """The chosen device for a CUDA device (keeping its index), anything else unchanged."""
     return compat.device(d) if _is_cuda(d) else d
+
+
+def _scriptable(wrapper, fn):
+    """Let TorchScript see the real `fn` where the script calls the wrapper: scripted code resolves a torch
+    function through torch.jit's builtin table, and a Python wrapper it does not find there is compiled as
+    Python (and fails). Scripted code is thus never redirected -- it runs on the device of its inputs."""
+    from torch.jit import _builtins
+    op = _builtins._find_builtin(fn)
+    if op is not None:
+        _builtins._register_builtin(wrapper, op)
 
 
 def _redirect_kwargs(fn, keys=("device",)):
@@ -50,6 +61,7 @@ def _redirect_kwargs(fn, keys=("device",)):
                 kwargs[k] = compat.device(kwargs[k])
         return fn(*args, **kwargs)
     wrapper.__opscope_auto__ = True
+    _scriptable(wrapper, fn)
     return wrapper
 
 
@@ -70,6 +82,29 @@ def _tensor_to(fn):
             kwargs["device"] = _device(kwargs["device"])
         return fn(self, *args, **kwargs)
     return to
+
+
+def _module_to(fn):
+    @functools.wraps(fn)
+    def to(self, *args, **kwargs):       # before torch parses `.to(0)`, which needs an accelerator
+        args = tuple(_device(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = _device(kwargs["device"])
+        return fn(self, *args, **kwargs)
+    return to
+
+
+def _ddp_init(fn):
+    @functools.wraps(fn)
+    def __init__(self, module, *args, **kwargs):     # noqa: N807 -- the method it stands for
+        # NOTE: device_ids / output_device name CUDA devices; DDP refuses them for a CPU module
+        if compat.device_type() == "cpu":
+            args = tuple(None if i < 2 else a for i, a in enumerate(args))
+            for k in ("device_ids", "output_device"):
+                if k in kwargs:
+                    kwargs[k] = None
+        return fn(self, module, *args, **kwargs)
+    return __init__
 
 
 def _tensor_cuda(_fn):
@@ -165,6 +200,9 @@ def _cuda_module() -> None:
     c.is_bf16_supported = lambda *a, **k: True
     c.amp.autocast = lambda *a, **k: compat.autocast(*a, **k)
     c.amp.GradScaler = compat.GradScaler
+    for name in ("Event", "Stream", "current_stream", "default_stream", "stream", "get_device_properties",
+                 "get_device_capability", "mem_get_info", "memory_stats", "memory_summary", "max_memory_reserved"):
+        setattr(c, name, getattr(compat, name))
 
 
 def install() -> bool:
@@ -180,6 +218,7 @@ def install() -> bool:
     _patch(torch.Tensor, "cuda", _tensor_cuda)
     _patch(torch.Tensor, "pin_memory", _pin_memory)
     _patch(torch.nn.Module, "cuda", _module_cuda)
+    _patch(torch.nn.Module, "to", _module_to)
     _patch(torch, "autocast", _autocast)
     _patch(torch.amp, "autocast", _autocast)
     _patch(torch.amp, "GradScaler", _grad_scaler)
@@ -188,6 +227,8 @@ def install() -> bool:
     import torch.distributed as dist
     if dist.is_available():
         _patch(dist, "init_process_group", _init_process_group)
+        from torch.nn.parallel import DistributedDataParallel
+        _patch(DistributedDataParallel, "__init__", _ddp_init)
     _cuda_module()
     _INSTALLED = True
     return True

@@ -40,10 +40,20 @@ def device_type() -> str:
     return _chosen().type
 
 
-def device(index=None) -> torch.device:
-    """The device to run on. `index` may be what the rewritten code held: an int, a device string ("cuda:1"),
-    a torch.device, or None; its accelerator index is kept, its type becomes the chosen one. On the CPU
-    the index is ignored."""
+def device(index=None, kind_index=None) -> torch.device:
+    """The device to run on, for what the rewritten code held. Only a CUDA-naming value is mapped: None, an int
+    (torch's "accelerator number i"), "cuda", "cuda:1", torch.device("cuda", 1) become the chosen device, keeping
+    the index; "cpu", "meta", torch.device("xpu") ... come back as they were, so `torch.device(device)` keeps
+    meaning what `device` says. `device("cuda", 1)` is `torch.device("cuda", 1)` mapped. On the CPU the index
+    is ignored."""
+    if kind_index is not None:
+        index = torch.device(index, kind_index)
+    if isinstance(index, str) and index.partition(":")[0].strip() != "cuda":
+        return torch.device(index)
+    if isinstance(index, torch.device) and index.type != "cuda":
+        return index
+    if index is not None and not isinstance(index, (str, torch.device, int)):
+        raise TypeError(f"compat.device: expected a device, a device string or an int, got {type(index).__name__}")
     chosen = _chosen()
     if chosen.type == "cpu":
         return chosen
@@ -198,8 +208,23 @@ def GradScaler(*args, enabled=True, **kwargs):   # noqa: N802 -- the name of the
 
 
 def distributed_backend() -> str:
-    """The torch.distributed backend for the chosen device: nccl on CUDA, gloo elsewhere."""
-    return "nccl" if device_type() == "cuda" else "gloo"
+    """The torch.distributed backend for the chosen device, from torch's own map (gloo on the CPU, nccl on CUDA,
+    xccl on XPU, what a vendor registered for its device), hccl for Ascend NPUs, else gloo."""
+    kind = device_type()
+    try:
+        import torch.distributed as dist
+        known = dict(getattr(dist.Backend, "default_device_backend_map", {}))
+    except ImportError:
+        known = {}
+    known.setdefault("cuda", "nccl")
+    known.setdefault("npu", "hccl")
+    return known.get(kind, "gloo")
+
+
+def is_nccl_available() -> bool:
+    """torch.distributed.is_nccl_available(), asked of the chosen device: True only where nccl is its backend."""
+    import torch.distributed as dist
+    return distributed_backend() == "nccl" and dist.is_available() and dist.is_nccl_available()
 
 
 def profiler_activity():
@@ -211,3 +236,155 @@ def profiler_activity():
 def manual_seed(seed: int) -> None:
     """Seed every device (torch.manual_seed seeds the accelerators too)."""
     torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------- events, streams, device properties
+# NOTE: on an accelerator these are its own (torch.xpu.Event, ...); on the CPU work runs when it is called, so an
+# event records the host clock and a stream has nothing to order: timing with events measures what it measured.
+class Event:
+    """torch.cuda.Event for the chosen device: record(), synchronize(), query(), wait(), elapsed_time(end) in ms."""
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        mod = _module()
+        if mod is not None and hasattr(mod, "Event"):
+            return mod.Event(enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+        return super().__new__(cls)
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = enable_timing
+        self._at = None
+
+    def record(self, stream=None) -> None:
+        import time
+        self._at = time.perf_counter()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def elapsed_time(self, end: "Event") -> float:
+        if not self.enable_timing or not end.enable_timing:
+            raise RuntimeError("elapsed_time needs both events created with enable_timing=True")
+        if self._at is None or end._at is None:
+            raise RuntimeError("elapsed_time: record() both events first")
+        return (end._at - self._at) * 1000.0
+
+
+class Stream:
+    """torch.cuda.Stream for the chosen device; on the CPU one stream that is always done."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        mod = _module()
+        if mod is not None and hasattr(mod, "Stream"):
+            return mod.Stream(priority=priority, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("cpu")
+        self.priority = priority
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+_CPU_STREAM = None
+
+
+def current_stream(device=None):
+    global _CPU_STREAM
+    mod = _module()
+    if mod is not None and hasattr(mod, "current_stream"):
+        return mod.current_stream()
+    _CPU_STREAM = _CPU_STREAM or Stream()
+    return _CPU_STREAM
+
+
+default_stream = current_stream
+
+
+def stream(s):
+    """`with torch.cuda.stream(s):` on the chosen device."""
+    import contextlib
+    mod = _module()
+    if mod is not None and hasattr(mod, "stream"):
+        return mod.stream(s)
+    return contextlib.nullcontext(s)
+
+
+def _meminfo() -> tuple[int, int]:
+    """(available, total) bytes of host memory, from /proc/meminfo."""
+    found = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                found[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    return found.get("MemAvailable", found.get("MemFree", 0)), found.get("MemTotal", 0)
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the chosen device; on the CPU, the host's."""
+    mod = _module()
+    if mod is not None and hasattr(mod, "mem_get_info"):
+        return mod.mem_get_info()
+    return _meminfo()
+
+
+def get_device_properties(device=None):
+    """The chosen device's properties; on the CPU: name, total_memory, multi_processor_count (cores), major/minor 0."""
+    mod = _module()
+    if mod is not None and hasattr(mod, "get_device_properties"):
+        return mod.get_device_properties(current_device())
+    from types import SimpleNamespace
+    return SimpleNamespace(name=device_name(), total_memory=_meminfo()[1], multi_processor_count=os.cpu_count() or 1,
+                           major=0, minor=0, type="cpu")
+
+
+def get_device_capability(device=None) -> tuple[int, int]:
+    p = get_device_properties(device)
+    return getattr(p, "major", 0), getattr(p, "minor", 0)
+
+
+def memory_stats(device=None) -> dict:
+    mod = _module()
+    if mod is not None and hasattr(mod, "memory_stats"):
+        return mod.memory_stats()
+    return {"allocated_bytes.all.current": _rss(), "allocated_bytes.all.peak": _peak_rss()}
+
+
+def memory_summary(device=None, abbreviated=False) -> str:
+    mod = _module()
+    if mod is not None and hasattr(mod, "memory_summary"):
+        return mod.memory_summary()
+    return f"{device_type()}: resident {_rss()} bytes, peak {_peak_rss()} bytes"
+
+
+def max_memory_reserved(device=None) -> int:
+    return _memory("max_memory_reserved", _peak_rss)

@@ -25,6 +25,13 @@ _DEVICE_KWARGS = ("device", "map_location")
 _DEVICE_NAME = re.compile(r"dev|type|accel", re.I)   # what a variable compared with "cuda" is called
 _DEVICE_ARG_KWARGS = ("device_type", "device", "type")   # where a `device` row's call takes its device
 DIST_CALLS = ("torch.distributed.init_process_group", "torch.distributed.new_group")
+# NOTE: an int is a device only where a device goes (`.to(i)`, `device=i`, `torch.device(i)`) and only when the
+# variable says so: assigned an int and called like one (`self.gpu_id = int(os.environ["LOCAL_RANK"])`,
+# `device = 0`), or named like a rank (`rank`, `local_rank`, `gpu`) -- `.to(n)` with any other int-valued name is
+# left alone, since compat.device would refuse a dtype that looked like one.
+_INT_DEVICE_NAME = re.compile(r"gpu|rank|device|dev_id|devid", re.I)
+_RANK_NAME = re.compile(r"(local_)?rank|gpu|gpu_id|device_id|local_gpu", re.I)
+BUILD_FILES = ("setup.py",)
 
 
 @dataclass
@@ -117,6 +124,7 @@ class _Scanner(cst.CSTVisitor):
         self.comparisons: list[tuple] = []             # candidate `x == "cuda"` checks
         self.uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
         self.device_calls: list[tuple[cst.Call, Rule, str, int | str | None, cst.CSTNode | None]] = []
+        self.int_vars: set[str] = set()                # dotted names assigned an int (`gpu_id = int(...)`)
 
     # ---------------------------------------------------------------- plumbing
     def on_visit(self, node) -> bool:
@@ -326,6 +334,8 @@ class _Scanner(cst.CSTVisitor):
                 elif dotted(arg):
                     self.device_calls.append((node, rule, full, where, stmt))   # decided once variables are known
                     self.uses.append((arg, None))                              # (not a finding of its own)
+                elif isinstance(arg, cst.Integer) and rule.rewrite == "device":   # torch.device(0)
+                    self.device_calls.append((node, rule, full, where, stmt))
                 else:
                     self._device_context(arg)
         # process-group backend strings
@@ -360,6 +370,8 @@ class _Scanner(cst.CSTVisitor):
             self.hit(value, r, f'{_source(targets[0])} = "{value.evaluated_value}"', ("backend",))
             return
         holds = self._device_context(value, assignment=True)
+        if _is_int(value):
+            self.int_vars.update(n for n in map(dotted, targets) if n and _INT_DEVICE_NAME.search(n.rsplit(".", 1)[-1]))
         for t in targets:
             if not dotted(t):
                 continue
@@ -408,9 +420,22 @@ class _Scanner(cst.CSTVisitor):
                 _, arg = _device_arg(expr)
                 return arg is not None and cuda_device(arg)[0]
             return False
-        if not assignment and dotted(expr):
+        if not assignment and isinstance(expr, cst.Integer):          # .to(0), device=0
+            rule = self.table.strings.get("<int>")
+            if rule is not None:
+                self.hit(expr, rule, f"device {expr.value}", ("wrap-device",))
+        elif not assignment and dotted(expr):
             self.uses.append((expr, self.stmts[-1] if self.stmts else None))
         return False
+
+    def is_int_device(self, expr) -> bool:
+        """`expr` (a name) holds an int that is used as a device: see _INT_DEVICE_NAME."""
+        if isinstance(expr, cst.Integer):
+            return True
+        name = dotted(expr)
+        if not name:
+            return False
+        return name in self.int_vars or bool(_RANK_NAME.fullmatch(name.rsplit(".", 1)[-1]))
 
     def leave_Module(self, node) -> None:
         self.finish()              # positions are only available while the wrapper visits
@@ -424,11 +449,14 @@ class _Scanner(cst.CSTVisitor):
                 if self.holds_device(src) is not None and self._mark_device(t, line):
                     changed = True
         rule = self.table.strings.get("cuda")
+        int_rule = self.table.strings.get("<int>")
         for expr, stmt in self.uses:
             line = self.holds_device(expr)
             if stmt is not None and rule is not None and line is not None:
                 self.hit(expr, rule, f"device variable {dotted(expr)}", (),
                          note=f"holds a CUDA device (line {line}); follows that line's rewrite", stmt=stmt)
+            elif stmt is not None and int_rule is not None and line is None and self.is_int_device(expr):
+                self.hit(expr, int_rule, f"device {dotted(expr)} (an int: accelerator i)", ("wrap-device",), stmt=stmt)
         for node, r, other, side, negate, stmt in self.comparisons:
             name = dotted(other)
             if name and (self.holds_device(other) is not None or _DEVICE_NAME.search(name.rsplit(".", 1)[-1])):
@@ -436,8 +464,14 @@ class _Scanner(cst.CSTVisitor):
                 self.hit(node, r, _source(node), ("accel", call, side, negate), stmt=stmt)
         for node, r, full, where, stmt in self.device_calls:
             _, arg = _device_arg(node)
-            if cuda_device(arg)[0] or (dotted(arg) and self.holds_device(arg) is not None):
-                if r.rewrite == "device":
+            literal = cuda_device(arg)[0]
+            held = dotted(arg) and self.holds_device(arg) is not None
+            if literal or held or (r.rewrite == "device" and (isinstance(arg, cst.Integer) or self.is_int_device(arg))):
+                if r.rewrite == "device" and not literal:
+                    # torch.device(device): the argument stays, compat.device maps it only when it names CUDA
+                    plain = len(node.args) <= 2 and all(a.keyword is None and a.star == "" for a in node.args)
+                    action = ("device-keep",) if plain else ()
+                elif r.rewrite == "device":
                     action = ("device", _device_index(node))
                 else:
                     action = ("call", r.rewrite.split(":", 1)[1] if r.rewrite else "", where)
@@ -520,6 +554,18 @@ def _device_index(call: cst.Call):
     return index
 
 
+def _is_int(expr) -> bool:
+    """An int literal or an `int(...)` call."""
+    if isinstance(expr, cst.Integer):
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "int"
+
+
+def is_build_file(path: str) -> bool:
+    """setup.py: its findings are suggestions, never edits -- a build must not need opscope to run."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1] in BUILD_FILES
+
+
 def _source(node) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
@@ -545,4 +591,10 @@ def scan_python(path: str, source: bytes | str, table: Table) -> PyScan | Findin
     text = module.code
     scanner = _Scanner(path, table, text.splitlines())
     MetadataWrapper(module, unsafe_skip_copy=True).visit(scanner)
+    if is_build_file(path):
+        for h in scanner.hits:
+            if h.action:
+                h.action = ()
+                h.finding.rewritable = h.finding.resolved = False
+                h.finding.note = "a build file: not rewritten, a build must not need opscope"
     return PyScan(module, scanner.hits)

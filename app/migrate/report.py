@@ -71,6 +71,8 @@ def summarize(result: ScanResult) -> dict:
         "unresolved": sum(not f.resolved for f in result.findings),
         "readiness": readiness(result.findings, result.lines),
         "readiness_after_apply": readiness(result.findings, result.lines, after_apply=True),
+        # NOTE: a score counts what the scanner saw; only a run on a non-CUDA device (`migrate check`) verifies it
+        "verified": False,
         "score_formula": "100 * (1 - D / (D + lines/10)), D = sum of severity weight (" +
                          ", ".join(f"{k} {v}" for k, v in WEIGHTS.items()) +
                          f") x (1 if manual, {RESOLVED_SHARE} if migrate apply resolves it)",

@@ -79,6 +79,10 @@ def _edit(action: tuple, node: cst.CSTNode) -> cst.CSTNode:
         return cst.Attribute(cst.Name("compat"), cst.Name(action[1]))
     if kind == "device":          # torch.device("cuda", 1) -> compat.device(1)
         return _device_call(action[1])
+    if kind == "device-keep":     # torch.device(device) -> compat.device(device): the arguments stay
+        return node.with_changes(func=cst.Attribute(cst.Name("compat"), cst.Name("device")))
+    if kind == "wrap-device":     # .to(self.gpu_id) -> .to(compat.device(self.gpu_id))
+        return _compat("device", cst.Arg(node))
     if kind == "device-string":   # "cuda:1" -> compat.device_string(1): a string stays a string
         return _device_call(action[1], "device_string")
     if kind == "value":           # ProfilerActivity.CUDA -> compat.profiler_activity()
