@@ -63,7 +63,6 @@ def main(args) -> int:
         sys.stdout.write(prometheus_rules(rules))
         return 0
     engine = AlertEngine(rules)
-    metrics, server = _metrics_server(args)
     sources = [HostDevice()] + [SimChip(spec, args.sim_load) for spec in args.device]
     store = live = None
     if args.run:
@@ -71,6 +70,7 @@ def main(args) -> int:
         store = RunStore()
         live = LiveRun(store, args.run)
         sources.append(live)
+    metrics, server = _metrics_server(args)      # last: every other input is checked before it listens
     start = time.monotonic()
     samples, last, fired = 0, {}, {}
     try:
