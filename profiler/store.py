@@ -17,7 +17,9 @@ after DuckDB has closed the file: no process ever opens the file while another m
 
 Readers open read-only with DuckDB's extension autoloading and autoinstalling off and no access to
 other files or the network: a store someone sends you can make opscope fetch, load or read nothing.
-A store found damaged is never written again (a `.damaged` note beside it stops every writer).
+A writer first checks, read-only, that the file holds only tables (a view or macro would run its SQL
+in a connection that may read files). A store found damaged is never written again: a `.damaged` note
+beside it, naming the file, stops every writer, and `readable_runs()` says what still reads.
 
 Reading never writes: readers open the file read-only (a store on a read-only disk, or a full one,
 still reads), and an absent store reads as empty. The first writer of a process creates the store
@@ -201,7 +203,7 @@ class RunStore:
             finally:
                 held.pop()
                 if lock is not None:
-                    _release_lock(lock)
+                    _release_lock(lock, exclusive=not read_only)
 
     @contextlib.contextmanager
     def _connect(self, read_only: bool = False):
@@ -769,7 +771,10 @@ def _lock_holder(fd: int) -> str:
     return ""
 
 
-def _release_lock(fd: int) -> None:
+def _release_lock(fd: int, exclusive: bool) -> None:
+    if exclusive:                  # no stale pid for a reader's wait to name
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
     os.close(fd)                   # closing the only descriptor of an flock releases it
 
 
