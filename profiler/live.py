@@ -351,6 +351,8 @@ def start_profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup:
         argv.append("--values")
     if not allow_fallback:
         argv.append("--no-fallback")
+    elif isinstance(allow_fallback, (list, tuple)):       # --fallback's backends (runtime/fallback.py)
+        argv += ["--fallback", ",".join(allow_fallback)]
     if not use_tuned:
         argv.append("--no-tune")
     if train is not None:

@@ -21,6 +21,7 @@ import time
 import traceback
 
 from opscope.runtime.errors import UsageError
+from opscope.runtime.fallback import parse_flag
 
 ENGINES = ("graph", "eager")
 CAPTURES = ("export", "dynamo")         # how the graph engine gets its graph: torch.export, or torch.compile regions
@@ -193,6 +194,7 @@ def _args(argv):
     p.add_argument("--engine", choices=(*ENGINES, "native"), default="graph")   # native: scripts only
     p.add_argument("--capture", choices=CAPTURES, default="export")
     p.add_argument("--no-fallback", action="store_true")
+    p.add_argument("--fallback", action="append")
     p.add_argument("--no-tune", action="store_true")
     p.add_argument("--hwm", type=int, default=64)
     p.add_argument("--train", action="store_true")
@@ -317,7 +319,7 @@ def main(argv=None) -> int:
             _execute_script(sink, a)
         else:
             execute(sink, model_spec=a.model, backend_spec=a.backend, steps=a.steps, warmup=a.warmup,
-                    values=a.values, engine=a.engine, allow_fallback=not a.no_fallback,
+                    values=a.values, engine=a.engine, allow_fallback=parse_flag(a.fallback) or not a.no_fallback,
                     on_meta=lambda meta: _send_meta(sink, meta),
                     train={"optimizer": a.optimizer, "lr": a.lr} if a.train else None,
                     on_train=lambda info: sink.control("train", info=info), capture=a.capture,

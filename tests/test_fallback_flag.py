@@ -54,3 +54,13 @@ def test_the_chain_is_the_descriptions_then_the_flags_each_once():
     assert [x.name for x in fallback_chain(b, True)] == ["numpy"]
     assert [x.name for x in fallback_chain(b, ["torch:cpu", "numpy", "torch:cpu"])] == ["numpy", "torch:cpu"]
     assert fallback_chain(b, False) == []
+
+
+@pytest.mark.multiprocess
+def test_profile_passes_the_flag_to_its_runner(cli):
+    """profile runs the model in a runner process: the flag travels in the runner's argv."""
+    r = cli("profile", MODEL, "--backend", "sim:npu-a1", "--fallback", "torch:cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "ok"
+    assert any(o["op"] == "opscopetest:scaled_gate" and o["fallback"] for o in doc["top_ops"])

@@ -11,7 +11,7 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import BACKEND_HELP, MODEL_HELP, add_json, console, emit_json, say, table
+from .common import BACKEND_HELP, MODEL_HELP, add_fallback, add_json, fallback_of, console, emit_json, say, table
 from .runs import print_op_table, stats_doc
 
 
@@ -39,7 +39,7 @@ def register(sub) -> None:
                         "backend, for models torch.export cannot capture (every region's ops, node names "
                         "prefixed by their region)")
     p.add_argument("--py-spy", action="store_true", help="sample the runner's Python stacks with py-spy")
-    p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported ops elsewhere")
+    add_fallback(p)
     p.add_argument("--no-tune", action="store_true",
                    help="ignore the configuration `opscope tune` cached for this model and backend")
     p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
@@ -68,7 +68,7 @@ def main(args) -> int:
                          "for a model use --engine graph or eager")
     args.engine = args.engine or "graph"
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
-                allow_fallback=not args.no_fallback, store=store, capture=args.capture, use_tuned=not args.no_tune)
+                allow_fallback=fallback_of(args), store=store, capture=args.capture, use_tuned=not args.no_tune)
     if args.train:
         opts["train"] = {"optimizer": args.optimizer, "lr": args.lr}
     if args.web:
@@ -155,10 +155,14 @@ def _command(args) -> list[str] | None:
 
 def _script(args, command: list[str], store) -> int:
     from opscope.profiler import start_script
+    from opscope.profiler.torchrun import is_launcher
     if args.train or args.web or args.steps != 1 or args.warmup or args.engine == "graph" \
             or args.capture != "export":
         raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --capture, "
                          "--engine graph and --web apply to a model spec, not to `-- python script.py`")
+    if is_launcher(command):              # torchrun / python -m torch.distributed.run: every rank, one run
+        from .profile_ranks import main as profile_ranks
+        return profile_ranks(args, command, store)
     live = start_script(command, args.backend, values=args.values, py_spy=args.py_spy, store=store,
                         echo=sys.stderr if args.json else sys.stdout, engine=args.engine or "native")
     try:
