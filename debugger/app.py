@@ -679,7 +679,7 @@ class DebuggerApp(App):
             else:
                 bp = self.ctl.breakpoints.add(text)
                 self._refresh_breakpoints()
-                if bp.key in ("err", "local", "tolerance") and self.ctl.lockstep is None:
+                if bp.key in ("err", "local", "tolerance", "introduced") and self.ctl.lockstep is None:
                     self.log_line(say("[yellow]this condition needs --reference to ever hold[/]"))
                 never = dead(bp, [st.node for st in self.ctl.steps])
                 if never:

@@ -8,6 +8,8 @@
     new-nan                 this op makes a NaN/Inf: its output holds one and no input an earlier
                             op made does (a parameter or a model input may); --break-on-nan, `e`
     tolerance               this op introduces more error than the tolerance (needs --reference)
+    introduced              this op adds more error than rounding to its dtype explains, under
+                            tolerance too: where error that fails later began (needs --reference)
     max_abs > 1e4           a statistic of the output (max_abs, min, max, mean, std)
     err > 1e-3              error against the reference (needs --reference): total error,
     local > 1e-3            or the error this op introduces on its own (same inputs)
@@ -26,7 +28,7 @@ from opscope.runtime.ops import OPS
 
 _CMP = {">": _operator.gt, ">=": _operator.ge, "<": _operator.lt, "<=": _operator.le}
 _COND = re.compile(r"^(max_abs|min|max|mean|std|err|local)\s*(>=|<=|>|<)\s*([-+0-9.eE]+|inf)$")
-_WORDS = ("nan", "inf", "new-nan", "tolerance")
+_WORDS = ("nan", "inf", "new-nan", "tolerance", "introduced")
 STATS = frozenset(("max_abs", "min", "max", "mean", "std"))
 
 
@@ -118,8 +120,8 @@ def _parse_cond(cond: str, spec: str) -> str:
         return cond
     m = _COND.match(cond)
     if not m:
-        raise UsageError(f"breakpoint {spec!r}: condition {cond!r} not understood; use nan, inf, new-nan, tolerance, or "
-                         "KEY > NUMBER with KEY one of max_abs, min, max, mean, std, err, local")
+        raise UsageError(f"breakpoint {spec!r}: condition {cond!r} not understood; use nan, inf, new-nan, tolerance, "
+                         "introduced, or KEY > NUMBER with KEY one of max_abs, min, max, mean, std, err, local")
     return f"{m.group(1)} {m.group(2)} {float(m.group(3))!r}"
 
 

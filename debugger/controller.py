@@ -469,7 +469,7 @@ class Controller:
                     s = summarize("out", first)
                     facts.update(max_abs=s.max_abs, min=s.min, max=s.max, mean=s.mean, std=s.std)
             if diff is not None:
-                facts.update(err=diff.err, local=diff.local, tolerance=diff.introduced)
+                facts.update(err=diff.err, local=diff.local, tolerance=diff.introduced, introduced=diff.significant)
         bp = self.breakpoints.hit(node, facts) if self.breakpoints.items else None
         reason = ""
         if bp is not None:

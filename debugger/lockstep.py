@@ -9,6 +9,13 @@ An op whose local error exceeds the tolerance introduced the error; one whose to
 high but local error is low inherited it from its inputs. Errors are scaled by the reference
 output's largest magnitude, so one tolerance serves activations of any size.
 
+    received = ref(actual inputs) vs ref(reference inputs): the error its inputs brought in
+
+Error can also build up below tolerance and fail later (a float16 tanh whose rounding a later
+`x - mean` magnifies): an op whose local error is more than rounding to its output dtype explains
+(SIGNIFICANT_ULPS of its epsilon) is *significant* even under tolerance, so the report can name
+where such error came from.
+
 While the two runs agree exactly, the reference's inputs *are* the real run's inputs, so one
 reference call serves both errors: the kernel runs twice only downstream of the first op whose
 output differed (each slot remembers whether it still matches).
@@ -28,6 +35,18 @@ from .stats import fmt, to_host
 # default tolerance (scaled max abs error) by output dtype
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 _CHUNK = 1 << 16          # elements compared at a time: float64 buffers that stay in cache
+# an op's own error above this many epsilons of its output dtype is more than rounding explains
+# (float32 kernels of two libraries differ by a few ulps; a reduction by a few tens)
+SIGNIFICANT_ULPS = 64
+
+
+def significance(dtype: str, tolerance: float) -> float:
+    """The local error above which an op introduced error of its own (never above the tolerance)."""
+    try:
+        eps = float(np.finfo(dtype).eps)
+    except TypeError:               # bfloat16 (numpy has no finfo for it) and non-float outputs
+        eps = 2.0 ** -7 if dtype == "bfloat16" else 0.0
+    return min(tolerance, SIGNIFICANT_ULPS * eps) if eps else tolerance
 
 
 @dataclass
@@ -42,6 +61,12 @@ class Comparison:
     mismatch: int = 0           # NaN/Inf on one side only, or Infs that differ
     numel: int = 0
     note: str = ""              # a shape that differs: nothing else is comparable
+    within_1e3: int = 0         # finite values whose relative error is under 0.001 (msprobe's ratio)
+    within_5e3: int = 0         # ... under 0.005
+    finite: int = 0             # values finite on both sides (the ratios' denominator)
+
+    def ratio(self, within: int) -> float:
+        return within / self.finite if self.finite else math.nan
 
     @property
     def err(self) -> float:
@@ -93,6 +118,9 @@ def compare_arrays(actual: list, expected: list) -> Comparison:
             np.maximum(ay, 1e-6, out=ay)
             np.divide(d, ay, out=d)
             c.max_rel = max(c.max_rel, float(d.max()))
+            c.finite += d.size
+            c.within_1e3 += int(np.count_nonzero(d < 1e-3))
+            c.within_5e3 += int(np.count_nonzero(d < 5e-3))
             # products by ufuncs, not np.dot: BLAS threads stall for ~1 s on a busy machine
             dot += _dot(x, y, d)
             na += _dot(x, x, d)
@@ -133,6 +161,10 @@ class OpDiff:
     nan_both: int = 0          # values NaN/Inf on both sides (against the reference run)
     nan_mismatch: int = 0      # values NaN/Inf on one side only
     nan_local: int = 0         # NaN/Inf on one side only against the reference on the same inputs
+    received: float = 0.0      # error its inputs brought: ref(actual inputs) vs ref(reference inputs)
+    significance: float = math.inf  # local error above this is more than rounding (under tolerance too)
+    one_thousandth: float = math.nan    # fraction of values with relative error < 0.001 (msprobe)
+    five_thousandths: float = math.nan  # ... < 0.005
 
     @property
     def compared(self) -> bool:
@@ -145,6 +177,11 @@ class OpDiff:
     @property
     def introduced(self) -> bool:
         return self.local > self.tolerance
+
+    @property
+    def significant(self) -> bool:
+        """This op added more error than rounding to its dtype explains (it may still be under tolerance)."""
+        return self.local > self.significance
 
     @property
     def status(self) -> str:
@@ -168,6 +205,8 @@ class OpDiff:
             return "error introduced by this op"
         if self.exceeds:
             return "error inherited from its inputs (this op adds little)"
+        if self.significant:
+            return "within tolerance, but this op adds more error than rounding to its dtype explains"
         if self.nan_both:
             return (f"NaN/Inf on both sides ({self.nan_both:,} values): the reference makes them too; "
                     "the finite values agree")
@@ -178,12 +217,14 @@ class OpDiff:
         if not self.compared:
             return self.note
         return (f"max abs {fmt(self.max_abs)}  max rel {fmt(self.max_rel)}  cos {self.cosine:.6f}  "
-                f"err {fmt(self.err)} (this op {fmt(self.local)}, tol {fmt(self.tolerance)})")
+                f"err {fmt(self.err)} (this op {fmt(self.local)}, from inputs {fmt(self.received)}, "
+                f"tol {fmt(self.tolerance)})")
 
     def as_dict(self) -> dict:
         d = dict(vars(self))
         d["status"] = self.status
         d["introduced"] = self.introduced
+        d["significant"] = self.significant
         d["verdict"] = self.verdict()
         return d
 
@@ -278,7 +319,7 @@ class Lockstep:
         self._store(node, [self.ref.memory.to_device(a) for a in actual_host] if node.multi_output
                     else self.ref.memory.to_device(actual_host[0]))
         self._same.update(node.outputs)
-        return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol, note)
+        return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol, note, received=math.nan)
 
     def after_op(self, call, actual_host: list) -> OpDiff | None:
         """Run the node on the reference; None for transfers (they move values, nothing to compare)."""
@@ -316,6 +357,7 @@ class Lockstep:
             if not pairs:
                 return None
             total = compare_arrays([p[0] for p in pairs], [p[1] for p in pairs])
+            received = 0.0
             if same:
                 local = total
             else:
@@ -323,12 +365,17 @@ class Lockstep:
                 lp = [(a, lo) for a, lo in zip(actual_host, local_outs)
                       if isinstance(a, np.ndarray) and isinstance(lo, np.ndarray)]
                 local = compare_arrays([p[0] for p in lp], [p[1] for p in lp])
+                # what the inputs' error alone does to this op's output (the reference on both sides)
+                received = compare_arrays([p[1] for p in lp], [p[1] for p in pairs]).err
             if total.exact and len(pairs) == len(node.outputs):
                 self._same.update(node.outputs)
             else:
                 self._same.difference_update(node.outputs)
+            dtype = next((m.dtype for m in node.output_meta if m is not None), "float32")
             return OpDiff(total.max_abs, total.max_rel, total.cosine, total.err, local.err, tol, total.note,
-                          nan_both=total.both_bad, nan_mismatch=total.mismatch, nan_local=local.mismatch)
+                          nan_both=total.both_bad, nan_mismatch=total.mismatch, nan_local=local.mismatch,
+                          received=received, significance=significance(dtype, tol),
+                          one_thousandth=total.ratio(total.within_1e3), five_thousandths=total.ratio(total.within_5e3))
         finally:
             for s in st.free_after:
                 self.env[s] = None

@@ -23,7 +23,8 @@ from .lockstep import Lockstep, OpDiff
 from .stats import to_host
 
 COLUMNS = ("seq", "node", "op", "module", "source", "dtype", "shape", "cosine", "max_abs", "max_rel",
-           "err", "local_err", "tolerance", "error_from", "nan_both", "nan_mismatch", "status", "verdict")
+           "err", "local_err", "received_err", "significant", "tolerance", "error_from", "nan_both", "nan_mismatch",
+           "one_thousandth_ratio", "five_thousandths_ratio", "status", "verdict")
 
 
 @dataclass
@@ -46,6 +47,10 @@ class Row:
     nan_mismatch: int
     status: str                # pass | fail | nan | skip
     verdict: str
+    received_err: float = 0.0  # the error its inputs brought (reference kernel, actual vs reference inputs)
+    significant: bool = False  # added more error than rounding to its dtype explains, under tolerance too
+    one_thousandth_ratio: float = float("nan")      # msprobe: share of values with relative error < 0.001
+    five_thousandths_ratio: float = float("nan")    # ... < 0.005
 
 
 def _num(x: float) -> float | None:
@@ -72,16 +77,24 @@ class AccuracyReport:
         row = Row(seq, node.name, node.op, node.module_path, node.source, meta.dtype if meta else "",
                   "x".join(map(str, meta.shape)) if meta else "", diff.cosine, diff.max_abs, diff.max_rel,
                   diff.err, diff.local, diff.tolerance, origin, diff.nan_both, diff.nan_mismatch, diff.status,
-                  diff.verdict())
+                  diff.verdict(), diff.received, diff.significant, diff.one_thousandth, diff.five_thousandths)
         self.rows.append(row)
         return row
 
     def first(self, pred) -> Row | None:
         return next((r for r in self.rows if pred(r)), None)
 
+    def ranked(self, n: int = 5) -> list[Row]:
+        """The ops that added the most error themselves (local error), largest first; none that added none."""
+        rows = [r for r in self.rows if r.local_err == r.local_err and r.local_err > 0]
+        return sorted(rows, key=lambda r: -r.local_err)[:n]
+
     def summary(self) -> dict:
         fail = self.first(lambda r: r.status == "fail")
         made = self.first(lambda r: r.error_from == "this op")
+        # where error began even when it stayed under tolerance: the first op over tolerance, else the
+        # first whose own error is more than rounding explains
+        origin = made or self.first(lambda r: r.significant)
         nan = self.first(lambda r: r.status == "nan" or r.nan_mismatch)
         counts = {k: sum(r.status == k for r in self.rows) for k in ("pass", "fail", "nan", "skip")}
 
@@ -98,8 +111,12 @@ class AccuracyReport:
                     f"tol {fail.tolerance:.3g}, error from {fail.error_from or 'inputs'}")
             if made is not None and made is not fail:
                 line += f"; first op that introduced error: #{made.seq + 1} {made.node} ({made.op})"
+        if origin is not None and origin is not made and (fail is None or origin.seq <= fail.seq):
+            line += (f"; error began at #{origin.seq + 1} {origin.node} ({origin.op}): it adds "
+                     f"{origin.local_err:.3g} itself, under tol {origin.tolerance:.3g} but more than rounding explains")
         return {"ops": len(self.rows), "counts": counts, "first_failing": name(fail),
-                "first_introduced": name(made), "first_nan": name(nan), "complete": self.complete, "line": line}
+                "first_introduced": name(made), "first_significant": name(self.first(lambda r: r.significant)),
+                "error_origin": name(origin), "first_nan": name(nan), "complete": self.complete, "line": line}
 
     def as_dict(self) -> dict:
         return {"model": self.model, "backend": self.backend, "reference": self.reference,

@@ -2,7 +2,9 @@
 
 The accuracy report msprobe and Polygraphy users expect: per op cosine, max abs and max rel error,
 the error this op introduced (its reference kernel on the backend's own inputs) against what it
-inherited, the dtype's tolerance, pass/fail, module path and source line; and the first failing op.
+inherited, the dtype's tolerance, pass/fail, module path and source line, msprobe's one-thousandth
+and five-thousandths ratios; the first failing op, and the ops ranked by the error they introduced
+with the first whose own error is more than rounding explains (under tolerance too).
 """
 from __future__ import annotations
 
@@ -67,5 +69,13 @@ def _print(report, every: bool) -> None:
                               "-" if r.cosine != r.cosine else f"{r.cosine:.6f}", fmt(r.max_abs), r.error_from,
                               r.module] for r in rows],
                             justify_right={"#", "err", "this op", "cosine", "max abs"}))
-        console.print("[dim]--csv / --json / -o FILE have every column: max rel, tolerance, source line, verdict[/]")
+        console.print("[dim]--csv / --json / -o FILE have every column: max rel, tolerance, source line, "
+                      "msprobe's 1/1000 and 5/1000 ratios, verdict[/]")
+    ranked = report.ranked()
+    if ranked:       # where the error came from, under tolerance too: what each op added itself
+        console.print(table("ops ranked by the error they introduced themselves",
+                            ["#", "node", "op", "this op", "from inputs", "tol", "significant", "module"],
+                            [[r.seq + 1, r.node, r.op, fmt(r.local_err), fmt(r.received_err), fmt(r.tolerance),
+                              "yes" if r.significant else "", r.module] for r in ranked],
+                            justify_right={"#", "this op", "from inputs", "tol"}))
     console.print(say("{}", s["line"]))
