@@ -170,7 +170,7 @@ def _attach_fallbacks(backend: Backend, desc, spec: str, seen: tuple, trusted) -
         # Host-timed fallbacks (anywhere down the chain) place their ops on the chip's timeline.
         for fb in backend.fallback_chain():
             if not getattr(fb.clock, "simulated", False) and not isinstance(fb.clock, sim_backend.FollowClock):
-                fb.clock = sim_backend.FollowClock(backend.clock)
+                fb.clock = sim_backend.FollowClock(backend.clock, sim_backend.host_description())
 
 
 # --- the listing ------------------------------------------------------------------------

@@ -6,11 +6,13 @@ can describe a chip before it has software, and the advisor can ask what-if ques
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 
-from ..description import Description
+from ..description import Description, load
+from ..errors import UsageError
 from ..hdi import HostClock, OperatorRegistry
 from ..roofline import node_seconds
 from . import numpy_backend
@@ -54,18 +56,45 @@ def layout_seconds(node, desc: Description) -> float:
     return 2 * node.bytes_moved / desc.memory_bandwidth
 
 
-class FollowClock(HostClock):
-    """The fallback's clock on a sim plan: real host durations, placed on the sim timeline so
-    the fallback ops sit between the simulated ops instead of on another time base."""
+# The host a sim plan's fallback ops run on, described like a chip. Measured host time varies
+# several times over with load (one run 79 ms, the next 136 ms), so by default a fallback op
+# takes its roofline time on this host: a sim run's step time is then the same to the ns in
+# every run and every command. OPSCOPE_HOST=FILE.toml describes the host ([hardware] as for a
+# chip); OPSCOPE_HOST_TIME=measured keeps the host's real durations.
+HOST = Description(name="host", implementation="numpy", peak_flops={"float32": 1.0e11, "float64": 5.0e10},
+                   memory_bandwidth=2.0e10, launch_overhead=5.0e-6, kind="cpu",
+                   summary="a default host: 100 GFLOP/s float32, 20 GB/s")
 
-    def __init__(self, sim: SimClock):
+
+def host_description() -> Description | None:
+    """The host model for fallback ops on a sim plan, or None for measured host time."""
+    mode = os.environ.get("OPSCOPE_HOST_TIME", "modelled")
+    if mode not in ("modelled", "measured"):
+        raise UsageError(f"OPSCOPE_HOST_TIME={mode!r}: give modelled (the default) or measured")
+    if mode == "measured":
+        return None
+    path = os.environ.get("OPSCOPE_HOST")
+    return load(path) if path else HOST
+
+
+class FollowClock(HostClock):
+    """The fallback's clock on a sim plan: its ops placed on the sim timeline so they sit between
+    the simulated ops instead of on another time base; modelled on the host description (the
+    default: deterministic) or the host's real durations (`host` None)."""
+
+    def __init__(self, sim: SimClock, host: Description | None = None):
         self.sim = sim
+        self.host = host
+        self.simulated = host is not None
 
     def start(self, node):
         return time.perf_counter_ns()
 
     def stop(self, node, start):
-        dur = time.perf_counter_ns() - start
+        if self.host is not None:
+            dur = int(node_seconds(node, self.host) * 1e9)
+        else:
+            dur = time.perf_counter_ns() - start
         s = self.sim.now or start
         self.sim.now = s + dur
         return s, s + dur
