@@ -23,7 +23,7 @@ TEXT_MAX = 10_000        # characters: a run id, a search text, a URL's query; f
 INT64 = 2**63
 DEPTH_MAX = 32           # nesting of a callback body: Dash's own is 4 deep, AG Grid rows 2 more
 ROWS_MAX = 100_000       # rows an AG Grid selection may send back (a runs table with every run ticked)
-GROUP_BY = ("name", "op", "module", "node", "phase")   # the Operators page's groupings (name: as the trace names it)
+GROUP_BY = ("name", "op", "module", "node", "phase", "category")   # the Operators page's groupings
 _SURROGATE = re.compile("[\ud800-\udfff]")      # JSON's \ud800 escape parses to one; UTF-8 cannot encode it
 
 
