@@ -141,7 +141,16 @@ class Ranks:
             p["steps"] += 1
             for k in ("compute_s", "communication_s", "idle_s"):
                 p[k] += r[k]
-        slow = [r["slow_rank"] for r in self.slow_rank()]
-        slowest = max(set(slow), key=slow.count) if slow else None
+        # the rank the others waited for longest in all (the sum of its steps' lag), not the one named in
+        # the most steps: a busy host's jitter names either rank by a few ms in a step, a straggler by its
+        # whole delay; steps without any lag (one rank, or a simulated clock) fall back to the count
+        waited: dict[int, float] = {}
+        count: dict[int, int] = {}
+        for row in self.slow_rank():
+            waited[row["slow_rank"]] = waited.get(row["slow_rank"], 0.0) + row["lag_s"]
+            count[row["slow_rank"]] = count.get(row["slow_rank"], 0) + 1
+        for k, p in per.items():
+            p["others_waited_s"] = waited.get(k, 0.0)
+        slowest = max(count, key=lambda k: (waited[k], count[k])) if count else None
         return {"ranks": [per[k] for k in sorted(per)], "slowest_rank": slowest,
                 "world_size": len(per)}

@@ -307,11 +307,13 @@ def _save(store, plan: dict) -> str:
     ranks = [{"rank": r, **{k: v for k, v in info.items() if k != "seen"}} for r, info in sorted(plan["ranks"].items())]
     steps = len({n for _, n, _ in plan["files"]})
     config = {"format": "opscope-shared", "folder": str(job.resolve()), "world_size": world, "hybrid": hybrid,
-              "backends": run.get("backends"), "clock": "aligned (rank 0's clock at the start barrier)",
+              "backends": run.get("backends"), "clock": run.get("clock") if isinstance(run.get("clock"), str) else
+              "aligned (rank 0's clock at the start barrier)",
               "ranks": ranks, "dist": report, "steps_written": steps}
     model = str(run.get("model") or f"shared:{job.name}")
     requested = run.get("steps") if isinstance(run.get("steps"), int) and run.get("steps") > 0 else steps
-    run_id = store.create_run(model=model, backend=f"hybrid:{hybrid}", engine="dist", steps=requested,
+    backend = run.get("backend") if isinstance(run.get("backend"), str) else f"hybrid:{hybrid}"
+    run_id = store.create_run(model=model, backend=backend, engine="dist", steps=requested,
                               config=config, source=str(job.resolve()))
     try:
         types = event_types()
