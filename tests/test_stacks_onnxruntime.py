@@ -145,3 +145,11 @@ def test_an_op_torchs_exporter_cannot_take_is_left_out_not_a_failed_region():
     assert "no symbolic for aten::mse_loss_backward" in claim(node)
     node.op, node.target = "gelu", torch.ops.aten.gelu.default
     assert claim(node) is True
+
+
+@pytest.mark.multiprocess
+def test_training_runs_the_forward_in_regions_and_the_backward_ops_onnx_cannot_export_on_the_fallback(cli):
+    r = cli("train", "demo:mlp", "-b", "onnxruntime", "--steps", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["within_tolerance"] and doc["tolerance"] <= 1e-4
