@@ -21,11 +21,6 @@ from ..hdi import Backend
 from ..regions import Claim, Region, RegionProgram, StackRegistry, _sub
 from .numpy_backend import NumpyMemory
 
-try:
-    import jax
-except ImportError:      # not installed: available() says so; nothing here runs
-    jax = None
-
 INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
 
 
@@ -90,10 +85,12 @@ def platform(desc: Description) -> str:
 
 
 def available(desc: Description) -> tuple[bool, str]:
-    try:
-        import jax
-    except ImportError:
+    import importlib.util
+    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("jaxlib") is None:
         return False, f"not installed: {INSTALL}"
+    if platform(desc) == "cpu":            # jaxlib always has it; importing jax (seconds, threads) can wait
+        return True, ""
+    import jax
     try:
         jax.devices(platform(desc))
     except RuntimeError as e:
@@ -119,7 +116,10 @@ class JaxMemory(NumpyMemory):
 
 
 def create(desc: Description, name: str) -> XlaBackend:
-    import jax
+    try:
+        import jax
+    except ImportError as e:             # found but broken (a jaxlib that does not match jax, ...)
+        raise UsageError(f"backend {name} is not available: jax does not import ({first_line(e)}); {INSTALL}")
     if desc.options.get("threads") or desc.options.get("providers") or desc.options.get("precision", "f32") != "f32":
         raise UsageError(f"backend {name}: the xla backend takes only [backend.options] device (threads, providers "
                          "and precision are not its options); remove the others from the description")
@@ -158,10 +158,11 @@ class XlaProgram(RegionProgram):
                     env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v
             return tuple(env[s] for s in region.outputs)
         self.fn = jax.jit(run)
+        self._block = jax.block_until_ready
 
     def _run(self, *inputs):
         # NOTE: jax dispatches asynchronously; waiting here makes the region's timed call its compute time
-        return list(jax.block_until_ready(self.fn(self.consts, *inputs)))
+        return list(self._block(self.fn(self.consts, *inputs)))
 
 
 def _keep(kwargs: dict) -> dict:
