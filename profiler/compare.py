@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import stats
 
 
-def compare_runs(store, run_a: str, run_b: str, by: str = "op") -> dict:
+def compare_runs(store, run_a: str, run_b: str, by: str = "name") -> dict:
     """The comparison the CLI prints and the Compare page draws: every number per step (stats.per_step, each
     run divided by the steps its events hold), so runs of 5 and 2 steps of one model read 1.00x.
 

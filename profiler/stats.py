@@ -33,21 +33,39 @@ def kind_sql(t: str = "") -> str:
     return KIND_SQL.format(t=t)
 
 
-_KEYS = {"op": "op", "module": "coalesce(nullif(module, ''), '(top)')", "node": "node"}
+# "name": as the trace names it (`aten::mm`, a kernel's name) for an imported run, whose node is that name; for
+# opscope's own runs the op. "op": opscope's op vocabulary, a grouping a user switches to.
+_KEYS = {"name": "op", "op": "op", "module": "coalesce(nullif(module, ''), '(top)')", "node": "node"}
+_IMPORTED_NAME = "coalesce(nullif(node, ''), op)"
+# HTA's kernel categories (compute, communication, memory copy / set); host ops apart
+CATEGORY_SQL = ("CASE WHEN " + KIND_SQL.format(t="") + " = 'host' THEN 'host' "
+                "WHEN op = 'memcpy' THEN 'memory copy' WHEN op = 'memset' THEN 'memory set' "
+                "WHEN phase = 'communication' OR lower(coalesce(node, '')) SIMILAR TO "
+                "'.*(nccl|rccl|hccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|"
+                "broadcast|sendrecv).*' THEN 'communication' ELSE 'compute' END")
+_KEYS["category"] = CATEGORY_SQL
 # the most frequent op of a group; grouped by op, that is the key itself (no second aggregate)
-_OP = {"op": "op", "module": "mode(op)", "node": "mode(op)"}
+_OP = {"name": "mode(op)", "op": "any_value(op)", "module": "mode(op)", "node": "mode(op)", "category": "mode(op)"}
 
 _FLAT = """
-    WITH ev AS (
-        SELECT op, node, module, end_ns - start_ns AS dur, end_ns - start_ns AS self_dur, flops, bytes, fallback,
-               {depth} AS depth, {kind} AS kind
+    WITH raw AS (
+        SELECT op, node, module, step, thread, start_ns, end_ns, end_ns - start_ns AS dur, flops, bytes, fallback,
+               {depth} AS depth, {kind} AS kind, {key} AS gkey
         FROM events WHERE run_id = $run {step}
+    ), ev AS (
+        SELECT *, CASE WHEN kind = 'device' THEN incl ELSE dur END AS self_dur FROM (
+            SELECT op, node, module, dur, flops, bytes, fallback, depth, kind, gkey,
+                   greatest(end_ns - greatest(start_ns, coalesce(max(end_ns) OVER (
+                       PARTITION BY gkey, step, kind ORDER BY start_ns, end_ns DESC
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns)), 0) AS incl,
+                   true AS is_outer
+            FROM raw)
     )"""
 
 _NESTED = """
     WITH base AS (
         SELECT row_number() OVER () AS id, step, thread, {depth} AS depth, start_ns, end_ns, op, node, module,
-               flops, bytes, fallback, end_ns - start_ns AS dur, {kind} AS kind
+               flops, bytes, fallback, end_ns - start_ns AS dur, {kind} AS kind, {key} AS gkey
         FROM events WHERE run_id = $run {step}
     ), parent AS (
         SELECT c.id AS child, p.id AS pid, c.dur AS cdur, c.end_ns AS c_end, p.end_ns AS p_end
@@ -55,21 +73,33 @@ _NESTED = """
           ON c.step = p.step AND c.thread = p.thread AND c.depth = p.depth + 1 AND c.start_ns >= p.start_ns
     ), child_time AS (
         SELECT pid, sum(cdur) AS kids FROM parent WHERE c_end <= p_end GROUP BY pid
-    ), ev AS (
-        SELECT b.op, b.node, b.module, b.dur, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur, b.flops, b.bytes,
-               b.fallback, b.depth, b.kind
+    ), grouped AS (
+        SELECT b.*, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur,
+               max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.thread ORDER BY b.start_ns, b.end_ns DESC, b.id
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach,
+               max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.kind ORDER BY b.start_ns, b.end_ns DESC, b.id
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach_kind
         FROM base b LEFT JOIN child_time k ON k.pid = b.id
+    ), ev AS (
+        SELECT op, node, module, dur, flops, bytes, fallback, depth, kind, gkey,
+               greatest(end_ns - greatest(start_ns, coalesce(reach_kind, start_ns)), 0) AS incl,
+               -- a kernel's self time is the time its group was running: streams overlap
+               CASE WHEN kind = 'device' THEN greatest(end_ns - greatest(start_ns, coalesce(reach_kind, start_ns)), 0)
+                    ELSE self_dur END AS self_dur,
+               reach IS NULL OR reach < end_ns AS is_outer
+        FROM grouped
     )"""
 
 _AGG = """
     , total AS (SELECT greatest(sum(dur) FILTER (WHERE depth = 0), 1) AS t FROM ev)
     , agg AS (
-        SELECT {key} AS key, {op} AS op, count(*) AS count, sum(dur)::BIGINT AS total_ns,
-               sum(self_dur)::BIGINT AS self_ns, avg(dur) AS mean_ns,
-               quantile_cont(dur, [0.5, 0.95]) AS q,
-               sum(flops)::BIGINT AS flops, sum(bytes)::BIGINT AS bytes,
-               CASE WHEN sum(dur) > 0 THEN sum(flops) / (sum(dur) / 1e9) ELSE 0 END AS achieved_flops,
-               sum(dur) FILTER (WHERE depth = 0) / any_value(total.t) AS share,
+        SELECT {key} AS key, {op} AS op, count(*) FILTER (WHERE is_outer) AS count, sum(incl)::BIGINT AS total_ns,
+               sum(self_dur)::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
+               quantile_cont(dur, [0.5, 0.95]) FILTER (WHERE is_outer) AS q,
+               (sum(flops) FILTER (WHERE is_outer))::BIGINT AS flops, (sum(bytes) FILTER (WHERE is_outer))::BIGINT AS bytes,
+               CASE WHEN sum(incl) > 0 THEN coalesce(sum(flops) FILTER (WHERE is_outer), 0) / (sum(incl) / 1e9)
+                    ELSE 0 END AS achieved_flops,
+               sum(self_dur) / any_value(total.t) AS share,
                bool_or(fallback) AS fallback
         FROM ev, total
         GROUP BY {key}
@@ -97,15 +127,30 @@ def _check(by: str) -> None:
         raise UsageError(f"cannot group ops by {by!r}: use one of {', '.join(_KEYS)}")
 
 
-def _head(con, run_id: str, step_sql: str) -> str:
-    """The `ev` CTE: one row per event with its duration, self time, lane depth and kind."""
+def key_sql(con, run_id: str, by: str) -> str:
+    """The SQL of grouping `by` for this run: "name" is the trace's own name on an imported run."""
+    _check(by)
+    if by == "name":
+        row = con.execute("SELECT engine FROM runs WHERE run_id = $run", {"run": run_id}).fetchone()
+        return _IMPORTED_NAME if row and row[0] == "import" else "op"
+    return _KEYS[by]
+
+
+def _head(con, run_id: str, step_sql: str, key: str = "op") -> str:
+    """The `ev` CTE: one row per event with its duration, self time, lane depth and kind, and, per grouping
+    `key`, `incl` (its time not already covered by an earlier event of the same group on its kind of track: a
+    group's total is the time it was running, so kernels of one name on overlapping streams count their overlap
+    once and no share passes 100 %) and `is_outer`
+    (not nested in one): `aten::matmul` around `aten::mm` grouped as one `matmul` counts the inner time and
+    call once."""
     nested = con.execute(f"SELECT coalesce(max({lane_depth_sql()}), 0) FROM events WHERE run_id = $run",
                          {"run": run_id}).fetchone()[0]
-    return (_NESTED if nested else _FLAT).format(step=step_sql, depth=lane_depth_sql(), kind=kind_sql())
+    return (_NESTED if nested else _FLAT).format(step=step_sql, depth=lane_depth_sql(), kind=kind_sql(), key=key)
 
 
 def _live_sql(con, run_id: str, by: str, step_sql: str) -> str:
-    return _head(con, run_id, step_sql) + _AGG.format(key=_KEYS[by], op=_OP[by])
+    key = key_sql(con, run_id, by)
+    return _head(con, run_id, step_sql, key) + _AGG.format(key="gkey", op=_OP[by])
 
 
 def _state(con, run_id: str):
@@ -135,7 +180,13 @@ def _op_stats(con, run_id: str, by: str, step) -> list[dict]:
     return [_dict(r) for r in rows]
 
 
+# a cached grouping's name carries the rules it was computed with: a store cached before nested same-group ops
+# were counted once (issue 27) is recomputed, not read
+_CACHE_RULES = "@2"
+
+
 def _cached(con, run_id: str, by: str, events: int):
+    by = by + _CACHE_RULES
     head = con.execute("SELECT any_value(events), count(*) FROM op_stats_cache WHERE run_id = $run AND grouping = $by",
                        {"run": run_id, "by": by}).fetchone()
     if not head[1] or head[0] != events:
@@ -154,10 +205,13 @@ def cache(con, run_id: str, bys=tuple(_KEYS), events: int | None = None) -> None
         _check(by)
         con.execute("BEGIN TRANSACTION")
         try:
+            con.execute("DELETE FROM op_stats_cache WHERE run_id = $run AND starts_with(grouping, $by)",
+                        {"run": run_id, "by": by + "@"})
             con.execute("DELETE FROM op_stats_cache WHERE run_id = $run AND grouping = $by", {"run": run_id, "by": by})
             con.execute(f"""INSERT INTO op_stats_cache
                 SELECT $run, $by, $events, row_number() OVER (ORDER BY total_ns DESC, key), *
-                FROM ({_live_sql(con, run_id, by, '')})""", {"run": run_id, "by": by, "events": int(events)})
+                FROM ({_live_sql(con, run_id, by, '')})""",
+                        {"run": run_id, "by": by + _CACHE_RULES, "events": int(events)})
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -254,10 +308,12 @@ def step_summary(times: dict) -> dict:
 # --- the Operators table: host and device apart, with total and self shares -----------------------
 
 _BREAKDOWN = """
-    SELECT {key} AS key, kind, {op} AS op, count(*) AS count, sum(dur)::BIGINT AS total_ns,
-           sum(self_dur)::BIGINT AS self_ns, avg(dur) AS mean_ns, quantile_cont(dur, [0.5, 0.95]) AS q,
-           sum(flops)::BIGINT AS flops, sum(bytes)::BIGINT AS bytes,
-           CASE WHEN sum(dur) > 0 THEN sum(flops) / (sum(dur) / 1e9) ELSE 0 END AS achieved_flops,
+    SELECT {key} AS key, kind, {op} AS op, count(*) FILTER (WHERE is_outer) AS count, sum(incl)::BIGINT AS total_ns,
+           sum(self_dur)::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
+           quantile_cont(dur, [0.5, 0.95]) FILTER (WHERE is_outer) AS q,
+           (sum(flops) FILTER (WHERE is_outer))::BIGINT AS flops, (sum(bytes) FILTER (WHERE is_outer))::BIGINT AS bytes,
+           CASE WHEN sum(incl) > 0 THEN coalesce(sum(flops) FILTER (WHERE is_outer), 0) / (sum(incl) / 1e9)
+                ELSE 0 END AS achieved_flops,
            bool_or(fallback) AS fallback
     FROM ev GROUP BY ALL ORDER BY total_ns DESC, key"""
 BREAKDOWN_KEYS = ["key", "kind", "op", "count", "total_ns", "self_ns", "mean_ns", "q", "flops", "bytes",
@@ -274,12 +330,12 @@ def op_breakdown(con, run_id: str, by: str = "op", times: dict | None = None) ->
     _check(by)
     times = times or run_times(con, run_id)
     busy = {"host": times["host_ns"], "device": times["device_ns"]}
-    head = _head(con, run_id, "")
+    head = _head(con, run_id, "", key_sql(con, run_id, by))
     if by == "module":
-        rows = con.execute(head + _BREAKDOWN.format(key=_KEYS["module"], op="op"), {"run": run_id}).fetchall()
+        rows = con.execute(head + _BREAKDOWN.format(key="gkey", op="op"), {"run": run_id}).fetchall()
         out = _roll_up(rows)
     else:
-        rows = con.execute(head + _BREAKDOWN.format(key=_KEYS[by], op=_OP[by]), {"run": run_id}).fetchall()
+        rows = con.execute(head + _BREAKDOWN.format(key="gkey", op=_OP[by]), {"run": run_id}).fetchall()
         out = []
         for r in rows:
             d = dict(zip(BREAKDOWN_KEYS, r))
@@ -375,7 +431,7 @@ def with_members(con, run_id: str, rows: list[dict], by: str) -> list[dict]:
     fused = fused_members({"config": cfg[0]} if cfg else {})
     if not fused:
         return rows
-    found = con.execute(f"SELECT DISTINCT {_KEYS[by]}, node FROM events WHERE run_id = $run AND op = 'fused'",
+    found = con.execute(f"SELECT DISTINCT {key_sql(con, run_id, by)}, node FROM events WHERE run_id = $run AND op = 'fused'",
                         {"run": run_id}).fetchall()
     chains: dict = {}
     for key, node in found:

@@ -25,7 +25,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("show", help="per-op table of one run")
     p.add_argument("run", help="run id (a unique prefix is enough)")
-    p.add_argument("--by", choices=["op", "module", "node"], default="op", help="group events by (default op)")
+    p.add_argument("--by", choices=["name", "op", "module", "node", "category"], default="name",
+                   help="group events by (default name: an imported trace's ops as it names them, aten::mm; "
+                        "op: opscope's op types; category: kernels as compute, communication, memory copy/set)")
     p.add_argument("--step", type=int, default=None, help="only this recorded step")
     p.add_argument("--top", type=int, default=0, help="rows to show (default all)")
     add_json(p)

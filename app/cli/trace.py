@@ -68,12 +68,14 @@ def import_main(args) -> int:
     run_id = run_ids[0]
     run = store.get_run(run_id)
     cfg = run.get("config") or {}
+    for w in cfg.get("warnings") or []:      # e.g. a rank folder with some of the job's ranks (on stderr, --json too)
+        print(f"opscope: warning: {w}", file=sys.stderr)
     if args.json:
         emit_json({"run_id": run_id, "run_ids": run_ids, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
                    "skipped": cfg.get("skipped", {}), "import": cfg.get("import"),
                    "world_size": cfg.get("world_size", 1), "clock": cfg.get("clock"), "cut": cfg.get("cut"),
-                   "status": run.get("status"), "error": run.get("error")})
+                   "status": run.get("status"), "error": run.get("error"), "warnings": cfg.get("warnings", [])})
         return 0
     if cfg.get("cut"):        # names past the bound cut, shapes that are not lists dropped (importers/common.py)
         c = cfg["cut"]

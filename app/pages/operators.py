@@ -8,6 +8,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, phases, theme
+from opscope.app.web.data import bandwidth
 
 PATH = "/operators"
 NAME = "Operators"
@@ -16,7 +17,8 @@ _F1 = ui.num(".1f")
 _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_ns", "total", ui.DURATION),
             ("self_ns", "self", ui.DURATION), ("per_step_ns", "total / step", ui.DURATION), ("total_pct", "total %", _F1), ("self_pct", "self %", _F1),
             ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
-            ("pct_peak", "% of peak", _F1), ("fallback", "fell back")]
+            ("pct_peak", "% of peak", _F1), ("bytes_text", "bytes", ui.RIGHT), ("gbps", "achieved GB/s", _F1),
+            ("pct_bw", "% of peak BW", _F1), ("fallback", "fell back")]
 _SORT = ("self_ns", "desc")
 GROUPS = inputs.GROUP_BY
 BUSY = "ops-busy"          # the line that says what the shares are shares of
@@ -28,13 +30,15 @@ def layout(**_query):
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("group by", className="label"),
-            dcc.RadioItems(id=ids.OPS_GROUP, options=[{"label": "op type", "value": "op"},
+            dcc.RadioItems(id=ids.OPS_GROUP, options=[{"label": "name", "value": "name"},
+                                                       {"label": "op type (opscope)", "value": "op"},
                                                        {"label": "module (rolled up)", "value": "module"},
                                                        {"label": "node", "value": "node"},
-                                                       {"label": "phase", "value": "phase"}],
-                           value="op", inline=True, className="radio"),
+                                                       {"label": "phase", "value": "phase"},
+                                                       {"label": "kernel category", "value": "category"}],
+                           value="name", inline=True, className="radio"),
             html.Span(id=BUSY, className="muted info")]),
-                ui.table(ids.OPS_TABLE, columns("op"), [], page_size=20, select="row", sort_by=_SORT)),
+                ui.table(ids.OPS_TABLE, columns("name"), [], page_size=20, select="row", sort_by=_SORT)),
         html.Div(id=FWD_BWD, style={"display": "none"}, children=ui.card(
             "Forward vs backward, per module", ui.table(FWD_BWD_TABLE, [
                 ("module", "module"), ("forward_ns", "forward", ui.DURATION), ("backward_ns", "backward", ui.DURATION),
@@ -55,7 +59,7 @@ def register(app, data):
                   Output(ids.OPS_TABLE, "selectedRows"),
                   Input(ids.RUN_STATUS, "data"), Input(ids.OPS_GROUP, "value"), Input(ids.OPS_TABLE, "cellClicked"))
     def render(status, by, cell):
-        by, selected = inputs.choice(by, "group by", GROUPS) or "op", inputs.clicked_row(cell)
+        by, selected = inputs.choice(by, "group by", GROUPS) or "name", inputs.clicked_row(cell)
         regrouped = ctx.triggered_id == ids.OPS_GROUP
         if regrouped:
             selected = None
@@ -75,7 +79,7 @@ def register(app, data):
     @app.callback(Output(ids.OPS_DETAIL, "children"), Input(ids.OPS_TABLE, "cellClicked"),
                   Input(ids.OPS_GROUP, "value"), State(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def detail(cell, by, status):
-        key, by = inputs.clicked_row(cell), inputs.choice(by, "group by", GROUPS) or "op"
+        key, by = inputs.clicked_row(cell), inputs.choice(by, "group by", GROUPS) or "name"
         run = inputs.status_run(data, status)
         if ctx.triggered_id == ids.OPS_GROUP:
             key = None
@@ -85,19 +89,22 @@ def register(app, data):
             return ui.note("Click a row for the op's numbers.")
         pct = (lambda v: f"{v:.1f} %" if v is not None else "n/a")
         fields = html.Dl(className="fields", children=[x for k, v in [
-            (by if by != "op" else "op", r["name"]), ("op type", r["op"]), ("on", r["kind"]),
+            (by if by not in ("op", "name") else "op", r["name"]), ("op type", r["op"]), ("on", r["kind"]),
             ("calls", f"{r['count']:,}"), ("total", ui.fmt_ns(r["total_ns"])), ("self", ui.fmt_ns(r["self_ns"])),
             (f"share of {r['kind']} busy time", f"{pct(r['total_pct'])} total · {pct(r['self_pct'])} self"),
             ("mean · p95", f"{ui.fmt_ns(r['mean_ns'] or 0)} · " + (ui.fmt_ns(r["p95_ns"]) if r["p95_ns"] else "n/a")),
             ("FLOPs", f"{r['flops']:,}"), ("bytes", ui.fmt_bytes(r["bytes"])),
             ("arithmetic intensity", f"{r['intensity']:.2f} FLOP/B" if r["intensity"] else "n/a"),
-            ("achieved", ui.fmt_flops(r["gflops"] * 1e9)),
+            ("achieved", ui.fmt_flops(r["gflops"] * 1e9) if r["gflops"] is not None else "no FLOPs (moves bytes)"),
+            ("achieved bandwidth", f"{r['gbps']:.2f} GB/s" + (f" · {r['pct_bw']:.1f} % of peak" if r["pct_bw"]
+                                                                 is not None else "") if r["gbps"] else "n/a"),
             ("% of peak", f"{r['pct_peak']:.1f} %" if r["pct_peak"] is not None else "no peak in description"),
             ("fell back", r["fallback"] or "no"),
             *([("fused members", r["members"])] if r["members"] else [])] for x in (html.Dt(k), html.Dd(str(v)))])
         # Every call of this op on the timeline: its search marks them, Enter walks through them.
-        href = f"/timeline?{urlencode({'run': run['run_id'], 'find': r['op']})}"
-        return html.Div([fields, dcc.Link(f"Find every {r['op']} on the timeline →", href=href, id=ids.OPS_FIND,
+        find = r["key"] if by == "name" else r["op"]        # the timeline names an import's spans as the trace does
+        href = f"/timeline?{urlencode({'run': run['run_id'], 'find': find})}"
+        return html.Div([fields, dcc.Link(f"Find every {find} on the timeline →", href=href, id=ids.OPS_FIND,
                                           className="button")])
 
 
@@ -113,19 +120,20 @@ def _stats(data, run, by):
     """The table's rows: the store's breakdown per op, module or node; per phase, the training run's phases."""
     if by != "phase":
         return data.op_table(run, by)
-    peak, _ = data.roofs(run)
+    peak, bw = data.roofs(run)
     rows = phases.phase_rows(data, run)
     for r in rows:
-        r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
+        r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak and r["flops"] else None
         r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
+        bandwidth(r, bw)
     return rows
 
 
 def columns(by):
     """The columns grouped by op type, module or node: the op type's color on the op column; by op type or
     node, what a fused node runs (its member ops, in order)."""
-    rest = _COLUMNS[1:] + ([("members", "fused members")] if by in ("op", "node") else [])
-    if by in ("module", "node", "phase"):
+    rest = _COLUMNS[1:] + ([("members", "fused members")] if by in ("name", "op", "node") else [])
+    if by in ("name", "module", "node", "phase", "category"):
         return [("name", by), ("op", "op type", ui.SWATCH), *rest]
     return [("name", "op", ui.SWATCH), *rest]
 
@@ -146,7 +154,10 @@ def _row(s):
             "kind": s["kind"], "count": s["count"], "total_ns": s["total_ns"],
             "per_step_ns": s.get("total_ns_per_step"), "self_ns": s["self_ns"],
             "mean_ns": s["mean_ns"], "p95_ns": s["p95_ns"], "total_pct": s["total_pct"], "self_pct": s["self_pct"],
-            "gflops": (s["achieved_flops"] or 0) / 1e9, "pct_peak": s["pct_peak"],
+            # a transfer (a copy) moves bytes and computes nothing: GB/s, not 0 GFLOP/s
+            "gflops": (s["achieved_flops"] or 0) / 1e9 if s["flops"] else None, "pct_peak": s["pct_peak"],
+            "bytes_text": ui.fmt_bytes(s["bytes"]) if s["bytes"] else "",
+            "gbps": s["achieved_bps"] / 1e9 if s.get("achieved_bps") else None, "pct_bw": s.get("pct_bw"),
             "fallback": "yes" if s["fallback"] else "", "flops": s["flops"], "bytes": s["bytes"],
             "intensity": s["intensity"], "members": s.get("members", "")}
 

@@ -19,7 +19,6 @@ from opscope.runtime.errors import UsageError
 from . import timeline
 
 _CACHE_RUNS = 4
-_STACK_DEPTHS = 8      # Python-stack rows drawn under the op tracks
 MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
 # hardware samples drawn as counter tracks under the timeline: (column, title, unit)
 HW_COUNTERS = [("cpu_percent", "CPU %", "%"), ("mem_bytes", "host memory", "bytes"), ("gpu_util", "GPU %", "%"),
@@ -199,7 +198,8 @@ class WebData:
         # Interning op names and tracks in SQL keeps a million strings out of Python.
         with self.store.connect(read_only=True) as con:
             # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
-            name = _span_name_sql()
+            imported = run.get("engine") == "import"
+            name = _span_name_sql(imported=imported)
             cols = con.execute(
                 f"""WITH o AS (SELECT o, (row_number() OVER (ORDER BY o)) - 1 AS code
                               FROM (SELECT DISTINCT {name} AS o FROM events WHERE run_id = $r)),
@@ -207,7 +207,7 @@ class WebData:
                               FROM (SELECT DISTINCT {track_key} FROM events WHERE run_id = $r))
                    SELECT e.start_ns, e.end_ns, e.step, e.seq, o.code AS op_code, k.track,
                           {timeline.phase_sql("e.")}::TINYINT AS phase
-                   FROM events e JOIN o ON o.o = {_span_name_sql("e.")}
+                   FROM events e JOIN o ON o.o = {_span_name_sql("e.", imported)}
                    JOIN k ON k.r = {_RANK_SQL.format(t="e.")} AND k.c = {_COMM_SQL.format(t="e.")}
                          AND k.b IS NOT DISTINCT FROM e.backend AND k.d IS NOT DISTINCT FROM e.device
                          AND k.t IS NOT DISTINCT FROM e.thread AND k.p = {lane_e}
@@ -220,9 +220,10 @@ class WebData:
             # by rank first; a rank's collectives on a lane of their own, under its compute lanes
             tracks = con.execute(f"""SELECT DISTINCT {track_key} FROM events
                                     WHERE run_id = ? ORDER BY 1, 2, 3, 4, 5, 6""", [rid]).fetchall()
-            stacks = con.execute(
-                f"""SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? AND depth < {_STACK_DEPTHS}
-                    ORDER BY t_ns""", [rid]).fetchall()
+            # every depth: the innermost frames are the ones that issued each op (level of detail decides
+            # what a zoom shows, the info line counts them all)
+            stacks = con.execute(f"SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? "
+                                 f"ORDER BY {_STACK_ORDER}", [rid]).fetchall()
             notes = self._annotations(con, rid)
         threads = {(r, b, d, t) for r, _c, b, d, t, _ in tracks}
         by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # name threads only when they differ
@@ -403,7 +404,7 @@ class WebData:
 
     def stack_frame(self, run_id: str, row: int) -> dict | None:
         rows = self.store.query("SELECT t_ns, dur_ns, thread, depth, frame FROM stacks WHERE run_id = ? "
-                                f"AND depth < {_STACK_DEPTHS} ORDER BY t_ns", [run_id])
+                                f"ORDER BY {_STACK_ORDER}", [run_id])
         if 0 <= row < len(rows):
             return dict(zip(["t_ns", "dur_ns", "thread", "depth", "frame"], rows[row]))
         return None
@@ -414,12 +415,13 @@ class WebData:
         def compute():
             with self.store.connect(read_only=True) as con:
                 return stats.op_breakdown(con, run["run_id"], by=by, times=self.times(run))
-        peak, _ = self.roofs(run)
+        peak, bw = self.roofs(run)
         rows = [dict(r) for r in self._memoized(("ops", by, *self._stamp(run)), compute)]
         stats.per_step(rows, stats.step_count(self.times(run)))     # the Compare page's and the CLI's division
         for r in rows:
-            r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak else None
+            r["pct_peak"] = (100.0 * r["achieved_flops"] / peak) if peak and r["flops"] else None
             r["intensity"] = (r["flops"] / r["bytes"]) if r["bytes"] else None
+            bandwidth(r, bw)
         return rows
 
     # --- memory --------------------------------------------------------------------------
@@ -504,10 +506,23 @@ class WebData:
         return self.store.hardware_frame(run_id)
 
 
-def _span_name_sql(table: str = "") -> str:
-    """A span's name: its op; a GPU kernel's own name (node), grouped under its op ("kernel") for color and legend."""
+def bandwidth(row: dict, peak_bw: float) -> dict:
+    """achieved_bps (bytes moved per second of the op's time) and pct_bw (of the description's memory bandwidth):
+    what a memory-bound op and a transfer are measured by (a copy has no FLOPs)."""
+    t = row.get("total_ns") or 0
+    row["achieved_bps"] = row["bytes"] / (t / 1e9) if row.get("bytes") and t else None
+    row["pct_bw"] = 100.0 * row["achieved_bps"] / peak_bw if row["achieved_bps"] and peak_bw else None
+    return row
+
+
+def _span_name_sql(table: str = "", imported: bool = False) -> str:
+    """A span's name: its op; a GPU kernel's own name (node), grouped under its op ("kernel") for color and legend.
+    An imported trace's spans keep the trace's names (`aten::mm`: its node), as every table shows them, so the
+    find box finds what the user recorded; the op colors them."""
     device_ops = ", ".join(f"'{x}'" for x in sorted(DEVICE_OPS))
     t = table
+    if imported:
+        return f"coalesce(nullif({t}node, ''), {t}op, '?')"
     return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
 
 
@@ -525,6 +540,7 @@ def _floats(col) -> np.ndarray:
     return np.asarray([np.nan if x is None else x for x in col], np.float64)
 
 
+_STACK_ORDER = "t_ns, depth, thread, dur_ns, frame"   # the stack rows' order (a click's key1 is the row's index)
 _NOTE_ORDER = "backend, device, thread, start_ns, depth, name"   # the annotation rows' order (the click's key)
 
 

@@ -29,7 +29,7 @@ def open_output(path, gzip: bool):
     return gzip_module.open(path, "wb", compresslevel=3) if gzip else open(path, "wb", buffering=1 << 20)
 
 
-def export(store, run_id: str, fmt: str, path, gzip: bool = False, by: str = "op") -> dict:
+def export(store, run_id: str, fmt: str, path, gzip: bool = False, by: str = "name") -> dict:
     """Write run `run_id` to `path` in `fmt`; returns a small report (counts, path, bytes)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)}")

@@ -56,12 +56,14 @@ def _op_prefixes(tl: Timeline) -> np.ndarray:
     for k in tl.kinds:
         op = k["op"] or "?"
         args = {c: k[c] for c in _STATIC_ARGS if k[c] is not None and k[c] != ""}
+        if k["name"] != op:
+            args["op"] = op                 # an import's name is the trace's: opscope's op type goes beside it
         args["fallback"] = bool(k["fallback"])
         if op == "fused" and k["node"]:     # the ops the one kernel ran: op, node, module path, source line
             args["members"] = members_of(fused, k["node"])
         # the category is the phase (forward / backward / optimizer): viewers filter and color by it
         cat = "transfer" if op == "transfer" else k["phase"] or "forward"
-        head = orjson.dumps({"name": op, "cat": cat, "ph": "X", "pid": k["pid"], "tid": k["tid"]})[:-1]
+        head = orjson.dumps({"name": k["name"], "cat": cat, "ph": "X", "pid": k["pid"], "tid": k["tid"]})[:-1]
         out.append(b"," + head + b',"args":{' + orjson.dumps(args)[1:-1])
     arr = np.empty(len(out), dtype=object)
     arr[:] = out
@@ -129,7 +131,12 @@ def other_data(tl: Timeline) -> dict:
 
 
 def write_chrome(store, run_id: str, path, gzip: bool = False) -> dict:
-    """Write the run as Chrome trace JSON (gzipped when asked). Returns counts for the report."""
+    """Write the run as Chrome trace JSON (gzipped when asked). Returns counts for the report. An imported
+    torch.profiler trace is written as torch.profiler writes it (kineto.py): its names, annotations, flows, stacks
+    and counters as it had them, and a re-import reads it back to the same run."""
+    from .kineto import is_kineto_import, write_kineto
+    if is_kineto_import(store.get_run(run_id)):
+        return write_kineto(store, run_id, path, gzip)
     tl = load_timeline(store, run_id)
     n_meta = 2 * (len(tl.processes) + len(tl.tracks))
     with open_output(path, gzip) as f:

@@ -9,7 +9,8 @@ from opscope.profiler.stats import STAT_KEYS
 from . import open_output
 
 
-def write_csv(store, run_id: str, path, gzip: bool = False, by: str = "op") -> dict:
+def write_csv(store, run_id: str, path, gzip: bool = False, by: str = "name") -> dict:
+    """by "name" (the default): an imported trace's ops as the trace names them (`aten::mm`)."""
     run = store.get_run(run_id)
     rows = store.op_stats(run["run_id"], by=by)
     buf = io.StringIO()

@@ -124,7 +124,7 @@ def write_perfetto(store, run_id: str, path, gzip: bool = False) -> dict:
     tl = load_timeline(store, run_id)
     ops, st, sk = tl.ops, tl.steps, tl.stacks
     frames = [str(f) for f in sk["frame"].tolist()] if sk else []
-    names = sorted({str(k["op"]) for k in tl.kinds} | {"step"} | set(frames))
+    names = sorted({k["name"] for k in tl.kinds} | {"step"} | set(frames))
     name_iid = {s: i + 1 for i, s in enumerate(names)}
     ann_iid = {s: i + 1 for i, s in enumerate(_ANNOTATIONS)}
 
@@ -151,7 +151,7 @@ def write_perfetto(store, run_id: str, path, gzip: bool = False) -> dict:
         return base
 
     # each op's TrackEvent.categories holds its phase (forward / backward / optimizer), as Chrome's cat does
-    op_base = add([_begin(k["tid"], name_iid[str(k["op"])]) + field_str(22, k["phase"] or "forward") +
+    op_base = add([_begin(k["tid"], name_iid[k["name"]]) + field_str(22, k["phase"] or "forward") +
                    _static_annotations(k, ann_iid, str_iid) for k in tl.kinds])
     tids = [t.tid for t in tl.tracks]
     tid_index = np.zeros(max(tids, default=0) + 1, dtype=np.int64)

@@ -155,6 +155,7 @@ def load_timeline(store, run_id: str, with_stacks: bool = True) -> Timeline:
     run = store.get_run(run_id)
     rid = run["run_id"]
     kinds, ev, nulls, mem, stk = _read_run(store, rid, with_stacks)
+    imported = run.get("engine") == "import"
     n = len(ev["start_ns"])
 
     starts = [int(ev["start_ns"].min())] if n else []
@@ -178,6 +179,9 @@ def load_timeline(store, run_id: str, with_stacks: bool = True) -> Timeline:
             tracks[key] = Track(pid, len(tracks) + 1, names[pid], f"thread {th}" if th is not None else "thread",
                                 int(th or 0))
         k["pid"], k["tid"] = tracks[key].pid, tracks[key].tid
+        # the span's name in the viewer: an imported trace's own (its node: `aten::mm`, a kernel's name), so an
+        # export shows what was recorded; opscope's op goes beside it (args.op). opscope's own runs: the op.
+        k["name"] = str((k["node"] if imported and k["node"] else k["op"]) or "?")
     tid_of_kind = np.asarray([k["tid"] for k in kinds] or [0], dtype=np.int64)
 
     tid = tid_of_kind[ev["kind"]] if n else np.zeros(0, np.int64)

@@ -27,10 +27,17 @@ def _aten() -> dict[str, str]:
     return ATEN
 
 
+# ATen ops the registry runs as another op (an uninitialized `empty` is made as `zeros`): the op grouping of a
+# trace names what the trace ran, not how opscope would run it
+_OWN_OP = {"aten.empty": "empty", "aten.empty_like": "empty_like", "aten.empty_strided": "empty_strided",
+           "aten.new_empty": "new_empty", "aten.new_empty_strided": "new_empty_strided"}
+
+
 def op_for_aten_name(name: str) -> str:
     """`aten::linear` -> `linear` (the ATen packet `aten.linear` in the op registry); unknown names stay."""
     if name.startswith("aten::"):
-        op = _aten().get("aten." + name[6:].split(".", 1)[0])
+        packet = "aten." + name[6:].split(".", 1)[0]
+        op = _OWN_OP.get(packet) or _aten().get(packet)
         if op is not None:
             return op
     return name

@@ -4,7 +4,9 @@
 
 Each trace says which rank it is in `distributedInfo` (torch.profiler writes it once torch.distributed is
 initialised). The folder must hold exactly one trace per rank of one job: every rank 0..world_size-1 once,
-with the same world_size; anything else is a folder of mixed runs and is refused in one line (exit 2).
+with the same world_size; anything else is a folder of mixed runs and is refused in one line (exit 2). A folder
+that holds some of a job's ranks (2 of 128: what was copied off the cluster) imports the ranks present, as HTA
+analyses them; the run's config lists the missing ones (`ranks_missing`) and says so in `warnings`.
 
 Clocks: each trace counts microseconds from its own `baseTimeNanoseconds` (the Unix time of its process's
 clock origin), so base + ts puts every rank on the wall clock. Where a trace lacks it, every rank's first
@@ -41,7 +43,7 @@ def import_rank_folder(folder, store=None, max_bytes: int | None = None) -> str:
             raise UsageError(f"cannot import {folder}: {f.name} has no distributedInfo (rank, world_size); a folder "
                              "import takes one torch.profiler trace per rank of a torch.distributed job")
         docs.append((f, doc, info))
-    _check_one_job(folder, docs)
+    missing = _check_one_job(folder, docs)
     docs.sort(key=lambda d: d[2]["rank"])
     shifts, clock = _clock_shifts(folder, [doc for _, doc, _ in docs])
 
@@ -61,6 +63,12 @@ def import_rank_folder(folder, store=None, max_bytes: int | None = None) -> str:
               "skipped": _summed(r["import"].get("kinds_dropped", {}) for r in per_rank),
               "import": {"kinds_kept": _summed(r["import"].get("kinds_kept", {}) for r in per_rank),
                          "kinds_dropped": _summed(r["import"].get("kinds_dropped", {}) for r in per_rank)}}
+    if missing:
+        more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+        config["ranks_missing"] = missing
+        config["warnings"] = [f"{folder.name}: {len(docs)} of {world} ranks imported; rank(s) "
+                              f"{', '.join(map(str, missing[:20]))}{more} have no trace in the folder (cross-rank "
+                              "figures cover the ranks present)"]
     if store is None:
         from opscope.profiler.store import RunStore
         store = RunStore()
@@ -68,8 +76,8 @@ def import_rank_folder(folder, store=None, max_bytes: int | None = None) -> str:
                 source=str(folder.resolve()), config=config, steps=max(1, steps))
 
 
-def _check_one_job(folder: Path, docs: list) -> None:
-    """One trace per rank of one job, or one line saying how the folder mixes runs."""
+def _check_one_job(folder: Path, docs: list) -> list[int]:
+    """One trace per rank of one job, or one line saying how the folder mixes runs. -> the ranks missing."""
     worlds: dict[int, str] = {}
     for f, _, info in docs:
         worlds.setdefault(info["world_size"], f.name)
@@ -83,11 +91,8 @@ def _check_one_job(folder: Path, docs: list) -> None:
             raise UsageError(f"cannot import {folder}: it mixes runs: rank {info['rank']} is in both "
                              f"{seen[info['rank']]} and {f.name}")
         seen[info["rank"]] = f.name
-    if len(seen) < world:      # world_size is bounded (kineto.MAX_WORLD_SIZE): listing the missing ones is cheap
-        missing = [r for r in range(world) if r not in seen]
-        more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
-        raise UsageError(f"cannot import {folder}: world_size is {world} but rank(s) "
-                         f"{', '.join(map(str, missing[:20]))}{more} have no trace in the folder")
+    # world_size is bounded (kineto.MAX_WORLD_SIZE): listing the missing ones is cheap
+    return [r for r in range(world) if r not in seen]
 
 
 def _clock_shifts(folder: Path, docs: list) -> tuple[list[int], str]:
