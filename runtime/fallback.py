@@ -26,11 +26,12 @@ def fallback_chain(backend, allow_fallback) -> list:
     return chain
 
 
-def suggestion(backend, chain) -> str:
-    """What a user who hit a refusal can do in one flag (empty when torch already was asked)."""
+def suggestion(backend, chain, lasting: str) -> str:
+    """What a user who hit a refusal can do: `lasting` (the description's way), after the one flag that does it
+    for this run when torch was not asked yet."""
     if backend.name.startswith("torch") or any(b.name.startswith("torch") for b in chain):
-        return ""
-    return f"run with --fallback {SUGGESTED}"
+        return lasting
+    return f"run with --fallback {SUGGESTED}, or {lasting}"
 
 
 def parse_flag(values) -> list[str]:

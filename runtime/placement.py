@@ -167,14 +167,14 @@ def _refusal(backend: Backend, unsupported: dict, refusals: dict, chain: list, a
     if chain:           # the fallbacks were asked and refused too: say which and why
         listing = "; ".join(f"{op} ({nodes(n)}): " + ", ".join(f"{b} says {why}" for b, why in refusals[op].items())
                             for op, n in sorted(unsupported.items()))
-        how = suggestion(backend, chain) or "add a fallback that runs them to backend.fallback in its description"
+        how = suggestion(backend, chain, "add a fallback that runs them to backend.fallback in its description")
         return (f"backend {backend.name} and its fallbacks ({', '.join(b.name for b in chain)}) cannot run "
                 f"{listing}; {how}")
     listing = ", ".join(f"{op} ({nodes(n)})" for op, n in sorted(unsupported.items()))
     if backend.fallbacks and not allow_fallback:
         how = "run without --no-fallback"
     else:
-        how = suggestion(backend, chain) or "give the backend a fallback in its description (backend.fallback)"
+        how = suggestion(backend, chain, "give the backend a fallback in its description (backend.fallback)")
     return f"backend {backend.name} cannot run {listing}; {how}"
 
 
