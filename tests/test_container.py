@@ -26,7 +26,7 @@ BASE = "localhost/opscope-base"
 TOKEN = "container-test-token"
 WAIT = 240          # seconds the analyzer may take to answer on a loaded machine: a bound, not a threshold
 
-pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.multiprocess, pytest.mark.timeout(1500),
+pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.multiprocess, pytest.mark.timeout(1200),
               pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("podman")
                                       and shutil.which("runc") and shutil.which("mmdebstrap")),
                                  reason="needs root with podman, runc and mmdebstrap (apt-get install podman runc "

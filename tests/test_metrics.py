@@ -19,6 +19,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from opscope.profiler.alerts import AlertEngine, load_rules
+from opscope.profiler.alerts.watch import LiveRun
+from opscope.profiler.metrics import Metrics
+from opscope.profiler.store import RunStore
 from test_alerts import HOT_RULE, WARM
 
 TOKEN = "metrics-test-token"
@@ -197,3 +201,25 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path):
             assert r.returncode == 2, (args, r.stderr)
             assert why in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
             assert "Traceback" not in r.stderr
+
+
+def test_a_multi_rank_runs_step_times_and_slow_rank_alert_are_series():
+    """What monitor --run feeds /metrics: each rank's step time under run/rank/backend labels, the alert state."""
+    store = RunStore()
+    run_id = store.create_run(model="demo:mlp", backend="hybrid:a=0.5,b=0.5", engine="dist")
+    steps = [{"step": 0, "device_seconds": [0.010, 0.020]}]
+    store.update_run(run_id, config={"dist": {"backends": ["sim:a", "sim:b"], "steps": steps}})
+    metrics, engine = Metrics(), AlertEngine(load_rules())
+    for subject, sample, device, extra in LiveRun(store, run_id).poll():
+        metrics.sample(subject, sample, device)
+        engine.observe(0.0, subject, sample, device, extra)
+    assert metrics.alerts(engine) == []
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in
+             text_string_to_metric_families(metrics.exposition()[0].decode()) for s in fam.samples}
+    assert _series(found, "opscope_rank_step_seconds", run=run_id, rank="1", backend="sim:b") == [0.020]
+    assert _series(found, "opscope_rank_step_seconds", run=run_id, rank="0", backend="sim:a") == [0.010]
+    assert _series(found, "opscope_alert_firing", rule="rank-slow", subject="rank 1 (sim:b)") == [1.0]
+    engine.observe(1.0, "rank 1 (sim:b)", {"rank_step_seconds": 0.010}, {"name": "rank 1 (sim:b)"}, {"median": 0.010})
+    assert metrics.alerts(engine) == [("rank-slow", "rank 1 (sim:b)")]     # it ended: resolved, the gauge 0
+    assert metrics.registry.get_sample_value("opscope_alert_firing", {"rule": "rank-slow", "subject": "rank 1 (sim:b)",
+                                                                     "severity": "warning"}) == 0
