@@ -41,8 +41,9 @@ def register(sub) -> None:
     bar.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     s.set_defaults(func=scan_main)
 
-    a = msub.add_parser("apply", help="rewrite the Python findings that have a safe replacement")
-    a.add_argument("path", help="a folder or a Python file")
+    a = msub.add_parser("apply", help="rewrite the findings that have a safe replacement (Python to opscope's "
+                                      "device helpers, C/C++/CUDA to HIP)")
+    a.add_argument("path", help="a folder or a source file")
     how = a.add_mutually_exclusive_group()
     how.add_argument("--diff", action="store_true", help="print a unified diff (the default)")
     how.add_argument("--write", action="store_true", help="rewrite the files, keeping FILE.orig backups")
@@ -61,8 +62,11 @@ def register(sub) -> None:
     r.set_defaults(func=run_main)
 
     c = msub.add_parser("check", help="predict native / fallback / unsupported per op and line, then confirm by running")
-    c.add_argument("model", help="path/to/file.py:factory or demo:NAME")
-    c.add_argument("--backend", "-b", action="append", required=True, help="a backend spec; repeat for several")
+    c.add_argument("model", nargs="?", help="path/to/file.py:factory or demo:NAME")
+    c.add_argument("--backend", "-b", action="append", help="a backend spec; repeat for several")
+    c.add_argument("--compile", metavar="TREE", help="instead: rewrite the CUDA sources under TREE to HIP and compile "
+                   "them with hipcc, or HIP-CPU ($OPSCOPE_HIP_CPU) and g++")
+    c.add_argument("--run", action="store_true", help="with --compile: run each program built and check its exit code")
     c.add_argument("--train", action="store_true", help="check a whole training step (forward, loss, backward, "
                    "optimizer) instead of the forward pass; the model returns its loss (demos know theirs)")
     add_json(c)
@@ -143,7 +147,8 @@ def _print_scan(result, s) -> None:
                             [[c["category"], c["findings"], c["unresolved"]] for c in s["by_category"]],
                             justify_right={"findings", "left after apply"}))
     rows = [[f"{f.file}:{f.line}:{f.column}", f.api, f.category, f.severity,
-             "apply" if f.rewritable else "ok" if f.resolved else "manual", f.replacement]
+             "apply" if f.rewritable else "ok" if f.resolved else "manual",
+             f.replacement + (f"\nHIP: {f.hip}" if f.hip else "") + (f"\nSYCL: {f.sycl}" if f.sycl else "")]
             for f in result.findings[:200]]
     if rows:
         console.print(table("findings" + (f" (first 200 of {len(result.findings)}; --json for all)"
@@ -186,6 +191,7 @@ def apply_main(args) -> int:
             continue
         after[rel] = left_here
         changes.append(fr)
+    unmapped = _apply_c(result, root, args, changes, after, max_bytes)
     left = [f for fs in after.values() for f in fs if not f.resolved]
     lines_after = result.lines + sum(c.after.count("\n") - c.before.count("\n") for c in changes)
     score = {"before": readiness(result.findings, result.lines),
@@ -197,6 +203,7 @@ def apply_main(args) -> int:
                               **({} if args.write else {"diff": c.diff()})} for c in changes],
                    "rewritten": sum(c.rewritten for c in changes), "marked": sum(c.marked for c in changes),
                    "rolled_back": refused, "skipped": skipped, "readiness": score,
+                   "unmapped": [f.as_dict() for f in unmapped],
                    "manual": [f.as_dict() for f in left]})
         return 1 if refused else 0
     if not args.write:
@@ -209,6 +216,8 @@ def apply_main(args) -> int:
         print(f"opscope: error: not rewritten, the result would break it: {r}", file=sys.stderr)
     for k in skipped:
         print(f"skipped {k['file']}: {k['reason']}", file=msg)
+    for f in unmapped:
+        print(f"not mapped to HIP, left as written: {f.file}:{f.line}:{f.column} {f.api}", file=msg)
     verb = "rewrote" if args.write else "would rewrite"
     print(f"{verb} {sum(c.rewritten for c in changes)} findings in {len(changes)} files"
           + (" (backups: FILE.orig)" if args.write and changes else "")
@@ -216,6 +225,32 @@ def apply_main(args) -> int:
           f"readiness {score['before']:.1f} -> {score['after']:.1f} (scanned after the rewrite; {NOT_VERIFIED})",
           file=msg)
     return 1 if refused else 0
+
+
+def _apply_c(result, root: Path, args, changes: list, after: dict, max_bytes: int) -> list:
+    """Rewrite the C/C++/CUDA sources to HIP (c_rewrite); -> the names left as written because nothing maps them."""
+    from opscope.app.migrate.c_rewrite import rewrite_c
+    from opscope.app.migrate.c_scan import scan_c
+    from opscope.app.migrate.files import backup_problem
+    from opscope.app.migrate.rules import default_table
+    from opscope.app.migrate.scan import Skipped
+
+    table, unmapped = default_table(), []
+    for rel, text in sorted(result.c_texts.items()):
+        cr = rewrite_c(rel, text, table)
+        unmapped.extend(cr.unmapped)
+        if not cr.changed:
+            continue
+        target = root / rel if root.is_dir() else root
+        why = backup_problem(target)
+        if why is None and args.write:
+            why = _write_rewrite(target, cr.after.encode("utf-8", errors="surrogateescape"), len(changes), max_bytes)
+        if why is not None:
+            result.skipped.append(Skipped(rel, why))
+            continue
+        after[rel] = scan_c(rel, cr.after, table)
+        changes.append(cr)
+    return unmapped
 
 
 def _write_rewrite(target: Path, data: bytes, done: int, max_bytes: int) -> str | None:
@@ -268,6 +303,11 @@ def run_main(args) -> int:
 def check_main(args) -> int:
     from opscope.app.migrate.predict import check
 
+    if args.compile:
+        return _compile_main(args)
+    if not args.model or not args.backend:
+        raise UsageError("migrate check needs MODEL and --backend B (e.g. demo:mlp -b sim), or --compile TREE")
+
     import contextlib
     # NOTE: the model's own prints go to stderr, so --json keeps one JSON document on stdout
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
@@ -302,3 +342,24 @@ def check_main(args) -> int:
             console.print(say(("confirmed: the backend refuses " if run["matched"] else "[red]NOT confirmed[/]: refused ")
                               + "{}", ", ".join(run.get("refused_ops", []))))
     return 0 if doc["confirmed"] else 1
+
+
+def _compile_main(args) -> int:
+    from opscope.app.migrate.compile_check import compile_tree
+
+    res = compile_tree(args.compile, run=args.run)
+    if args.json:
+        emit_json({"tree": args.compile, "compiler": res.compiler, "ok": res.ok,
+                   "programs": [p.__dict__ for p in res.programs]})
+        return 0 if res.ok and res.programs else 1
+    for p in res.programs:
+        state = ("built" if p.built else "FAILED to build") + (
+            "" if p.returncode is None else f", ran: exit {p.returncode}")
+        console.print(say("{}: {}", p.source, state))
+        if p.error:
+            console.print(say("[dim]{}[/]", p.error))
+    built = sum(p.built for p in res.programs)
+    print(f"compiled {built} of {len(res.programs)} programs with {res.compiler}"
+          + ("" if res.programs else " (no source with a main() found)"))
+    return 0 if res.ok and res.programs else 1
+

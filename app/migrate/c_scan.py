@@ -51,7 +51,10 @@ def scan_c(path: str, text: str, table: Table) -> list[Finding]:
         line = _line_of(starts, pos)
         col = pos - starts[line - 1] + 1
         hip, sycl = rule.portable(pattern)
+        # `migrate apply` takes care of a name with a single HIP spelling (renames it, or it is HIP already)
+        clean = _hip_name(table, pattern, kind if kind in ("include", "identifier") else "call")
         found.append(Finding(path, line, col, api, rule.category, rule.severity, rule.replacement, "c",
+                             rewritable=clean is not None and clean != pattern, resolved=clean is not None,
                              code=lines[line - 1].strip() if line <= len(lines) else "", hip=hip, sycl=sycl))
         return True
 
@@ -79,6 +82,13 @@ def scan_c(path: str, text: str, table: Table) -> list[Finding]:
         add(m.start(1), f"__global__ {m.group(1)}", "__global__")
     found.sort(key=lambda f: (f.line, f.column))
     return found
+
+
+def _hip_name(table, name, kind):
+    from .c_rewrite import hip_name
+    if name == "<<<>>>":
+        return name                  # a kernel launch HIP accepts as written (hipify keeps it too)
+    return hip_name(table, name, kind)
 
 
 def _line_starts(text: str) -> list[int]:

@@ -125,6 +125,7 @@ def to_html(result: ScanResult) -> str:
     findings = "".join(
         f"<tr><td>{e(f.file)}</td><td class=\"n\">{f.line}</td><td class=\"n\">{f.column}</td><td><code>{e(f.api)}</code></td>"
         f"<td>{e(f.category)}</td><td class=\"sev-{f.severity}\">{f.severity}</td><td>{e(f.replacement)}</td>"
+        f"<td><code>{e(f.hip)}</code></td><td><code>{e(f.sycl)}</code></td>"
         f"<td>{'rewritten by apply' if f.rewritable else 'resolved' if f.resolved else 'manual'}</td>"
         f"<td><code>{e(f.code)}</code>{('<br><span class=muted>' + e(f.note) + '</span>') if f.note else ''}</td></tr>"
         for f in result.findings)
@@ -147,7 +148,7 @@ def to_html(result: ScanResult) -> str:
 <h2>By file</h2><table><tr><th>file</th><th>findings</th><th>left after apply</th><th>lines</th><th>readiness</th></tr>
 {rows(s['by_file'], ['file', 'findings', 'unresolved', 'lines', 'readiness'], {'findings', 'unresolved', 'lines', 'readiness'})}</table>
 <h2>Findings</h2><table><tr><th>file</th><th>line</th><th>col</th><th>API</th><th>category</th><th>severity</th>
-<th>use instead</th><th>after apply</th><th>code</th></tr>{findings}</table>
+<th>use instead</th><th>HIP</th><th>SYCL</th><th>after apply</th><th>code</th></tr>{findings}</table>
 {skipped}
 </body></html>
 """

@@ -161,12 +161,28 @@ def load_table(path: str | Path | None = None) -> Table:
                 table.python_families.append(rule)
             else:
                 table.python[rule.api] = rule
+    _renames(table, data.get("c_names", {}), path)
     # the most specific row wins: longer patterns are tried first
     table.python_families.sort(key=lambda r: -len(r.api))
     table.imports.sort(key=lambda r: -len(r.api))
     for rows in (table.c, *table.c_other.values()):
         rows.sort(key=lambda r: (-len(r.api.rstrip("*")), r.api.endswith("*")))
     return table
+
+
+def _renames(table: Table, names: dict, path) -> None:
+    """[c_names] rows: a CUDA name and its HIP name, overriding a family row's `*` rule. A header (`x.h`) is an
+    include row; any other name is both a call and an identifier row, so it wins however it is used."""
+    for api, hip in names.items():
+        if not isinstance(hip, str):
+            raise UsageError(f"{path}: [c_names] {api} must be a HIP name in quotes, got {hip!r}")
+        kinds = ("include",) if api.endswith(".h") else ("call", "identifier")
+        for kind in kinds:
+            rows = table.c if kind == "call" else table.c_other.setdefault(kind, [])
+            base = next((r for r in rows if fnmatch.fnmatchcase(api.replace("*", "X"), r.api)), None)
+            rule = Rule(api, base.category if base else "other", base.severity if base else "info",
+                        f"{hip} (HIP)" if base is None else base.replacement, kind, None, hip, base.sycl if base else "")
+            rows.append(rule)
 
 
 @functools.lru_cache(maxsize=1)

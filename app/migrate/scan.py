@@ -43,6 +43,7 @@ class ScanResult:
     skipped: list[Skipped] = field(default_factory=list)
     files: dict[str, int] = field(default_factory=dict)   # scanned file -> lines
     python_trees: dict[str, PyScan] = field(default_factory=dict)   # kept for `apply`
+    c_texts: dict[str, str] = field(default_factory=dict)           # C/C++/CUDA sources, kept for `apply`
 
     @property
     def lines(self) -> int:
@@ -167,7 +168,11 @@ def _scan_file(p: Path, rel: str, table: Table, max_bytes: int, result: ScanResu
         if keep_tree:
             result.python_trees[rel] = scanned
     else:
-        result.findings.extend(scan_c(rel, data.decode("utf-8", errors="replace"), table))
+        # NOTE: surrogateescape keeps bytes that are not UTF-8, so a rewrite writes them back unchanged
+        text = data.decode("utf-8", errors="surrogateescape")
+        result.findings.extend(scan_c(rel, text, table))
+        if keep_tree:
+            result.c_texts[rel] = text
 
 
 def _syntax_error(rel: str, data: bytes) -> Finding | None:

@@ -1,0 +1,135 @@
+"""`opscope migrate check --compile TREE`: rewrite a CUDA tree to HIP in a scratch folder and compile it.
+
+    result = compile_tree("samples/", run=True)
+    result.compiler          # "hipcc" or "HIP-CPU (g++ -std=c++17, TBB)"
+    result.programs          # [Program(source, built, ran, returncode, output)]
+
+hipcc (ROCm) is used when it is on PATH. Otherwise HIP-CPU, a header-only HIP runtime for CPUs, when
+$OPSCOPE_HIP_CPU names its folder (the one holding include/hip/hip_runtime.h): g++ compiles the HIP
+source as C++17 and links TBB. g++ has no `<<<...>>>`, so for HIP-CPU launches are written as
+hipLaunchKernelGGL. $OPSCOPE_HIP_CPU_EXTRA may name headers to force-include (HIP calls HIP-CPU lacks).
+A program is each source with a `main`, linked with the sources beside it that share its name's start
+(simpleAtomicIntrinsics.cu + simpleAtomicIntrinsics_cpu.cpp).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opscope.runtime.errors import UsageError
+
+from .c_rewrite import rewrite_c
+from .c_scan import SUFFIXES, blank
+from .files import Skip, read_source
+from .rules import default_table
+from .scan import source_files
+
+ENV = "OPSCOPE_HIP_CPU"
+EXTRA = "OPSCOPE_HIP_CPU_EXTRA"
+_MAIN = re.compile(r"\bint\s+main\s*\(")
+_UNITS = (".cu", ".cpp", ".cc", ".cxx", ".c")
+
+
+@dataclass
+class Program:
+    source: str
+    built: bool
+    error: str = ""                 # the compiler's first error lines
+    returncode: int | None = None   # when run
+    output: str = ""
+
+
+@dataclass
+class CompileResult:
+    compiler: str
+    programs: list[Program] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.built and p.returncode in (None, 0) for p in self.programs)
+
+
+def find_compiler() -> tuple[str, list[str]]:
+    """(what it is, the command before the sources), or UsageError when neither is there."""
+    hipcc = shutil.which("hipcc")
+    if hipcc:
+        return "hipcc", [hipcc, "-O1"]
+    root = os.environ.get(ENV, "").strip()
+    if root and Path(root, "include", "hip", "hip_runtime.h").is_file():
+        gxx = shutil.which("g++")
+        if gxx is None:
+            raise UsageError(f"${ENV} is set but g++ is not on PATH; install g++ (and libtbb-dev) to compile")
+        cmd = [gxx, "-std=c++17", "-O1", f"-I{Path(root, 'include')}"]
+        for extra in filter(None, os.environ.get(EXTRA, "").split(os.pathsep)):
+            cmd += ["-include", extra]
+        return "HIP-CPU (g++ -std=c++17, TBB)", cmd
+    if root:
+        raise UsageError(f"${ENV}={root}: no include/hip/hip_runtime.h there; point it at HIP-CPU's folder")
+    raise UsageError(f"no HIP compiler: put ROCm's hipcc on PATH, or set ${ENV} to a HIP-CPU checkout "
+                     "(github.com/ROCm/HIP-CPU; needs g++ and libtbb-dev)")
+
+
+def compile_tree(path: str | Path, *, run: bool = False, args: dict[str, list[str]] | None = None,
+                 timeout: float = 300) -> CompileResult:
+    """Rewrite every C/C++/CUDA file under `path` to HIP, then build (and with `run`, run) each program.
+    `args`: program source name -> its command-line arguments."""
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"{path} does not exist: give a folder of CUDA sources")
+    name, cmd = find_compiler()
+    launch = "keep" if name == "hipcc" else "ggl"
+    table = default_table()
+    result = CompileResult(name)
+    with tempfile.TemporaryDirectory(prefix="opscope-hip-") as tmp:
+        out = Path(tmp)
+        base = root if root.is_dir() else root.parent
+        written = []
+        for p in source_files(root):
+            if not p.name.endswith(SUFFIXES):
+                continue
+            try:
+                text = read_source(p, 8 * 1024 * 1024, follow=p == root).decode("utf-8", errors="surrogateescape")
+            except Skip:
+                continue
+            rel = p.relative_to(base)
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(rewrite_c(str(rel), text, table, launch).after.encode("utf-8", "surrogateescape"))
+            written.append(out / rel)
+        folders = sorted({f.parent for f in written})
+        includes = [f"-I{d}" for d in folders]
+        for unit in written:
+            if unit.suffix not in _UNITS or not _MAIN.search(blank(unit.read_text(errors="replace"))):
+                continue
+            stem = unit.stem
+            partners = [f for f in written if f.parent == unit.parent and f != unit and f.suffix in _UNITS
+                        and f.stem.startswith(stem + "_") and not _MAIN.search(blank(f.read_text(errors="replace")))]
+            exe = unit.with_suffix(".bin")
+            lang = ["-x", "c++"] if name != "hipcc" else []
+            build = [*cmd, *includes, *lang, str(unit), *[str(f) for f in partners],
+                     *(["-x", "none"] if lang else []), "-o", str(exe)]
+            if name != "hipcc":
+                build += ["-ltbb", "-lpthread"]
+            prog = Program(unit.relative_to(out).as_posix(), False)
+            result.programs.append(prog)
+            try:
+                r = subprocess.run(build, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                prog.error = f"the compiler ran past {timeout:g} s"
+                continue
+            if r.returncode != 0:
+                prog.error = "\n".join(line for line in r.stderr.splitlines() if "error" in line)[:2000] or r.stderr[-2000:]
+                continue
+            prog.built = True
+            if run:
+                try:
+                    ran = subprocess.run([str(exe), *(args or {}).get(unit.name, [])], capture_output=True,
+                                         text=True, timeout=timeout, cwd=unit.parent)
+                    prog.returncode, prog.output = ran.returncode, ran.stdout + ran.stderr
+                except subprocess.TimeoutExpired:
+                    prog.returncode, prog.output = -1, f"ran past {timeout:g} s"
+    return result
