@@ -89,12 +89,17 @@ def test_thermal_model_heats_with_work_and_throttles():
 
 # --- bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, why", [("torch:cpu=abc", "expected BACKEND=SHARE"),
-                                       ("torch:cpu=0.7,torch:cpu=0.3", "named twice"),
+                                       ("torch:cpu=0.7,torch:cpu=0.5", "sum to 1.2"),
                                        ("torch:cpu=0.7,sim:nope=0.3", "unknown sim backend"),
                                        ("torch:cpu=1,numpy=0", "must be > 0")])
 def test_bad_hybrid_specs_are_usage_errors(text, why):
     with pytest.raises(UsageError, match=why):
         DistJob.parse("demo:mlp", text)
+
+
+def test_two_ranks_may_share_a_backend():
+    job = DistJob.parse("demo:mlp", "torch:cpu=0.7,torch:cpu=0.3")
+    assert job.specs == ["torch:cpu", "torch:cpu"] and job.ratios == [0.7, 0.3]
 
 
 def test_bad_hybrid_spec_on_the_command_line_is_one_line_exit_2():

@@ -93,8 +93,12 @@ def train_hybrid(args) -> int:
 
 
 def _as_rank(job, env, args) -> int:
-    from .job import run_rank
+    from .job import mismatch, run_rank
     from .trainer import CollectiveFailed
+    if mismatch(job, env["world_size"]):
+        if env["rank"] == 0:           # one line, once: every rank knows, only rank 0 says it
+            raise UsageError(mismatch(job, env["world_size"]))
+        return 2
     records = []
     try:
         for rec in run_rank(job, env["rank"], env["world_size"]):
@@ -127,6 +131,38 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
         if ev and (ev["kind"], ev["step"]) not in seen:      # every rank sends the same decision
             seen.add((ev["kind"], ev["step"]))
             events.append({k: v for k, v in ev.items() if k != "rank"})
+    ref = next((r for r in records if r.get("kind") == "reference"), None)
+    ordered = [steps[k] for k in sorted(steps)]
+    times = sorted(s["step_seconds"] for s in ordered if "step_seconds" in s)
+    extra = {"step_seconds": times[len(times) // 2] if times else None, "shares": _shares(job, ordered),
+             "threads_per_rank": {str(r["rank"]): r.get("threads") for r in records if r.get("kind") == "start"},
+             "single_process": None if ref is None else
+             {k: ref[k] for k in ("against", "losses", "loss_error", "parameter_error", "step_seconds")}}
+    if ref is not None:
+        worst = max(ref["loss_error"]["max_abs"], ref["parameter_error"]["max_abs"])
+        extra["single_process"]["within_tolerance"] = bool(worst <= TOLERANCE)
+        extra["single_process"]["tolerance"] = TOLERANCE
+    return {**_report(job, records, steps, events, error), **extra}
+
+
+TOLERANCE = 1e-4        # what `train` holds a backend to against eager: the loss per step and every parameter
+
+
+def _shares(job, steps: list[dict]) -> dict | None:
+    """The shares asked and the ones used (a rank takes whole rows), with why they differ."""
+    if not steps:
+        return None
+    rows = steps[0]["rows"]
+    used = [r / sum(rows) for r in rows]
+    out = {"asked": job.ratios, "rows": rows, "used": [round(u, 6) for u in used], "note": None}
+    if job.ratios is not None and any(abs(u - a / sum(job.ratios)) > 1e-6 for u, a in zip(used, job.ratios)):
+        out["note"] = (f"asked {'/'.join(f'{a:g}' for a in job.ratios)} of a {sum(rows)}-row batch; a rank takes whole "
+                       f"rows (and at least one), so the ranks take {rows} rows: "
+                       f"{'/'.join(f'{u:.3g}' for u in used)}")
+    return out
+
+
+def _report(job, records, steps, events, error) -> dict:
     return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs, "world_size": len(job.specs),
             "engine": next((r["engine"] for r in records if r.get("kind") == "start"), None),
             "optimizer": {"name": job.optimizer, "lr": job.lr}, "steps_requested": job.steps,
@@ -190,6 +226,16 @@ def _print(report: dict, args) -> None:
         ms = ", ".join(f"{t * 1e3:.2f}" for t in s["device_seconds"])
         out.write(f"  {s['step'] + 1:>4}  {s['loss']:>10.6f}  {str(s['rows']):>10}  {ms:>24}  "
                   f"{'yes' if s['identical'] else 'NO'}\n")
+    if report.get("step_seconds") is not None:
+        out.write(f"  step time (rank 0, host wall, median): {report['step_seconds'] * 1e3:.1f} ms\n")
+    ref = report.get("single_process")
+    if ref:
+        out.write(f"  vs {ref['against']}: loss max abs err {ref['loss_error']['max_abs']:.2e}, parameters max abs "
+                  f"err {ref['parameter_error']['max_abs']:.2e} -- "
+                  f"{'within' if ref['within_tolerance'] else 'OUTSIDE'} {ref['tolerance']:g}; one process's step "
+                  f"{ref['step_seconds'] * 1e3:.1f} ms\n")
+    if (report.get("shares") or {}).get("note"):
+        out.write(f"  shares: {report['shares']['note']}\n")
     if report["error"]:
         out.write(f"  stopped: {report['error']}\n")
     if report.get("run_id"):

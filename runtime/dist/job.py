@@ -56,19 +56,23 @@ class DistJob:
         elif parts and all(p.endswith("=auto") for p in parts):
             specs, ratios = [p[:-5] for p in parts], None
         else:
-            from ..hybrid import HybridStrategy
-            named = [p.rpartition("=")[0].strip() for p in parts]
-            if len(set(named)) != len(named):
-                raise UsageError(f"--hybrid {text!r}: a backend is named twice; each share is one process")
-            strategy = HybridStrategy.parse(text)          # the shares' own checks (numbers, sum to 1)
-            specs, ratios = list(strategy.ratios), list(strategy.ratios.values())
-            if not all(r > 0 for r in ratios):
+            from ..hybrid import SUM_TOLERANCE, HybridStrategy
+            for p in parts:                                # each share's own checks (BACKEND=NUMBER)
+                HybridStrategy.parse(p.rpartition("=")[0] + "=1" if "=" in p else p)
+                try:
+                    float(p.rpartition("=")[2])
+                except ValueError:
+                    HybridStrategy.parse(text)             # its one-line message for a share that is no number
+            # a list, not HybridStrategy's dict: two ranks may run the same backend (two CPU processes)
+            specs = [p.rpartition("=")[0].strip() for p in parts]
+            ratios = [float(p.rpartition("=")[2]) for p in parts]
+            if all(math.isfinite(r) for r in ratios) and abs(sum(ratios) - 1.0) > SUM_TOLERANCE:
+                raise UsageError(f"--hybrid {text!r}: the shares sum to {sum(ratios):g}; they must sum to 1")
+            if not all(math.isfinite(r) and r > 0 for r in ratios):
                 raise UsageError(f"--hybrid {text!r}: every share must be > 0 (drop a backend instead)")
         if len(specs) < 1 or not all(specs):
             raise UsageError(f"--hybrid {text!r}: expected BACKEND=SHARE[,...] (e.g. torch:cpu=0.7,sim:npu-a1=0.3) "
                              "or auto[:BACKEND,...]")
-        if len(set(specs)) != len(specs):
-            raise UsageError(f"--hybrid {text!r}: a backend is named twice; each share is one process")
         job = cls(model=model, specs=specs, ratios=ratios, hybrid=text, **kw)
         job.check()
         return job
@@ -104,11 +108,23 @@ def torchrun_env() -> dict | None:
         raise UsageError("RANK / WORLD_SIZE / LOCAL_RANK must be integers (as torchrun sets them)")
 
 
+def _threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
+def mismatch(job: DistJob, world_size: int) -> str | None:
+    """The one line for a process count that is not the number of shares (None when they agree)."""
+    if world_size == len(job.specs):
+        return None
+    return (f"{world_size} processes were started but --hybrid names {len(job.specs)} shares "
+            f"({', '.join(job.specs)}): start one process per share (torchrun --nproc-per-node {len(job.specs)})")
+
+
 def run_rank(job: DistJob, rank: int, world_size: int):
     """Join the process group, train, and yield this rank's records; leaves the group when done."""
-    if world_size != len(job.specs):
-        raise UsageError(f"{world_size} processes were started but --hybrid names {len(job.specs)} shares "
-                         f"({', '.join(job.specs)}): start one process per share")
+    if mismatch(job, world_size):
+        raise UsageError(mismatch(job, world_size))
     from .. import models
     from ..comm import destroy_process_group, init_process_group
     from ..train.step import OptimizerSpec
@@ -128,7 +144,8 @@ def run_rank(job: DistJob, rank: int, world_size: int):
         trainer = DistTrainer(model, inputs, job.specs, ratios, rank, opt, name=job.model,
                               allow_fallback=job.allow_fallback)
         start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": job.specs[rank],
-                 "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base}
+                 "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base,
+                 "threads": _threads()}
         shared = _SharedRank(job, start)
         if shared.writer is not None:
             start["shared"] = str(shared.writer.folder)
@@ -141,10 +158,24 @@ def run_rank(job: DistJob, rank: int, world_size: int):
             for _ in range(job.steps):
                 yield shared.keep(trainer.step())
             digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
+            if rank == 0:
+                yield shared.keep(_reference(job, model, inputs, opt, trainer, shared.records))
             trainer.finish()
             yield shared.keep({"kind": "done", "rank": rank, "parameters_digest": digest})
     finally:
         destroy_process_group()
+
+
+def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -> dict:
+    """Rank 0, after the last step: the same steps as one process on the full batch in eager PyTorch (what
+    data parallelism must equal), and how far the job's loss per step and final parameters are from it."""
+    from ..train.compare import _err, _errors, _worst, eager_steps
+    ref = eager_steps(model, inputs, opt, job.steps)
+    losses = [r["loss"] for r in records if r.get("kind") == "step"]
+    params = _errors(trainer.parameters(), ref["parameters"])
+    return {"kind": "reference", "rank": 0, "against": "one process, full batch, eager PyTorch",
+            "losses": ref["losses"], "loss_error": _err(losses, ref["losses"]),
+            "parameter_error": _worst(params), "step_seconds": sorted(ref["step_seconds"])[len(ref["step_seconds"]) // 2]}
 
 
 class _SharedRank:

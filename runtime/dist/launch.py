@@ -34,6 +34,7 @@ class DistResult:
     exit_codes: list[int | None] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     error: str | None = None
+    hung: dict = field(default_factory=dict)       # rank -> its state when opscope had to kill it ("stopped", ...)
 
     def of(self, kind: str, rank: int | None = None) -> list[dict]:
         return [r for r in self.records if r.get("kind") == kind and (rank is None or r.get("rank") == rank)]
@@ -58,6 +59,10 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
     port = free_port()
     base = {**os.environ, ENV_JOB: job.to_json(), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    if "OMP_NUM_THREADS" not in os.environ:
+        # torchrun's rule: each rank gets its share of the cores, not all of them (with the default every
+        # rank starts a thread per core, and on a 2-core machine the job ran ~7x slower)
+        base["OMP_NUM_THREADS"] = str(threads_per_rank(world))
     procs = [subprocess.Popen([sys.executable, "-m", "opscope.runtime.dist.worker"],
                               env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(world)]
@@ -97,8 +102,9 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
                 break
             time.sleep(0.05)
     finally:
-        for p in procs:
+        for r, p in enumerate(procs):
             if p.poll() is None:
+                result.hung[r] = _state(p.pid)
                 _kill(p)
         for p in procs:
             p.wait(timeout=30)
@@ -107,6 +113,24 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
     result.exit_codes = [p.returncode for p in procs]
     result.error = _diagnose(job, result, timed_out=time.monotonic() > end)
     return result
+
+
+def threads_per_rank(world: int) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, world))
+
+
+def _state(pid: int) -> str:
+    """What a rank was doing when it had to be killed: 'stopped' (SIGSTOP, a debugger) or 'running'."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "running"
+    return "stopped" if state in ("T", "t") else "running"
 
 
 def _kill(p: subprocess.Popen) -> None:
@@ -131,6 +155,10 @@ def _diagnose(job: DistJob, result: DistResult, timed_out: bool) -> str | None:
         who = f"rank {rank} ({job.specs[rank]})"
         if rank in errors:
             return f"{who}: {errors[rank]['message']}"
+        if rank in result.hung:        # opscope's own SIGKILL is not how it failed: it stopped answering
+            how = "its process was stopped (SIGSTOP)" if result.hung[rank] == "stopped" else "it was still running"
+            return (f"{who} hung after step {steps.get(rank, -1) + 1} of {job.steps}: it stopped answering "
+                    f"({how}); opscope killed it")
         last = (result.stderr[rank].strip().splitlines() or ["no message"])[-1][:300]
         if c is not None and c < 0:
             return (f"{who} died ({signal.Signals(-c).name}) after step {steps.get(rank, -1) + 1} of {job.steps}"
