@@ -21,6 +21,7 @@ import re
 import torch
 from torch.export import ExportGraphSignature
 
+from .decompose import implicit_composite
 from .dtypes import name_of
 from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref, TensorMeta
@@ -137,7 +138,7 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
             continue
         if _DROP.match(str(target)):
             continue
-        op = op_for_target(target) or op_name(target)
+        op = op_for_target(target) or implicit_composite(target) or op_name(target)
         inputs: list[int] = []
         args = sub(tuple(fx.args), inputs)
         kwargs = {k: sub(v, inputs) for k, v in fx.kwargs.items()}

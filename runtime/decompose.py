@@ -1,9 +1,12 @@
 """Decomposition: a composite op runs on a backend with no kernel for it by capturing its body into
 opscope ops and executing that subgraph on the same backend.
 
-Two kinds of composite share this: a user's `@operator` (every argument a tensor) and an ATen op the
-op set defines as a composition (`slice_backward` is zeros + `slice_scatter`; runtime/ops/registry.py
-`composition`), whose non-tensor arguments (sizes, dims) are fixed per node and baked into the body.
+Three kinds of composite share this: a user's `@operator` (every argument a tensor), an ATen op the op
+set defines as a composition (`slice_backward` is zeros + `slice_scatter`; runtime/ops/registry.py
+`composition`), and any other op with a CompositeImplicitAutograd kernel -- ATen's own definition in
+other ops (`einsum`, `cross_entropy_loss`, `kl_div`), or a library's torch.library op -- which capture
+registers under its name the first time it meets one (`implicit_composite`). Non-tensor arguments
+(sizes, dims) are fixed per node and baked into the body.
 """
 from __future__ import annotations
 
@@ -68,7 +71,16 @@ def decomposed_kernel(node, backend):
         return fn(*args, **kwargs)
 
     examples = tuple(torch.zeros(m.shape, dtype=to_torch(m.dtype)) for m in node.input_meta)
-    graph = capture(_Body(body), examples, name=node.op)
+    if OPS[node.op].extra.get("implicit"):
+        # torch.export would keep the composite op whole; make_fx traces below CompositeImplicitAutograd
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from .capture import translate
+        graph = translate(make_fx(body)(*examples).graph, node.op)
+    else:
+        graph = capture(_Body(body), examples, name=node.op)
+    if any(n.op == node.op for n in graph.nodes):
+        return None                       # it does not decompose: no kernel, rather than recursing
     sub = Executor(compile_plan(graph, backend))
 
     def run(*args, **kwargs):
@@ -80,3 +92,26 @@ def decomposed_kernel(node, backend):
 
     cache[key] = run
     return run
+
+
+def implicit_composite(target) -> str | None:
+    """The op name for an op opscope does not map whose CompositeImplicitAutograd kernel defines it in other
+    ops (registered as a composition on first sight), else None. Backends with a kernel for the ATen op
+    (torch) run it as is; the others run its definition."""
+    from .ops import OPS
+    from .ops.registry import OpDef
+    name = getattr(target, "name", None)
+    if not isinstance(target, torch._ops.OpOverload) or not callable(name):
+        return None
+    try:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
+            return None
+    except RuntimeError:
+        return None
+    from .capture import op_name
+    op = op_name(target).split(":", 1)[1] if target.namespace == "aten" else op_name(target)
+    if op not in OPS:
+        OPS[op] = OpDef(op, "custom", None, (), None, doc=f"{target.name()}: ATen's CompositeImplicitAutograd "
+                        "definition", torch=target, composite=lambda *a, **k: target.decompose(*a, **k),
+                        extra={"implicit": True})
+    return op if OPS[op].composite is not None else None

@@ -291,12 +291,16 @@ def _same_distribution(actual_draws: list, eager_draws: list) -> str:
         got = [np.asarray(np.asarray(d[i], dtype=np.float64)).ravel() for d in actual_draws]
         if all(np.array_equal(np.sort(g), np.sort(want[0])) for g in got):
             continue                     # a permutation of the same values (randperm, shuffles), or equal
+        # a seeded generator (opscope's dropout mask) draws the same every run: those are one draw, not five
+        got = [x for j, x in enumerate(got) if not any(np.array_equal(x, y, equal_nan=True) for y in got[:j])]
         w, g = np.concatenate(want), np.concatenate(got)
         w, g = w[~np.isnan(w)], g[~np.isnan(g)]
         if len(w) < 20 or len(g) < 20:
             continue                     # too few values to tell two distributions apart
         p = ks_2samp(g, w).pvalue
-        if p < 1e-4:
+        # NOTE: values within a draw are not independent (feature dropout zeroes whole channels), so the test is
+        # held to a strict p: a wrong distribution (a shifted normal, a wrong keep rate) still lands far below it
+        if p < 1e-6:
             return (f"output {i}: values do not follow eager's distribution (KS p={p:.1e}; mean {g.mean():.4g} "
                     f"vs {w.mean():.4g}, std {g.std():.4g} vs {w.std():.4g})")
     return ""
