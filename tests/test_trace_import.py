@@ -66,7 +66,11 @@ def test_torch_profiler_trace_imports_into_the_same_per_op_table_as_key_averages
     for k, c in want.items():
         by_op[op_for_aten_name(k)] += c
     got = {r["key"]: r["count"] for r in store.op_stats(rid)}
-    assert got == dict(by_op) and got["linear"] == 4 and got["layer_norm"] == 2
+    assert set(got) == set(by_op) and all(got[k] <= by_op[k] for k in got)
+    assert got["linear"] == 4 and got["layer_norm"] == 2
+    # an op nested in one of its own group is not a second call (issue 27): aten::softmax + its inner
+    # aten::_softmax are one softmax call each
+    assert got["softmax"] == want["aten::softmax"] < by_op["softmax"]
 
     # nesting gives depth, so self time is below total time for ops that call others
     lin = next(r for r in store.op_stats(rid, by="node") if r["key"] == "aten::linear")
