@@ -114,6 +114,7 @@ def main(args) -> int:
         doc = {"run_id": run_id, **{k: run[k] for k in ("status", "model", "backend", "device", "engine", "steps",
                                                            "warmup", "events", "dropped")},
                "top_ops": stats_doc(stats[:args.top], run)}
+        doc.update(step_time(store, run))
         if args.train:
             doc["phases"] = phases(store, run_id)
         if isinstance(run.get("config"), dict) and isinstance(run["config"].get("capture"), dict):
@@ -132,8 +133,13 @@ def main(args) -> int:
     if isinstance(tuned, dict) and tuned.get("says"):
         console.print(say("{}", tuned["says"]))
     print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
+    st = step_time(store, run)
+    if st["step_ns"] is not None:
+        console.print(say("step time: {:.3f} ms {} (median of {} step(s){})", st["step_ns"] / 1e6, st["clock"],
+                          run["steps"], "; the chip's clock: what run, train and optimize report"
+                          if st["clock"] == "simulated" else ""))
     if args.train:
-        print_phases(doc_phases)
+        print_phases(doc_phases, st["clock"])
     cap = run["config"].get("capture") if isinstance(run.get("config"), dict) else None
     if isinstance(cap, dict) and "regions" in cap:
         console.print(say("through torch.compile: {} regions, {} graph breaks", cap["regions"], cap["graph_breaks"]))
@@ -207,9 +213,20 @@ def phases(store, run_id: str) -> dict:
     return {p: {"events": int(n), "time_ns": int(t or 0)} for p, n, t in rows}
 
 
-def print_phases(doc: dict) -> None:
+def step_time(store, run: dict) -> dict:
+    """The median step's time from the stored top-level ops, and its clock: on a sim chip the
+    chip's clock (fallback ops at their modelled host time), the same number `run` prints."""
+    rows = store.query("SELECT step, sum(end_ns - start_ns) FROM events WHERE run_id = ? AND depth = 0 "
+                       "GROUP BY step ORDER BY step", [run["run_id"]])
+    ns = sorted(int(t or 0) for _, t in rows)
+    desc = run.get("description") if isinstance(run.get("description"), dict) else {}
+    return {"step_ns": ns[len(ns) // 2] if ns else None,
+            "clock": "simulated" if desc.get("implementation") == "sim" else "wall"}
+
+
+def print_phases(doc: dict, clock: str = "wall") -> None:
     total = sum(v["time_ns"] for v in doc.values()) or 1
-    console.print(table("time by phase", ["phase", "events", "time ms", "share"],
+    console.print(table(f"time by phase ({clock} clock)", ["phase", "events", "time ms", "share"],
                         [[p, v["events"], f"{v['time_ns'] / 1e6:.2f}", f"{100 * v['time_ns'] / total:.1f}%"]
                          for p, v in doc.items()], justify_right={"events", "time ms", "share"}))
 

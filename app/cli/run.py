@@ -64,11 +64,12 @@ def main(args) -> int:
         s, tuned = open_tuned_session(args.model, args.backend, allow_fallback=fallback_of(args),
                                       use_tuned=not args.no_tune)
     s.run()                                  # warm-up: first-call allocations, lazy init
-    clock = DeviceClock() if getattr(s.backend.clock, "simulated", False) else None
+    from opscope.runtime.step_clock import StepClock
+    clock = StepClock() if getattr(s.backend.clock, "simulated", False) else None
     best = host = float("inf")
     for _ in range(args.repeat):
         if clock:
-            clock.seconds = 0.0
+            clock.ns = 0
         t0 = time.perf_counter()
         if clock:
             with s.executor.hooked(clock):
@@ -78,10 +79,11 @@ def main(args) -> int:
         wall = time.perf_counter() - t0
         host = min(host, wall)
         best = min(best, clock.seconds if clock else wall)
+    step_ns = clock.ns if clock else None           # a sim step: the same in every repeat and every command
     err = compare(out, s.eager())
     rep = s.plan.placement.report()
     doc = {"model": args.model, "backend": s.backend.name, "nodes": len(s.graph.nodes), "seconds": best,
-           "clock": "simulated" if clock else "wall", "host_seconds": host,
+           "clock": "simulated" if clock else "wall", "step_ns": step_ns, "host_seconds": host,
            "capture_seconds": s.capture_seconds, "max_abs_err": err["max_abs"], "max_rel_err": err["max_rel"],
            "rel_err_basis": err["rel_basis"], "cosine": err["cosine"], "placement": rep,
            "memory": {"peak_bytes": s.plan.peak_bytes, "constant_bytes": s.plan.constant_bytes},
@@ -181,17 +183,6 @@ def _dynamo(args) -> int:
         console.print(table("fell back", ["op", "nodes", "to", "why"],
                             [[f["op"], f["nodes"], f["backend"], f["reason"]] for f in rep["fallback_ops"]]))
     return 0
-
-
-class DeviceClock:
-    """Sums a step's op times on the backend's own clock: a sim chip's simulated time, not the host's."""
-
-    def __init__(self):
-        self.seconds = 0.0
-
-    def after_op(self, call):
-        if call.end_ns:
-            self.seconds += (call.end_ns - call.start_ns) / 1e9
 
 
 def accuracy_line(err: dict):

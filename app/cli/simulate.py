@@ -50,8 +50,8 @@ def main(args) -> int:
     console.print(say("[bold]{}[/] data parallel over [bold]{}[/]: {} of gradients all-reduced per step over {} links "
                       "of {:g} GB/s, {:g} us ({})", args.model, args.hybrid, fmt_bytes(measured.gradient_bytes),
                       link.topology, link.bandwidth / 1e9, link.latency * 1e6, link.source))
-    console.print(table("measured share of one replica", ["backend", "rows", "compute ms", "ops"],
-                        [[s["backend"], s["rows"], f"{s['compute_seconds'] * 1e3:.3f}", s["ops"]]
+    console.print(table("measured share of one replica", ["backend", "rows", "compute ms", "clock", "ops"],
+                        [[s["backend"], s["rows"], f"{s['compute_seconds'] * 1e3:.3f}", s["clock"], s["ops"]]
                          for s in measured.shares], justify_right={"rows", "compute ms", "ops"}))
     console.print(table("prediction", ["ranks", "step ms", "compute ms", "comm ms", "comm share", "efficiency"],
                         [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}", f"{r['compute_seconds'] * 1e3:.3f}",

@@ -7,7 +7,8 @@
 The model (also in every prediction's "assumptions"):
 - weak scaling: every rank keeps its rows, so the global batch grows with the ranks;
 - a rank's compute is the measured forward+backward+optimizer time of its share on its backend (sum of
-  its ops' durations: the roofline clock for sim chips, host timers otherwise); a step waits for the
+  its ops' durations: the roofline clock for sim chips, their fallback ops at the modelled host
+  time, host timers otherwise: runtime/step_clock.py, what `train` reports); a step waits for the
   slowest share (synchronous data parallel);
 - one all-reduce of every gradient per step, not overlapped with compute (an upper bound: bucketed
   overlap hides up to the backward's length);
@@ -86,7 +87,7 @@ class Measured:
 def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 2) -> Measured:
     """Time one training step of each backend's share (single process; the best of `repeats`)."""
     from .. import backends, models
-    from ..hybrid import _Timer
+    from ..step_clock import StepClock, clock_name
     from ..train.joint import capture_joint
     from ..train.step import OptimizerSpec, build_train_graph
     from .balance import split_rows
@@ -106,13 +107,14 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
         step, opt = GradientStep(train, backend), OptimizerStep(train, backend)
         best = math.inf
         for _ in range(max(1, repeats)):
-            timer, opt_timer = _Timer(), _Timer()
-            with step.executor.hooked(timer):
+            clock = StepClock()         # the step `train` reports for this share: a sim chip's is exact
+            with step.executor.hooked(clock):
                 _, grads = step.run(local)
-            with opt.executor.hooked(opt_timer):
+            with opt.executor.hooked(clock):
                 opt.run(grads)
-            best = min(best, (timer.ns + opt_timer.ns) / 1e9)
-        shares.append({"backend": spec, "rows": n, "compute_seconds": best, "ops": len(g.nodes)})
+            best = min(best, clock.ns)
+        shares.append({"backend": spec, "rows": n, "compute_seconds": best / 1e9, "compute_ns": best,
+                       "clock": clock_name(backend), "ops": len(g.nodes)})
     return Measured(model_spec, shares, grad_bytes, params)
 
 

@@ -70,23 +70,17 @@ def dump_toml(data: dict) -> str:
 
 def step_seconds(plan, executor, inputs, steps: int = 3) -> tuple[float, float]:
     """(device seconds per step, host wall seconds per step). On a sim chip the device time is the
-    chip's simulated clock alone: ops that fell back run on the host, whose timing is noise next to
-    a deterministic roofline (they are the same with or without a pass that acts on the chip's ops)."""
-    total = [0]
-    only_sim = bool(getattr(plan.backend.clock, "simulated", False))
-
-    class Clock:
-        def after_op(self, call):
-            if not only_sim or call.backend is plan.backend:
-                total[0] += call.end_ns - call.start_ns
-
+    chip's simulated clock, fallback ops at their modelled host time: the step time `run`, `train`
+    and `profile` report for the same plan (runtime/step_clock.py)."""
+    from ..step_clock import StepClock
+    clock = StepClock()
     executor.run(*inputs)                       # warm-up
     t0 = time.perf_counter()
-    with executor.hooked(Clock()):
+    with executor.hooked(clock):
         for _ in range(steps):
             executor.run(*inputs)
     wall = (time.perf_counter() - t0) / steps
-    return total[0] / 1e9 / steps, wall
+    return clock.ns / 1e9 / steps, wall
 
 
 def measure(model, inputs, graph, backend, passes, *, steps: int = 3, reference=None) -> dict:
