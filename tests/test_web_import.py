@@ -118,8 +118,8 @@ def test_the_stacks_of_with_stack_are_drawn_under_the_ops(cpu_import):
     p = timeline_of(store, rid)
     frames = {n for t, n, k0, _ in drawn(p) if k0 == lod.STACK_KEY}
     assert "python stack 0" in p["tracks"] and p["tracks"].index("python stack 0") > p["tracks"].index("torch:cpu")
-    # the frames with_stack recorded (the top rows the timeline has room for) are the ones named and drawn
-    stored = {f for f, in store.query("SELECT DISTINCT frame FROM stacks WHERE run_id = ? AND depth < 8", [rid])}
+    # the frames with_stack recorded, at every depth (issue 27: depth 8 and below were dropped), are named and drawn
+    stored = {f for f, in store.query("SELECT DISTINCT frame FROM stacks WHERE run_id = ?", [rid])}
     assert frames and frames <= stored and stored <= set(p["names"][p["frames_from"]:])
     assert any("profiled_training" in f for f, in store.query("SELECT frame FROM stacks WHERE run_id = ?", [rid]))
 
