@@ -76,6 +76,9 @@ class DebuggerApp(App):
     #log { height: 7; border: round $primary; scrollbar-size-vertical: 1; }
     #prompt { dock: bottom; display: none; }
     #prompt.shown { display: block; }
+    /* errors and warnings also here, at any size: at 80x24 the log is hidden */
+    #notice { dock: bottom; height: auto; max-height: 2; display: none; background: $panel; padding: 0 1; }
+    #notice.shown { display: block; }
     /* smaller terminals: the graph narrows, then goes (g shows it); the log goes; the op panel
        keeps its first lines (stop reason, verdict, NaN sentence); values and watches share a row */
     DebuggerApp.-medium #left { width: 30; }
@@ -96,6 +99,7 @@ class DebuggerApp(App):
         Binding("w", "add_watch", "watch"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_debugger", "quit"),
+        Binding("ctrl+c", "interrupt", "pause / quit", show=False, priority=True),
         Binding("s", "step_into", "next module"),
         Binding("f", "finish", "finish module"),
         Binding("b", "toggle_breakpoint", "break here"),
@@ -110,7 +114,7 @@ class DebuggerApp(App):
     ]
 
     def __init__(self, controller: Controller | None = None, *, model: str = "", autostart: bool = True,
-                 loader=None, report_path: str | None = None, notice: str = ""):
+                 loader=None, report_path: str | None = None, notice: str = "", handle_sigint: bool = False):
         """`loader(progress)` -> Controller runs in a thread while the screen already shows (imports,
         capture); `progress(text)` puts a line on the screen meanwhile. Without it, `controller`."""
         super().__init__()
@@ -120,6 +124,7 @@ class DebuggerApp(App):
         self.autostart = autostart
         self.report_path = report_path
         self.notice = notice             # a line that stays in the title (the debugpy address)
+        self.handle_sigint = handle_sigint   # `opscope debug`: a SIGINT (kill -INT) quits with 130
         self.load_error: OpscopeError | None = None
         self.total = 0
         self._leaves = {}            # seq -> tree node
@@ -157,6 +162,7 @@ class DebuggerApp(App):
                     yield Static("", id="watches")
                 yield RichLog(id="log", markup=False, wrap=True, max_lines=500)     # lines are say(...) Content
         yield Input(id="prompt")
+        yield Static("", id="notice")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -171,6 +177,10 @@ class DebuggerApp(App):
         self._tree = self.query_one("#graph", Tree)
         self.query_one("#breakpoints", DataTable).add_columns("on", "breakpoint", "hits")
         self._fit(self.size.width, self.size.height)
+        if self.handle_sigint:
+            import asyncio
+            import signal
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._quit_130)
         if self.ctl is not None:
             self._attach(self.ctl)
         else:
@@ -427,13 +437,37 @@ class DebuggerApp(App):
         self._watches_sent = None           # the next stop sends its watches text whatever it is
 
     def log_line(self, text) -> None:
-        """A line in the log, made by say(): a str is never parsed (the log has markup=False)."""
+        """A line in the log, made by say(): a str is never parsed (the log has markup=False). Errors
+        and warnings (red, yellow) also go to the notice line, which every terminal size shows."""
+        from textual.css.query import NoMatches
         if isinstance(text, Content):   # as rich Text with the same style names: the log keeps rich's colours
+            if any(c in str(s.style) for s in text.spans for c in ("red", "yellow")):
+                self._show_notice(text)
             text = Text(text.plain, spans=[Span(s.start, s.end, str(s.style)) for s in text.spans])
-        self.query_one("#log", RichLog).write(text)
+        try:
+            self.query_one("#log", RichLog).write(text)
+        except NoMatches:               # the app is closing: nothing is left to show it
+            pass
+
+    def _show_notice(self, content) -> None:
+        from textual.css.query import NoMatches
+        try:
+            n = self.query_one("#notice", Static)
+        except NoMatches:
+            return
+        n.update(content)
+        n.add_class("shown")
+
+    def _clear_notice(self) -> None:
+        from textual.css.query import NoMatches
+        try:
+            self.query_one("#notice", Static).remove_class("shown")
+        except NoMatches:
+            pass
 
     # --- actions --------------------------------------------------------------------------
     def _command(self, fn, what: str) -> None:
+        self._clear_notice()
         if self.ctl is None:
             self.log_line(say("[dim]still loading the model[/]"))
             return
@@ -613,10 +647,23 @@ class DebuggerApp(App):
         self.log_line(say("watch deleted: $expr", expr=expr))
         return True
 
-    def action_quit_debugger(self) -> None:
+    def action_quit_debugger(self, code: int = 0) -> None:
+        """q (exit 0): the report (--report) is written first, while the UI can still say where."""
+        if self.report_path and self.ctl is not None and not self.ctl.report.complete:
+            self._write_report()
         if self.ctl is not None:
             self.ctl.quit(timeout=1.0)
-        self.exit()
+        self.exit(return_code=code)
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: pause a running continue at the next op (pdb, gdb); when nothing runs, quit with 130."""
+        if self.ctl is not None and self.ctl.interrupt():
+            self.log_line(say("[yellow]Ctrl-C: pausing after the op that is running (Ctrl-C again quits)[/]"))
+            return
+        self._quit_130()
+
+    def _quit_130(self) -> None:
+        self.action_quit_debugger(130)
 
     def action_page(self, delta: int) -> None:
         if getattr(self, "_dropped", False):

@@ -62,6 +62,7 @@ class Stop:
     phase: str = ""          # training: forward | backward | optimizer
     backward_of: str = ""    # a backward op: the forward op it differentiates and what that read
     locals: list = field(default_factory=list)    # [(name, summary)] of the op's frame as it was traced
+    computed_dtype: str = ""  # the dtype the backend computes in when it is not the graph's (a chip's low_precision)
 
 
 @dataclass
@@ -209,6 +210,14 @@ class Controller:
 
     def cont(self) -> bool:
         return self._go(("continue",))
+
+    def interrupt(self) -> bool:
+        """Ctrl-C while the model runs (a continue, a finish): stop after the op that is running, as
+        pdb and gdb do. False when nothing runs (the UI then quits)."""
+        if self.state != "running":
+            return False
+        self._mode = ("interrupt",)         # read by the worker after its current op
+        return True
 
     def run_to_nan(self) -> bool:
         """Run to the next op that *makes* a NaN/Inf (from finite inputs, or from a parameter)."""
@@ -482,6 +491,8 @@ class Controller:
             reason = f"entered {node.module_path or 'the model'}"
         elif mode == "nan" and facts.get("new-nan"):
             reason = "NaN made here" if facts.get("nan") else "Inf made here"
+        elif mode == "interrupt":
+            reason = "interrupted (Ctrl-C; Ctrl-C again quits)"
         if not reason:
             return
         self._pause(call, reason, bp, diff, host_outs, outs, rec, seq)
@@ -523,6 +534,9 @@ class Controller:
                     self._input_stats(inputs, outputs, b.device), out_stats,
                     seconds, bool(getattr(b.clock, "simulated", False)), diff, bp, fallback=call.fallback,
                     stack=self.stack_of(node), locals=self._locals.get(node.name, []))
+        desc = getattr(b, "description", None)
+        if desc is not None and node.op in getattr(desc, "low_precision", ()):
+            stop.computed_dtype = "float16"     # sim_backend._low_precision: in float16, cast back
         if self.training:
             stop.phase = node.attrs.get("phase", "forward")
             stop.backward_of = backward_of(node, *self._index, self.labels)

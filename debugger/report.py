@@ -22,6 +22,7 @@ from opscope.runtime.errors import UsageError
 from .lockstep import Lockstep, OpDiff
 from .stats import to_host
 
+# seq is the op's number as the TUI (#N/total) and `diff` (#N) show it: from 1, one numbering everywhere
 COLUMNS = ("seq", "node", "op", "module", "source", "dtype", "shape", "cosine", "max_abs", "max_rel",
            "err", "local_err", "received_err", "significant", "tolerance", "error_from", "nan_both", "nan_mismatch",
            "one_thousandth_ratio", "five_thousandths_ratio", "status", "verdict")
@@ -99,7 +100,7 @@ class AccuracyReport:
         counts = {k: sum(r.status == k for r in self.rows) for k in ("pass", "fail", "nan", "skip")}
 
         def name(r):
-            return None if r is None else {"seq": r.seq, "node": r.node, "op": r.op, "module": r.module,
+            return None if r is None else {"seq": r.seq + 1, "node": r.node, "op": r.op, "module": r.module,
                                            "source": r.source, "err": _num(r.err), "local_err": _num(r.local_err)}
         if fail is None:
             line = f"all {len(self.rows)} compared ops within tolerance of {self.reference}"
@@ -121,14 +122,15 @@ class AccuracyReport:
     def as_dict(self) -> dict:
         return {"model": self.model, "backend": self.backend, "reference": self.reference,
                 "tolerance": self.tolerance, "summary": self.summary(),
-                "ops": [{k: (_num(v) if isinstance(v, float) else v) for k, v in vars(r).items()} for r in self.rows]}
+                "ops": [{**{k: (_num(v) if isinstance(v, float) else v) for k, v in vars(r).items()}, "seq": r.seq + 1}
+                        for r in self.rows]}
 
     def csv_text(self) -> str:
         out = io.StringIO()
         w = csv.writer(out, lineterminator="\n")
         w.writerow(COLUMNS)
         for r in self.rows:
-            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+            w.writerow([r.seq + 1 if c == "seq" else _cell(getattr(r, c)) for c in COLUMNS])
         return out.getvalue()
 
     def json_text(self) -> str:

@@ -96,7 +96,11 @@ def op_panel(stop, total_ops: int, compact: bool = False) -> Content:
         lines.append(say("[b magenta]$of[/]", of=stop.backward_of))
     if stop.dropped:
         lines.append(say("[dim]values not kept: older than the history budget (--history-mb); stats as they were[/]"))
-    note = " [dim]($note)[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else "")
+    if stop.computed_dtype:      # the numbers on screen are float32, the chip's arithmetic was not
+        declared = next((m.dtype for m in n.output_meta if m is not None), "")
+        lines.append(say("[b yellow]computed in $computed[/] [dim]on $backend (outputs stored as $declared)[/]",
+                         computed=stop.computed_dtype, backend=stop.backend, declared=declared))
+    note = " [dim]($note)[/]" if stop.time_note else (" [dim](simulated)[/]" if stop.simulated else " [dim](wall)[/]")
     lines.append(say("[dim]module[/] $module [dim]$type[/]  [dim]on[/] $backend"
                      + (" [yellow](fallback)[/]" if stop.fallback else "") + "  [dim]time[/] $time" + note,
                      module=n.module_path or "(model)", type=n.module_type, backend=stop.backend,

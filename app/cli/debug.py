@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from opscope.runtime.errors import UsageError
 
@@ -63,6 +64,9 @@ def main(args) -> int:
     from opscope.debugger import breakpoints as bps
     for spec in args.breaks:            # bad specs fail before the model loads
         bps.parse(spec)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):   # a TUI drawn into a file would wait forever
+        raise UsageError("opscope debug needs a terminal (stdin and stdout are not one): run it in a terminal, or "
+                         "`opscope diff MODEL -b B` for the accuracy report without one")
     notice = ""
     if args.debugpy is not None:
         from opscope.debugger import debugpy as dbg
@@ -100,11 +104,11 @@ def main(args) -> int:
         return ctl
 
     from opscope.debugger.app import DebuggerApp
-    app = DebuggerApp(model=args.model, loader=load, report_path=args.report, notice=notice)
+    app = DebuggerApp(model=args.model, loader=load, report_path=args.report, notice=notice, handle_sigint=True)
     app.run()
     if app.load_error is not None:
         raise app.load_error
-    return 0
+    return app.return_code or 0          # q: 0; Ctrl-C when nothing runs, or SIGINT: 130
 
 
 def _port(text: str) -> int:
