@@ -64,3 +64,11 @@ def test_profile_passes_the_flag_to_its_runner(cli):
     doc = json.loads(r.stdout)
     assert doc["status"] == "ok"
     assert any(o["op"] == "opscopetest:scaled_gate" and o["fallback"] for o in doc["top_ops"])
+
+
+def test_a_0d_value_keeps_its_shape_when_it_moves_to_torch():
+    """np.ascontiguousarray makes a 0-d array 1-d: a scalar (a loss, a reduction) handed from numpy to a torch
+    fallback came back shape (1,), and the OpInfo check called ops that fell back for it wrong."""
+    import numpy as np
+    from opscope.runtime.backends import resolve
+    assert tuple(resolve("torch:cpu").memory.to_device(np.array(2.0, dtype=np.float32)).shape) == ()

@@ -18,7 +18,8 @@ class TorchMemory(MemoryManager):
     def to_device(self, host):
         if isinstance(host, torch.Tensor):
             return host.detach().to(self.device, copy=True)
-        return torch.from_numpy(np.ascontiguousarray(host)).to(self.device)
+        a = np.asarray(host)        # NOTE: not ascontiguousarray alone: it makes a 0-d value 1-d
+        return torch.from_numpy(np.ascontiguousarray(a).reshape(a.shape)).to(self.device)
 
     def to_host(self, buf):
         if not isinstance(buf, torch.Tensor):
