@@ -23,9 +23,15 @@ from .store import _column
 # came later: a site that stops before them (an older sender) takes SITE_DEFAULTS.
 SITE_COLUMNS = ["site", "op", "node", "module", "source", "backend", "device", "depth", "input_shapes",
                 "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback", "alloc_bytes",
-                "free_bytes", "phase", "fwd_node"]
-SITE_DEFAULTS = ("forward", "")
-SITE_WIDTHS = (len(SITE_COLUMNS) - len(SITE_DEFAULTS), len(SITE_COLUMNS))
+                "free_bytes", "phase", "fwd_node", "parent", "clock"]
+SITE_DEFAULTS = ("forward", "", "", "")
+# parent and clock (a stack's per-op spans in a region, schema 3) came after phase: each later width is allowed
+SITE_WIDTHS = tuple(range(len(SITE_COLUMNS) - len(SITE_DEFAULTS), len(SITE_COLUMNS) + 1, 2))
+
+
+def full_site(s: tuple) -> tuple:
+    """A site of any allowed width, filled to SITE_COLUMNS with the defaults of the columns it stops before."""
+    return s + SITE_DEFAULTS[len(SITE_DEFAULTS) - (len(SITE_COLUMNS) - len(s)):] if len(s) < len(SITE_COLUMNS) else s
 EVENT_INTS = ["site", "seq", "start_ns", "end_ns", "live_bytes"]
 
 
@@ -92,7 +98,7 @@ class BatchWriter:
         for b in batches:
             if b.sites:
                 for s in b.sites:
-                    self.sites[s[0]] = s if len(s) == len(SITE_COLUMNS) else (*s, *SITE_DEFAULTS)
+                    self.sites[s[0]] = full_site(s)
                 self._frame = None
             tensors += b.tensors
             memory += b.memory
@@ -123,10 +129,10 @@ class BatchWriter:
             con.execute(f"""
                 INSERT INTO events (run_id, step, seq, op, node, module, source, backend, device, thread, depth,
                     start_ns, end_ns, input_shapes, input_dtypes, output_shapes, output_dtypes, bytes, flops,
-                    fallback, live_bytes, phase, fwd_node)
+                    fallback, live_bytes, phase, fwd_node, parent, clock)
                 SELECT $run, e.step, e.seq, s.op, s.node, s.module, s.source, s.backend, s.device,
                     e.thread, s.depth, e.start_ns, e.end_ns, s.input_shapes, s.input_dtypes, s.output_shapes,
-                    s.output_dtypes, s.bytes, s.flops, s.fallback, e.live_bytes, s.phase, s.fwd_node
+                    s.output_dtypes, s.bytes, s.flops, s.fallback, e.live_bytes, s.phase, s.fwd_node, s.parent, s.clock
                 FROM {view_e} e JOIN {view_s} s ON e.site = s.site""", {"run": self.run_id})
             con.execute(f"""
                 INSERT INTO memory (run_id, step, seq, t_ns, backend, live_bytes, alloc_bytes, free_bytes)

@@ -39,9 +39,9 @@ class _Collect:
         self.events: list = []            # (step, thread, int64 array (n, 5))
 
     def send(self, batch) -> bool:
-        from .batch import SITE_COLUMNS, SITE_DEFAULTS
+        from .batch import full_site
         for s in batch.sites:
-            self.sites[s[0]] = s if len(s) == len(SITE_COLUMNS) else (*s, *SITE_DEFAULTS)
+            self.sites[s[0]] = full_site(s)
         if batch.n:
             self.events.append((batch.step, batch.thread, batch.events.copy()))
         return True

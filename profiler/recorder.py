@@ -18,6 +18,10 @@ torch.compile (runtime/dynamo.py) runs a step as many region runs, each with its
 Sites are keyed by plan (each plan gets a block of site ids), event seqs count on across the
 step's region runs, and node names carry their region (`region2.backward/mm`), so two regions'
 `addmm` stay apart and a backward node names its forward node in the same terms.
+
+A region a compiler stack ran (runtime/regions.py) is one event; its stack's own profile adds a child
+event per op span beneath it (depth 1, `parent` the region's node, `clock` the stack's profiler), with
+the opscope ops and nodes it covers, their module path and FLOPs. Child seqs follow the plan's.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ import threading
 import time
 
 import numpy as np
+
+from opscope.runtime.regions import RegionProfile
 
 from .batch import Batch, shapes_json
 from .summaries import summarize
@@ -77,6 +83,27 @@ def plan_sites(plan, base: int = 0, region: bool = False) -> list[tuple]:
     return sites
 
 
+def child_site(site: int, c, st, prefix: str = "") -> tuple:
+    """The site of a stack's span inside region step `st`: the ops it covers (`linear+gelu` when the
+    stack fused them), their nodes, shapes from the first one's inputs to the last one's outputs; the
+    source column holds the stack's own kernel and node name (`MatMul /n12/MatMul`)."""
+    from opscope.runtime.train.joint import phase_of
+    members = {m.name: m for m in st.node.attrs.get("members", ())}
+    covered = [members[n] for n in c.nodes if n in members]
+    op = "+".join(dict.fromkeys(c.ops)) or c.kernel.lower() or "unmapped"
+    ish, idt = shapes_json(covered[0].input_meta if covered else [])
+    osh, odt = shapes_json(covered[-1].output_meta if covered else [])
+    nbytes = 0
+    for m in covered:
+        try:
+            nbytes += int(m.bytes_moved)
+        except Exception:          # as plan_sites: a cost model that cannot say, no bytes
+            pass
+    return (site, op, ",".join(prefix + n for n in c.nodes) or prefix + c.name, c.module_path,
+            f"{c.kernel} {c.name}".strip(), st.backend.name, st.backend.device, 1, ish, idt, osh, odt, nbytes,
+            int(c.flops), False, 0, 0, phase_of(st.node), "", prefix + c.region, c.clock)
+
+
 class Recorder:
     # NOTE: it reads an op's outputs only, so a training step may update parameters in place under it
     # (runtime/train/step.py); hooks that look at inputs after an op keep the functional update
@@ -105,6 +132,8 @@ class Recorder:
         self._anchor = None
         self._last_flush = 0
         self._thread = threading.get_native_id()
+        self._stack = RegionProfile()  # regions' per-op spans from their stack's profiler
+        self._child_sites: dict = {}   # (plan, region, stack node, covered nodes) -> site id
 
     # --- executor hooks ------------------------------------------------------------------
     def on_run_start(self, info) -> None:
@@ -126,6 +155,7 @@ class Recorder:
             self._anchor = torch.cuda.Event(enable_timing=True)
             self._anchor.record()
             self._anchor_ns = time.perf_counter_ns()
+        self._stack.on_run_start(info)
 
     def after_op(self, call) -> None:
         buf = self._buf
@@ -142,8 +172,9 @@ class Recorder:
     def on_run_end(self, info, error) -> None:
         if self._pending:
             self._resolve()
+        children = self._children(info, error)
         if self.regions:               # one region of the step: the step goes on
-            self._seq0 += len(info.plan.steps)
+            self._seq0 += len(info.plan.steps) + children
             return
         self.end_step()
 
@@ -155,6 +186,31 @@ class Recorder:
         self.flush()
         self.step += 1
         self._seq0 = 0
+
+    def _children(self, info, error) -> int:
+        """The step's region children as events after the plan's own; how many there were."""
+        self._stack.on_run_end(info, error)
+        spans = self._stack.children
+        self._stack.children = {}
+        plan = info.plan
+        seq = self._seq0 + len(plan.steps)
+        prefix = region_prefix(plan.graph.model_name) if self.regions else ""
+        by_name = {st.node.name: st for st in plan.steps if st.node.op == "region"}
+        n = 0
+        for (_, region), children in spans.items():
+            st = by_name.get(region)
+            if st is None:
+                continue
+            for c in children:
+                key = (id(plan), region, c.name, tuple(c.nodes))
+                site = self._child_sites.get(key)
+                if site is None:
+                    site = self._child_sites[key] = self._next_site
+                    self._next_site += 1
+                    self._new_sites.append(child_site(site, c, st, prefix))
+                self._buf.append((site, seq + n, c.start_ns, c.end_ns, 0))
+                n += 1
+        return n
 
     # --- batches -------------------------------------------------------------------------
     def _resolve(self) -> None:

@@ -4,7 +4,8 @@ Times are integers in nanoseconds on the runner's monotonic clock (time.perf_cou
 simulated device clock for sim backends). Shapes and dtypes are JSON text: '[[2,128,256]]'.
 """
 
-SCHEMA_VERSION = 2     # 2: events gained phase, fwd_node, rank, world_size (training, multi-rank runs)
+SCHEMA_VERSION = 3     # 2: events gained phase, fwd_node, rank, world_size (training, multi-rank runs)
+                       # 3: parent, clock (a compiler stack's per-op spans inside a region)
 
 # Columns added to events after stores existed: name -> (type, default). A writer adds them to an older
 # store (MIGRATIONS); a reader of a store it cannot upgrade reads them as their default.
@@ -13,6 +14,10 @@ ADDED_EVENT_COLUMNS = {
     "fwd_node": ("VARCHAR", "''"),          # the forward node a backward op differentiates
     "rank": ("INTEGER", "0"),               # this process's rank, and how many there are
     "world_size": ("INTEGER", "1"),
+    # A compiler stack's per-op span inside a region (depth 1): `parent` is the region event's node, `clock`
+    # the profiler its times came from ("onnxruntime profiler"); '' for an op opscope timed itself
+    "parent": ("VARCHAR", "''"),
+    "clock": ("VARCHAR", "''"),
 }
 
 DDL = [

@@ -121,7 +121,7 @@ COLUMN_TYPES = {
     **dict.fromkeys(["site", "depth", "bytes", "flops", "alloc_bytes", "free_bytes", "step", "seq", "t_ns",
                      "live_bytes", "count", "nan", "inf"], {int}),
     **dict.fromkeys(["op", "node", "module", "source", "backend", "device", "input_shapes", "input_dtypes",
-                     "output_shapes", "output_dtypes", "slot", "shape", "dtype", "hist", "phase", "fwd_node"], {str}),
+                     "output_shapes", "output_dtypes", "slot", "shape", "dtype", "hist", "phase", "fwd_node", "parent", "clock"], {str}),
     **dict.fromkeys(["min", "max", "mean", "std", "hist_lo", "hist_hi"], {float, int, type(None)}),
     "fallback": {bool},
 }

@@ -109,8 +109,10 @@ class OpenVinoProgram(RegionProgram):
             if p.status.name != "EXECUTED":
                 continue
             covered = [m for n in names.get(p.node_name, []) if (m := self.region.member_of_scope(n)) is not None]
-            children.append(self.child(p.node_name, p.node_type, t, t + dur, CLOCK, covered))
-            t += dur
+            # the profile gives durations only: laid end to end from the call's start, never past its end
+            end = min(t + dur, self._span[1])
+            children.append(self.child(p.node_name, p.node_type, t, end, CLOCK, covered))
+            t = end
         return children
 
 
