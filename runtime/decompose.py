@@ -76,12 +76,19 @@ def decomposed_kernel(node, backend):
         from torch.fx.experimental.proxy_tensor import make_fx
 
         from .capture import translate
-        graph = translate(make_fx(body)(*examples).graph, node.op)
+        try:
+            graph = translate(make_fx(body)(*examples).graph, node.op)
+        except Exception:  # a definition that cannot be traced here (data-dependent): no kernel, so it falls back
+            return None
     else:
         graph = capture(_Body(body), examples, name=node.op)
     if any(n.op == node.op for n in graph.nodes):
         return None                       # it does not decompose: no kernel, rather than recursing
-    sub = Executor(compile_plan(graph, backend))
+    from .errors import UnsupportedOpError
+    try:        # all of it on this backend, or none: the node falls back whole, and placement says so
+        sub = Executor(compile_plan(graph, backend, allow_fallback=False))
+    except UnsupportedOpError:
+        return None
 
     def run(*args, **kwargs):
         values = _tensors_of(template[0], args, [])
@@ -95,23 +102,27 @@ def decomposed_kernel(node, backend):
 
 
 def implicit_composite(target) -> str | None:
-    """The op name for an op opscope does not map whose CompositeImplicitAutograd kernel defines it in other
-    ops (registered as a composition on first sight), else None. Backends with a kernel for the ATen op
+    """The op name for an op opscope does not map that torch defines in other ops -- its CompositeImplicitAutograd
+    kernel, or a decomposition in torch._decomp -- registered as a composition on first sight, else None. Backends with a kernel for the ATen op
     (torch) run it as is; the others run its definition."""
     from .ops import OPS
     from .ops.registry import OpDef
     name = getattr(target, "name", None)
     if not isinstance(target, torch._ops.OpOverload) or not callable(name):
         return None
+    from torch._decomp import decomposition_table
     try:
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
-            return None
+        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
     except RuntimeError:
+        implicit = False
+    # else torch's own Python decomposition of the op (torch._decomp: huber_loss, mish, logsumexp, ...)
+    body = (lambda *a, **k: target.decompose(*a, **k)) if implicit else decomposition_table.get(target)
+    if body is None:
         return None
     from .capture import op_name
     op = op_name(target).split(":", 1)[1] if target.namespace == "aten" else op_name(target)
     if op not in OPS:
-        OPS[op] = OpDef(op, "custom", None, (), None, doc=f"{target.name()}: ATen's CompositeImplicitAutograd "
-                        "definition", torch=target, composite=lambda *a, **k: target.decompose(*a, **k),
-                        extra={"implicit": True})
+        how = "CompositeImplicitAutograd kernel" if implicit else "torch._decomp decomposition"
+        OPS[op] = OpDef(op, "custom", None, (), None, doc=f"{target.name()}: defined by its {how}", torch=target,
+                        composite=body, extra={"implicit": True})
     return op if OPS[op].composite is not None else None
