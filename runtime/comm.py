@@ -139,3 +139,21 @@ class Communicator:
         if op not in _OPS or _OPS[op] is None:
             raise UsageError(f"unknown reduce op {op!r}: use one of {', '.join(_OPS)}")
         return _OPS[op]
+
+
+class PendingReduce:
+    """An all-reduce in flight (torch.distributed's async work handle): wait() returns the sum as a tensor."""
+
+    def __init__(self, work, tensor: torch.Tensor):
+        self.work, self.tensor = work, tensor
+
+    def wait(self) -> torch.Tensor:
+        self.work.wait()
+        return self.tensor
+
+
+def all_reduce_async(tensor: torch.Tensor, group=None) -> PendingReduce:
+    """Start a sum all-reduce of a CPU tensor and return at once (what DDP's reducer does per bucket)."""
+    if not dist.is_initialized():
+        raise UsageError("collectives need a process group: call opscope.runtime.comm.init_process_group first")
+    return PendingReduce(dist.all_reduce(tensor, dist.ReduceOp.SUM, group=group, async_op=True), tensor)

@@ -30,6 +30,13 @@ def add_hybrid_arguments(p) -> None:
                    help="move shares when a rank's step time drifts (hysteresis: 10%% for 2 steps)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="seconds a collective waits for a silent rank before the run stops (default 60)")
+    p.add_argument("--overlap", action="store_true",
+                   help="all-reduce the gradients in buckets while backward runs (as DDP does)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB",
+                   help="--overlap: bucket size in MiB (default 25, DDP's)")
+    p.add_argument("--shard", choices=["optimizer"], default=None,
+                   help="optimizer: ZeRO-1, each rank updates and keeps the optimizer state of its shard of the "
+                        "parameters, then the ranks all-gather them")
     p.add_argument("--shared-dir", default=os.environ.get(SHARED_ENV) or None, metavar="DIR",
                    help="every rank also writes its events to DIR/<job>/ as Parquet (a folder every node "
                         f"reaches); `opscope serve DIR` or `opscope trace import DIR` reads them (or ${SHARED_ENV})")
@@ -41,7 +48,9 @@ def job_from_args(args):
     return DistJob.parse(args.model, args.hybrid, steps=args.steps, optimizer=args.optimizer, lr=lr,
                          rebalance=args.rebalance, timeout_s=args.timeout, switch_threshold=args.switch_threshold,
                          allow_fallback=not getattr(args, "no_fallback", False),
-                         shared_dir=shared_folder(getattr(args, "shared_dir", None)))
+                         shared_dir=shared_folder(getattr(args, "shared_dir", None)),
+                         overlap=bool(getattr(args, "overlap", False)), bucket_mb=getattr(args, "bucket_mb", 25.0),
+                         shard=getattr(args, "shard", None) or "")
 
 
 def shared_folder(path: str | None) -> str:
@@ -123,6 +132,9 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
         s["identical"] = s["identical"] and r["identical"] and len(set(s["digests"].values())) == 1
         if r["rank"] == 0:
             s["comm_seconds"], s["step_seconds"] = r["comm_seconds"], r["step_seconds"]
+            s["exposed_gradient_comm_seconds"], s["buckets"] = r.get("exposed_gradient_comm_seconds"), r.get("buckets")
+        if "optimizer_state_bytes" in r:
+            s.setdefault("optimizer_state_bytes", {})[str(r["rank"])] = r["optimizer_state_bytes"]
         if "thermal" in r:
             s.setdefault("thermal", {})[r["rank"]] = r["thermal"]
     events, seen = [], set()

@@ -39,6 +39,9 @@ class DistJob:
     allow_fallback: bool = True
     hybrid: str = ""
     shared_dir: str = ""                    # each rank also writes its events here (profiler/shared.py)
+    overlap: bool = False                   # all-reduce gradient buckets while backward runs (buckets.py)
+    bucket_mb: float = 25.0                 # ... of this many MiB (DDP's default)
+    shard: str = ""                         # "optimizer": ZeRO-1, each rank keeps the optimizer state of its shard
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -78,6 +81,10 @@ class DistJob:
         return job
 
     def check(self) -> None:
+        if not (math.isfinite(self.bucket_mb) and self.bucket_mb > 0):
+            raise UsageError(f"--bucket-mb must be > 0 (got {self.bucket_mb})")
+        if self.shard not in ("", "optimizer"):
+            raise UsageError(f"--shard {self.shard}: expected optimizer (each rank keeps its shard's optimizer state)")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1 (got {self.steps})")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
@@ -142,7 +149,8 @@ def run_rank(job: DistJob, rank: int, world_size: int):
             ratios = [1.0] + [0.0] * (world_size - 1)
         opt = OptimizerSpec(job.optimizer, lr=job.lr)
         trainer = DistTrainer(model, inputs, job.specs, ratios, rank, opt, name=job.model,
-                              allow_fallback=job.allow_fallback)
+                              allow_fallback=job.allow_fallback, overlap=job.overlap,
+                              bucket_bytes=int(job.bucket_mb * 2 ** 20), shard=job.shard)
         start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": job.specs[rank],
                  "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base,
                  "threads": _threads()}

@@ -70,17 +70,32 @@ class OptimizerStep:
     """The optimizer nodes of a TrainGraph as their own plan (on the host's numpy kernels unless a
     backend is given: `opscope simulate` times them on the chip); keeps parameters and state."""
 
-    def __init__(self, train: TrainGraph, backend: Backend | None = None):
+    def __init__(self, train: TrainGraph, backend: Backend | None = None, shard: list[str] | None = None):
+        """shard: only these parameters' updates and optimizer state (ZeRO-1: each rank one shard)."""
         g, joint = train.graph, train.joint
-        nodes = [n for n in g.nodes if phase_of(n) == "optimizer"]
-        self.names = [n for n in joint.param_slots if n in joint.grad_slots]
+        self.names = [n for n in joint.param_slots if n in joint.grad_slots and (shard is None or n in shard)]
+        keep = set(self.names)
+        # an optimizer node carries the parameter it updates; one without (adamw's step count) serves all
+        nodes = [n for n in g.nodes if phase_of(n) == "optimizer" and n.attrs.get("param", None) in keep | {None}]
         grad_slots = [joint.grad_slots[n] for n in self.names]
-        carry = {c: o for c, o in train.carry.items() if c not in joint.buffer_slots.values()}
+        others = {joint.param_slots[n] for n in joint.param_slots if n not in keep} | \
+            {b for n, bufs in train.state_slots.items() if n not in keep for b in bufs}
+        carry = {c: o for c, o in train.carry.items() if c not in joint.buffer_slots.values() and c not in others}
+        self.state_slots = [b for n in self.names for b in train.state_slots.get(n, [])]
         self.graph = _subgraph(g, nodes, grad_slots, list(carry.values()))
         self.plan = compile_plan(self.graph, backend or backends.resolve("numpy"), carry=carry)
         self.executor = Executor(self.plan)
         self.param_slots = joint.param_slots
         self.captured = g.constant_slots
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this step keeps (momentum, Adam's moments): what ZeRO-1 divides."""
+        total = 0
+        for slot in self.state_slots:
+            value = self.plan.constants.get(slot)
+            if value is not None:
+                total += int(np.asarray(self.plan.constant_backend[slot].memory.to_host(value)).nbytes)
+        return total
 
     def parameters(self) -> dict[str, np.ndarray]:
         """Every parameter (name -> host array): updated ones from the plan, the others as captured."""

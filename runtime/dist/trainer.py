@@ -34,7 +34,8 @@ class CollectiveFailed(ModelError):
 
 class DistTrainer:
     def __init__(self, model, inputs: tuple, specs: list[str], ratios: list[float], rank: int, opt: OptimizerSpec,
-                 *, name: str = "", rebalance: Rebalancer | None = None, allow_fallback: bool = True):
+                 *, name: str = "", rebalance: Rebalancer | None = None, allow_fallback: bool = True,
+                 overlap: bool = False, bucket_bytes: int = 25 * 2 ** 20, shard: str = ""):
         if not inputs or not all(hasattr(x, "shape") and len(x.shape) >= 1 for x in inputs):
             raise ModelError("hybrid training splits dim 0 of every input: the inputs must be tensors")
         self.model, self.inputs, self.name = model, tuple(inputs), name
@@ -43,6 +44,9 @@ class DistTrainer:
         self.comm = self.backend.comm
         self.opt_spec = opt
         self.allow_fallback = allow_fallback
+        self.overlap, self.bucket_bytes = overlap, bucket_bytes     # --overlap: buckets.py
+        self.shard = shard                                          # "optimizer": ZeRO-1
+        self.shards: list[list[str]] | None = None
         self.ratios = [r / sum(ratios) for r in ratios]
         self.rows = split_rows(self.ratios, int(self.inputs[0].shape[0]))
         self.rebalance = rebalance
@@ -75,7 +79,9 @@ class DistTrainer:
             train = build_train_graph(capture_joint(self.model, local, self.name), self.opt_spec)
             step = GradientStep(train, self.backend, allow_fallback=self.allow_fallback)
             if with_optimizer:
-                self.optimizer = OptimizerStep(train)
+                if self.shard:
+                    self.shards = shard_parameters(train, self.world)
+                self.optimizer = OptimizerStep(train, shard=self.shards[self.rank] if self.shards else None)
             elif self._steps:
                 step.set_parameters(self.params)
             self._steps[n] = step
@@ -105,14 +111,33 @@ class DistTrainer:
             at += size
         return out
 
+    def _gather_shards(self, params: dict) -> dict:
+        """All-gather the shards' new values (padded to the largest shard) into every parameter."""
+        size = {n: params[n].size for n in params}
+        longest = max(sum(size[n] for n in names) for names in self.shards)
+        mine = np.zeros(longest, np.float32)
+        flat = [params[n].reshape(-1) for n in self.shards[self.rank]]
+        if flat:
+            cat = np.concatenate(flat).astype(np.float32)
+            mine[:cat.size] = cat
+        parts = self._collective("all-gather of the parameter shards", self.comm.all_gather,
+                                 self.backend.memory.to_device(mine))
+        out = dict(params)
+        for r, names in enumerate(self.shards):
+            host, at = np.asarray(self.backend.memory.to_host(parts[r])), 0
+            for n in names:
+                out[n] = host[at:at + size[n]].reshape(params[n].shape).astype(params[n].dtype)
+                at += size[n]
+        return out
+
     def _all_reduce(self, what: str, host: np.ndarray) -> np.ndarray:
         native = self.backend.memory.to_device(host)
         return np.asarray(self.backend.memory.to_host(self._collective(what, self.comm.all_reduce, native)))
 
-    def _device_seconds(self, gs: GradientStep, local: tuple):
+    def _device_seconds(self, gs: GradientStep, local: tuple, *hooks):
         """Run the gradient step once; (loss, grads, device seconds on the backend's clock, slowdown)."""
         timer = _Timer()
-        with gs.executor.hooked(timer):
+        with gs.executor.hooked(timer, *hooks):
             loss, grads = gs.run(local)
         seconds = timer.ns / 1e9
         slowdown = self.thermal.advance(seconds) if self.thermal else 1.0
@@ -152,12 +177,22 @@ class DistTrainer:
         rows = list(self.rows)
         weight = rows[self.rank] / sum(rows)
         gs = self._gradient_step(rows[self.rank])
-        loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch))
+        names = gs.names
+        buckets = None
+        if self.overlap:
+            from .buckets import GradientBuckets
+            buckets = GradientBuckets(gs, weight, self.bucket_bytes, {n: self.params[n].size for n in names})
+        loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch),
+                                                               *([buckets] if buckets else []))
         t_comm = time.perf_counter()
         marks.append(self.now())
-        names = gs.names
-        bucket = np.concatenate([grads[n].reshape(-1) for n in names]).astype(np.float32) * np.float32(weight)
-        reduced = self._all_reduce("all-reduce of the gradients", bucket)
+        if buckets is not None:      # most buckets went out during backward: wait for the rest
+            full, exposed = self._collective("all-reduce of the gradient buckets", buckets.finish, grads)
+            reduced = np.concatenate([full[n].reshape(-1) for n in names])
+        else:
+            bucket = np.concatenate([grads[n].reshape(-1) for n in names]).astype(np.float32) * np.float32(weight)
+            reduced = self._all_reduce("all-reduce of the gradients", bucket)
+            exposed = time.perf_counter() - t_comm
         # loss, and every rank's time, slowdown and temperature in one small float64 sum: each rank
         # fills its own slots, so every rank learns them all and takes the same re-balancing decision
         w = self.world
@@ -172,6 +207,8 @@ class DistTrainer:
             full[n] = reduced[at:at + grads[n].size].reshape(grads[n].shape)
             at += grads[n].size
         self.params = self.optimizer.run(full)
+        if self.shards:              # each rank updated its shard: everyone gets everyone's
+            self.params = self._gather_shards(self.params)
         gs.set_parameters(self.params)
         marks.append(self.now())
         digest = self.digest()
@@ -185,7 +222,9 @@ class DistTrainer:
         record = {"kind": "step", "step": self.step_index, "rank": self.rank, "world_size": self.world,
                   "backend": self.specs[self.rank], "loss": float(info[0]), "local_loss": loss, "rows": rows,
                   "ratios": [round(r, 4) for r in self.ratios], "device_seconds": times,
-                  "comm_seconds": comm_s, "step_seconds": time.perf_counter() - t_start,
+                  "comm_seconds": comm_s, "exposed_gradient_comm_seconds": exposed,
+                  "buckets": buckets.buckets if buckets else 1,
+                  "optimizer_state_bytes": self.optimizer.state_bytes(), "step_seconds": time.perf_counter() - t_start,
                   "digest": digests[self.rank], "digests": digests, "identical": identical, "spans": spans}
         if self.thermal:
             record["thermal"] = {**self.thermal.sample(), "slowdown": slowdown}
@@ -211,6 +250,21 @@ class DistTrainer:
 
     def parameters(self) -> dict[str, np.ndarray]:
         return dict(self.params)
+
+
+def shard_parameters(train, world: int) -> list[list[str]]:
+    """ZeRO-1's partition: parameters to ranks, largest first onto the least loaded rank (the same on every
+    rank: it depends only on the graph)."""
+    joint = train.joint
+    names = [n for n in joint.param_slots if n in joint.grad_slots]
+    sizes = {n: int(np.prod(joint.graph.slot_meta[joint.param_slots[n]].shape or (1,))) for n in names}
+    shards: list[list[str]] = [[] for _ in range(world)]
+    load = [0] * world
+    for n in sorted(names, key=lambda n: (-sizes[n], names.index(n))):
+        r = min(range(world), key=lambda r: (load[r], r))
+        shards[r].append(n)
+        load[r] += sizes[n]
+    return [[n for n in names if n in set(s)] for s in shards]
 
 
 def _spans(marks: list[int], device_s: float) -> list[list]:
