@@ -33,6 +33,7 @@ import torch
 
 from opscope.runtime import backends, models
 from opscope.runtime.capture import capture
+from opscope.runtime.step_clock import StepClock
 from opscope.runtime.dtypes import to_torch
 from opscope.runtime.errors import OpscopeError, UsageError
 from opscope.runtime.executor import Executor, compile_plan
@@ -44,6 +45,9 @@ SETTLE_CONTENDERS = 3      # the default plus the two fastest other configuratio
 SETTLE_ROUNDS = 4          # at most this many extra rounds of measurements
 MATRIX_OPS = ("linear", "matmul", "bmm", "addmm", "baddbmm", "conv2d", "conv1d", "scaled_dot_product_attention")
 MIN_COSINE = 0.999
+# a winner that moves the outputs more than this (max abs error vs the default's) changes the
+# model's numbers, not only its speed: adopted only when the user says so (--accept-precision-loss)
+PRECISION_TOLERANCE = 1e-4
 
 
 class Tuner:
@@ -118,7 +122,7 @@ class Tuner:
             simulated = getattr(backend.clock, "simulated", False)
             times, outs = [], None
             for r in range(self.repeats + 1):
-                clock = _SimTime() if simulated else None
+                clock = StepClock() if simulated else None
                 t0 = time.perf_counter()
                 if clock:
                     with executor.hooked(clock):
@@ -155,16 +159,6 @@ def model_dtype(model) -> str:
     return "float32"
 
 
-class _SimTime:
-    """Sums the simulated device time of a step (sim backends' clock is the roofline, not the host)."""
-
-    def __init__(self):
-        self.seconds = 0.0
-
-    def after_op(self, call):
-        self.seconds += (call.end_ns - call.start_ns) / 1e9
-
-
 def _matrix_in(backend, dtype):
     """Run the backend's matrix ops in `dtype` (inputs cast in, outputs cast back): a per-op-class
     dtype knob that needs no change to the model. Done per backend instance, in the tuner only."""
@@ -184,9 +178,18 @@ def _matrix_in(backend, dtype):
     backend.prepare = tuned
 
 
+def _lossy(row: dict | None) -> bool:
+    e = (row or {}).get("error") or {}
+    return bool(e) and not e.get("max_abs", 0.0) <= PRECISION_TOLERANCE
+
+
 def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 3, use_cache: bool = True,
-         min_cosine: float = MIN_COSINE, progress=None) -> dict:
-    """Search, measure, cache. `progress(done, total, trial)` is called after every trial."""
+         min_cosine: float = MIN_COSINE, progress=None, accept_precision_loss: bool = False) -> dict:
+    """Search, measure, cache. `progress(done, total, trial)` is called after every trial.
+
+    The fastest configuration is adopted only if its outputs stay within PRECISION_TOLERANCE of the
+    default's, or with `accept_precision_loss`; otherwise the fastest that does stay is, and the
+    lossy one is reported (and kept in the cache entry, so accepting it later runs no trials)."""
     if budget < 1:
         raise UsageError(f"--budget {budget}: give at least 1 trial (trial 0 is the default configuration)")
     if repeats < 1:
@@ -198,9 +201,12 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
             "knobs": knobs}
     if use_cache:
         hit = tuning_cache.get(key)
+        if hit is not None and accept_precision_loss and hit.get("lossy"):
+            hit = _adopt_lossy(key, hit)
         if hit is not None:
             return {**base, "cache_hit": True, "trials_run": 0, "trials": [], "default": hit["default"],
-                    "best": hit["best"], "speedup": hit["speedup"], "cache_path": str(tuning_cache.cache_path())}
+                    "best": hit["best"], "speedup": hit["speedup"], "lossy": hit.get("lossy"),
+                    "note": _lossy_note(hit), "cache_path": str(tuning_cache.cache_path())}
 
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -245,12 +251,18 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
             trials[0]["error"] if trials[0]["status"] == "failed" else "outputs not finite"
         raise UsageError(f"the default configuration of {model_spec} on {backend_spec} did not run: {why}")
     rounds = settle(tuner, trials)
-    best = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["seconds"])
+    ok = [t for t in trials if t["status"] == "ok"]
+    fastest = min(ok, key=lambda t: t["seconds"])
+    best = fastest if accept_precision_loss else min((t for t in ok if not _lossy(t)), key=lambda t: t["seconds"])
     default_row = trials[0]
     entry = {"default": {"config": default_row["config"], "seconds": default_row["seconds"]},
-             "best": {"config": best["config"], "seconds": best["seconds"], "error": best.get("error")},
+             "best": {"config": best["config"], "seconds": best["seconds"], "error": best.get("error"),
+                      "precision_loss_accepted": _lossy(best)},
              "speedup": default_row["seconds"] / best["seconds"] if best["seconds"] else 1.0,
              "trials": len(trials), "settle_rounds": rounds, "created": time.time(), "key_parts": parts}
+    if fastest is not best:         # faster, but it changes the numbers: shown, not adopted
+        entry["lossy"] = {"config": fastest["config"], "seconds": fastest["seconds"], "error": fastest.get("error"),
+                          "speedup": default_row["seconds"] / fastest["seconds"] if fastest["seconds"] else 1.0}
     kept = tuning_cache.get(key)
     # speed-ups, not seconds, are compared: each is measured against its own default, on its own day
     if kept is not None and kept["speedup"] > entry["speedup"] and kept["best"]["config"] != entry["best"]["config"]:
@@ -264,7 +276,26 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
     tuning_cache.put(key, entry)
     return {**base, "cache_hit": False, "trials_run": len(trials), "trials": trials, "default": entry["default"],
             "best": entry["best"], "speedup": entry["speedup"], "kept_cached": False, "settle_rounds": rounds,
-            "cache_path": str(tuning_cache.cache_path())}
+            "lossy": entry.get("lossy"), "note": _lossy_note(entry), "cache_path": str(tuning_cache.cache_path())}
+
+
+def _adopt_lossy(key: str, entry: dict) -> dict:
+    """--accept-precision-loss on a cached search: its faster, lossy configuration becomes the winner."""
+    lossy = entry.pop("lossy")
+    entry = {**entry, "best": {"config": lossy["config"], "seconds": lossy["seconds"], "error": lossy["error"],
+                               "precision_loss_accepted": True}, "speedup": lossy["speedup"]}
+    tuning_cache.put(key, entry)
+    return entry
+
+
+def _lossy_note(entry: dict) -> str:
+    lossy = entry.get("lossy")
+    if not lossy:
+        return ""
+    e = lossy.get("error") or {}
+    return (f"not adopted: {_fmt_cfg(lossy['config'])} is faster ({lossy['speedup']:.2f}x) but changes the outputs "
+            f"(max abs err {e.get('max_abs', float('nan')):.2e} > {PRECISION_TOLERANCE:g} vs the default's); "
+            "--accept-precision-loss adopts it")
 
 
 def settle(tuner: Tuner, trials: list[dict], *, contenders: int = SETTLE_CONTENDERS,
@@ -306,7 +337,22 @@ def cached_best(session) -> dict | None:
     hit = tuning_cache.get(key)
     if hit is None or hit["best"]["config"] == hit["default"]["config"] or hit["speedup"] <= 1.0:
         return None
-    return {"cache_key": key, "config": hit["best"]["config"], "speedup": hit["speedup"]}
+    if _lossy(hit["best"]) and not hit["best"].get("precision_loss_accepted"):
+        return None             # an entry from before the precision check: never switch numbers unasked
+    return {"cache_key": key, "config": hit["best"]["config"], "speedup": hit["speedup"],
+            "default": hit["default"]["config"], "error": hit["best"].get("error")}
+
+
+def applied_line(best: dict) -> str:
+    """What `run` and `profile` print: each tuned setting applied, from what, and what it costs."""
+    default = best.get("default") or {}
+    changes = ", ".join(f"{k} {default[k]} -> {v}" if k in default and default[k] != v else f"{k} {v}"
+                        for k, v in best["config"].items() if default.get(k) != v) or _fmt_cfg(best["config"])
+    e = best.get("error") or {}
+    cost = (f"; outputs max abs err {e['max_abs']:.2e} vs the default's (precision loss accepted)"
+            if _lossy(best) else "")
+    return (f"tuned settings applied: {changes} ({best['speedup']:.2f}x in `opscope tune`{cost}); "
+            "--no-tune runs the default")
 
 
 def open_tuned_session(model_spec: str, backend_spec: str, *, allow_fallback: bool = True, use_tuned: bool = True):
@@ -335,6 +381,5 @@ def open_tuned_session(model_spec: str, backend_spec: str, *, allow_fallback: bo
         plan = compile_plan(graph, backend, allow_fallback=allow_fallback)
         s = Session(model_spec, s.model, s.inputs, graph, backend, plan, Executor(plan), s.capture_seconds,
                     chunks=chunks, run_inputs=shaped(s.model, s.inputs, 1, dtype)[1])
-    says = (f"using the tuned configuration {_fmt_cfg(config)} ({best['speedup']:.2f}x in `opscope tune`; "
-            "--no-tune runs the default)")
+    says = applied_line(best)
     return s, {**best, "says": says}

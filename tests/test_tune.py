@@ -116,7 +116,7 @@ def test_run_uses_the_cached_winner_and_says_so(cli):
     tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
     r = cli("run", "demo:mlp", "--backend", "numpy")
     assert r.returncode == 0, r.stderr
-    assert "using the tuned configuration chunks=2 (3.00x in `opscope tune`" in " ".join(r.stdout.split())
+    assert "tuned settings applied: chunks 1 -> 2 (3.00x in `opscope tune`" in " ".join(r.stdout.split())
     doc = json.loads(cli("run", "demo:mlp", "--backend", "numpy", "--json").stdout)
     assert doc["tuned"]["config"] == {"chunks": 2} and doc["max_abs_err"] <= 1e-5     # chunked, same numbers
     plain = cli("run", "demo:mlp", "--backend", "numpy", "--no-tune", "--json")
@@ -128,8 +128,37 @@ def test_profile_uses_the_cached_winner_and_says_so(cli):
     tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
     r = cli("profile", "demo:mlp", "--backend", "numpy", "--steps", "1")
     assert r.returncode == 0, r.stderr
-    assert "using the tuned configuration chunks=2" in " ".join(r.stdout.split())
+    assert "tuned settings applied: chunks 1 -> 2" in " ".join(r.stdout.split())
     doc = json.loads(cli("profile", "demo:mlp", "--backend", "numpy", "--json").stdout)
     assert doc["tuned"]["config"] == {"chunks": 2}
     plain = json.loads(cli("profile", "demo:mlp", "--backend", "numpy", "--no-tune", "--json").stdout)
     assert plain["tuned"] is None
+
+
+def test_a_winner_that_changes_the_numbers_is_adopted_only_when_accepted(cli):
+    """A tune that found float16 faster on a sim chip: the outputs move (max abs err > 1e-4), so the
+    default stays the winner and the faster one is shown; --accept-precision-loss adopts it from the
+    cache (no trials), and `run` then says which settings it applied and what they cost."""
+    r = cli("tune", "demo:mlp", "-b", "sim:npu-a1", "--budget", "3", "--repeats", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    assert first["best"]["config"] == first["default"]["config"]               # the numbers did not change
+    assert first["lossy"]["config"]["dtype"] in ("float16", "bfloat16") and first["lossy"]["speedup"] > 1.0
+    assert first["lossy"]["error"]["max_abs"] > 1e-4 and "--accept-precision-loss" in first["note"]
+    plain = json.loads(cli("run", "demo:mlp", "-b", "sim:npu-a1", "--json").stdout)
+    assert plain["tuned"] is None                                             # run stays on the default
+    r = cli("tune", "demo:mlp", "-b", "sim:npu-a1", "--accept-precision-loss", "--json")
+    second = json.loads(r.stdout)
+    assert second["cache_hit"] and second["best"]["config"] == first["lossy"]["config"]
+    r = cli("run", "demo:mlp", "-b", "sim:npu-a1")
+    said = " ".join(r.stdout.split())
+    assert f"tuned settings applied: dtype float32 -> {first['lossy']['config']['dtype']}" in said
+    assert "precision loss accepted" in said
+
+
+def test_an_old_cache_entry_with_a_lossy_winner_is_not_applied(cli):
+    """Entries written before the precision check (bfloat16, max abs err 1.07e-2) never switch a run's numbers."""
+    entry = _entry({"chunks": 2}, 3.0)
+    entry["best"]["error"] = {"max_abs": 1.07e-2, "cosine": 0.9999}
+    tuning_cache.put(_mlp_key(), entry)
+    assert json.loads(cli("run", "demo:mlp", "--backend", "numpy", "--json").stdout)["tuned"] is None

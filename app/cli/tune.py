@@ -14,6 +14,9 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per trial (the median counts)")
     p.add_argument("--no-cache", action="store_true",
                    help="measure even when the cache has an answer (a worse result never replaces a better cached one)")
+    p.add_argument("--accept-precision-loss", action="store_true",
+                   help="adopt the fastest configuration even when it changes the outputs (max abs err vs the "
+                        "default's over 1e-4: a lower dtype); without it such a winner is shown, not adopted")
     add_json(p)
     p.set_defaults(func=main)
 
@@ -35,7 +38,8 @@ def main(args) -> int:
             bar.update(task, completed=done, description=f"{args.model} on {args.backend}: trial {done} {secs}")
 
         result = tune(args.model, args.backend, budget=args.budget, repeats=args.repeats,
-                      use_cache=not args.no_cache, progress=progress)
+                      use_cache=not args.no_cache, progress=progress,
+                      accept_precision_loss=args.accept_precision_loss)
     if args.json:
         emit_json(result)
         return 0
@@ -54,8 +58,9 @@ def main(args) -> int:
         console.print(f"        outputs vs the default's: max abs err {e['max_abs']:.2e}, cosine {e['cosine']:.6f}")
     if result.get("note"):
         console.print(say("[yellow]{}[/]", result["note"]))
-    elif result["cache_hit"] or result["speedup"] > 1.0:
-        console.print("`opscope run` and `opscope profile` use the best configuration (--no-tune to opt out)")
+    if not result.get("kept_cached") and (result["cache_hit"] or result["speedup"] > 1.0):
+        console.print("`opscope run` and `opscope profile` use the best configuration and say so "
+                      "(--no-tune to opt out)")
     return 0
 
 
