@@ -104,6 +104,13 @@ def main(args) -> int:
     console.print(accuracy_line(err))
     console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
                         justify_right={"nodes"}))
+    if rep.get("regions"):       # a compiler stack's regions (runtime/regions.py): the edges are the only copies
+        console.print(table("regions", ["region", "backend", "nodes", "in", "out"],
+                            [[g["name"], g["backend"], g["nodes"], fmt_bytes(g["input_bytes"]),
+                              fmt_bytes(g["output_bytes"])] for g in rep["regions"]], justify_right={"nodes", "in", "out"}))
+    if rep.get("left_out"):
+        console.print(table("left out of regions", ["node", "op", "why"],
+                            [[o["node"], o["op"], o["reason"]] for o in rep["left_out"]]))
     if rep["fallback_ops"]:
         console.print(table("fell back", ["op", "nodes", "to", "why"],
                             [[f["op"], f["nodes"], f["backend"], f["reason"]] for f in rep["fallback_ops"]]))
