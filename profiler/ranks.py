@@ -77,7 +77,18 @@ class Ranks:
 
     @classmethod
     def of_run(cls, store, run_id: str) -> "Ranks":
-        return cls(store.events_frame(run_id, columns=COLUMNS), clock_of(store.get_run(run_id)))
+        return cls(store.events_frame(run_id, columns=COLUMNS + ["live_bytes"]), clock_of(store.get_run(run_id)))
+
+    def memory(self) -> list[dict]:
+        """Per rank: the peak of the live bytes its events recorded, or None where its events carry none
+        (a hybrid run's step spans, an import without memory): unknown, never a made-up '0 B'."""
+        f = self.frame
+        if "live_bytes" not in f:
+            return []
+        peak: dict[int, int] = {}
+        for rank, live in zip(np.asarray(f["rank"]).tolist(), np.asarray(f["live_bytes"]).tolist()):
+            peak[int(rank)] = max(peak.get(int(rank), 0), int(live or 0))
+        return [{"rank": r, "peak_live_bytes": peak[r] or None} for r in sorted(peak)]
 
     def temporal_breakdown(self) -> list[dict]:
         if self._breakdown is None:

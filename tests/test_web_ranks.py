@@ -32,14 +32,18 @@ def two_ranks(tmp_path_factory):
 def slowest_rank(store, run_id) -> int:
     """Worked out here from the events, apart from profiler/ranks.py: a collective ends when its last rank
     arrives, so per step the rank the others wait for spends the least time in collectives (the hybrid engine
-    runs them one after another, never under compute); the slowest is the rank that is so most often."""
+    runs them one after another, never under compute); the slowest is the one the others waited for longest."""
     f = store.events_frame(run_id, columns=["rank", "step", "op", "start_ns", "end_ns"])
     waits = Counter()
     for rank, step, op, s, e in zip(*(list(f[c]) for c in ("rank", "step", "op", "start_ns", "end_ns"))):
         waits[(int(step), int(rank))] += (int(e) - int(s)) if is_communication(op) else 0
     steps = sorted({s for s, _ in waits})
-    slow = [min((r for s2, r in waits if s2 == s), key=lambda r: waits[(s, r)]) for s in steps]
-    return Counter(slow).most_common(1)[0][0]
+    waited = Counter()          # per step the slow rank keeps the others waiting (their wait - its own)
+    for s in steps:
+        ranks = [r for s2, r in waits if s2 == s]
+        slow = min(ranks, key=lambda r: waits[(s, r)])
+        waited[slow] += max(waits[(s, r)] for r in ranks) - waits[(s, slow)]
+    return waited.most_common(1)[0][0]
 
 
 def text_of(tree) -> str:
@@ -80,6 +84,9 @@ def test_the_ranks_page_names_the_slow_rank_and_shows_both_ranks_per_step(two_ra
     named = text_of(find(resp["ranks-summary"]["children"], "ranks-slowest"))
     assert named.startswith(f"Slowest rank: rank {slow} ({['torch:cpu', 'numpy'][slow]})"), named
     assert "world size 2" in body and "rank 0 (torch:cpu)" in body and "rank 1 (numpy)" in body
+    assert "the others waited for it" in named and "waits least" not in named
+    assert text_of(find(resp["ranks-summary"]["children"], "ranks-clock")).startswith("Clock: wall")
+    assert "peak 1 B" not in body and "1 B" not in body    # per-rank memory: a real peak or unknown, never 1 B
     fig = find(resp["ranks-graph"]["children"], "ranks-breakdown")["props"]["figure"]
     filled = [t for t in fig["data"] if t.get("fill") == "toself"]
     assert [t["name"] for t in filled] == ["compute only", "compute + communication", "communication only", "idle"]

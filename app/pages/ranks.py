@@ -36,7 +36,7 @@ def register(app, data):
                 "This run has one rank. Profile several: `opscope train MODEL --hybrid torch:cpu=0.5,numpy=0.5` "
                 "(one process per share) or run under torchrun.")), None
         backends = _rank_backends(run)
-        return _summary(analysis, backends, world), _breakdown(rows, backends)
+        return _summary(analysis, backends, world, (run.get("config") or {}).get("dist")), _breakdown(rows, backends)
 
 
 def _rank_backends(run: dict) -> dict[int, str]:
@@ -48,29 +48,61 @@ def _rank_name(rank: int, backends: dict[int, str]) -> str:
     return f"rank {rank} ({backends[rank]})" if rank in backends else f"rank {rank}"
 
 
-def _summary(analysis: Ranks, backends: dict[int, str], world: int):
+_CLOCKS = {
+    "wall": "Clock: wall — every span measured on its host's monotonic clock (the ranks of one host share it).",
+    "simulated": "Clock: simulated — a described chip's compute spans last its simulated time while collectives "
+                 "are measured on the host, so waiting says nothing about which chip is slower: the slow rank is the "
+                 "one with the most compute."}
+
+
+def _bytes(n) -> str:
+    if not n:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _optimizer_state(report: dict) -> dict[int, int]:
+    """Optimizer-state bytes per rank from a hybrid run's last step (--shard optimizer divides them)."""
+    steps = report.get("steps") if isinstance(report, dict) else None
+    last = steps[-1] if isinstance(steps, list) and steps and isinstance(steps[-1], dict) else {}
+    state = last.get("optimizer_state_bytes") if isinstance(last.get("optimizer_state_bytes"), dict) else {}
+    return {int(k): int(v) for k, v in state.items() if str(k).isdigit() and isinstance(v, (int, float))}
+
+
+def _summary(analysis: Ranks, backends: dict[int, str], world: int, run_report: dict | None = None):
     summary = analysis.summary()
     slow_steps = analysis.slow_rank()
     overlap = {o["rank"]: o for o in analysis.overlap()}
     slowest = summary["slowest_rank"]
     times_slow = sum(1 for s in slow_steps if s["slow_rank"] == slowest)
-    lags = [float(s.get("lag_s") or 0.0) for s in slow_steps if s["slow_rank"] == slowest]
+    waited = {r["rank"]: r.get("others_waited_s", 0.0) for r in summary["ranks"]}
+    why = ("the others waited for it {} in all, the most of any rank; it was the slow rank in {} of {} steps."
+           if analysis.clock == "wall" else
+           "the most compute on the simulated clock ({} of waiting behind it); the slow rank in {} of {} steps.")
     head = html.P(id="ranks-slowest", className="ranks-slowest", children=[
-        "Slowest rank: ", html.Strong(_rank_name(slowest, backends)),
-        f" — the rank the others waited for in {times_slow} of {len(slow_steps)} steps (up to "
-        f"{ui.fmt_ns(max(lags) * 1e9)} in a collective); it waits least in communication."]) \
+        "Slowest rank: ", html.Strong(_rank_name(slowest, backends)), " — " +
+        why.format(ui.fmt_ns(waited.get(slowest, 0.0) * 1e9), times_slow, len(slow_steps))]) \
         if slowest is not None else None
+    memory = {m["rank"]: m["peak_live_bytes"] for m in analysis.memory()}
+    state = _optimizer_state(run_report)
     table_rows = []
     for r in summary["ranks"]:
         o = overlap.get(r["rank"], {})
         table_rows.append({"id": str(r["rank"]), "rank": _rank_name(r["rank"], backends), "steps": r["steps"],
                            "compute": r["compute_s"] * 1e9, "communication": r["communication_s"] * 1e9,
                            "idle": r["idle_s"] * 1e9, "overlap": o.get("overlap_ratio", 0.0),
-                           "slow": sum(1 for s in slow_steps if s["slow_rank"] == r["rank"])})
+                           "slow": sum(1 for s in slow_steps if s["slow_rank"] == r["rank"]),
+                           "waited": waited.get(r["rank"], 0.0) * 1e9,
+                           "memory": _bytes(memory.get(r["rank"])), "state": _bytes(state.get(r["rank"]))})
     per_rank = ui.table("ranks-table", [
         ("rank", "rank"), ("steps", "steps", ui.NUM), ("compute", "compute", ui.DURATION),
         ("communication", "communication", ui.DURATION), ("idle", "idle", ui.DURATION),
-        ("overlap", "communication under compute", ui.num(".0%")), ("slow", "steps as the slow rank", ui.NUM)],
+        ("overlap", "communication under compute", ui.num(".0%")), ("slow", "steps as the slow rank", ui.NUM),
+        ("waited", "the others waited for it", ui.DURATION), ("memory", "peak live memory"),
+        ("state", "optimizer state")],
         table_rows, row_classes={"row-slow": f"params.data.id === '{slowest}'"})
     steps = ui.table("ranks-steps", [
         ("step", "step", ui.NUM), ("rank", "slow rank"), ("compute", "its compute", ui.DURATION),
@@ -83,9 +115,13 @@ def _summary(analysis: Ranks, backends: dict[int, str], world: int):
     size = world or summary["world_size"]
     return html.Div([
         ui.card(f"Ranks · world size {size}", head, per_rank,
+                html.P(id="ranks-clock", className="muted", children=_CLOCKS[analysis.clock]),
                 html.P("Communication: collectives (all_reduce, all_gather, ...); compute: every other op; idle: "
                        "the rest of a rank's step window (first op's start to last op's end). A collective ends when "
-                       "its last rank arrives: the slow rank is the one that waits least in it.", className="muted")),
+                       "its last rank arrives, so in each step the slow rank is the one that waits least in it, and "
+                       "the others wait for it as long as they waited more; the slowest rank is the one they waited "
+                       "for longest in all. Memory: the peak live bytes its ops recorded (— where they recorded "
+                       "none).", className="muted")),
         ui.card("Slow rank per step", steps)])
 
 
