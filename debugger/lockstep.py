@@ -44,7 +44,7 @@ def significance(dtype: str, tolerance: float) -> float:
     """The local error above which an op introduced error of its own (never above the tolerance)."""
     try:
         eps = float(np.finfo(dtype).eps)
-    except TypeError:               # bfloat16 (numpy has no finfo for it) and non-float outputs
+    except (TypeError, ValueError):     # bfloat16 (numpy has no finfo for it), integer and bool outputs
         eps = 2.0 ** -7 if dtype == "bfloat16" else 0.0
     return min(tolerance, SIGNIFICANT_ULPS * eps) if eps else tolerance
 

@@ -84,3 +84,28 @@ def test_the_debugger_breaks_where_sub_tolerance_error_began(tmp_path):
         assert "more error than rounding" in ev.diff.verdict()
     finally:
         c.quit()
+
+
+ARGMAX = '''
+import torch
+from torch import nn
+
+
+class Pick(nn.Module):
+    def forward(self, x):
+        return torch.argmax(torch.tanh(x), dim=-1)       # an integer output: no epsilon to measure against
+
+
+def factory():
+    torch.manual_seed(0)
+    return Pick().eval(), (torch.randn(4, 8),)
+'''
+
+
+def test_an_integer_output_is_compared_not_a_crash(tmp_path):
+    """np.finfo(int64) raises ValueError: the significance of an integer op is its tolerance."""
+    from opscope.debugger.report import run_report
+    from opscope.runtime import open_session
+    report = run_report(open_session(write(tmp_path, "pick.py", ARGMAX) + ":factory", "numpy"), "numpy")
+    rows = {r.op: r for r in report.rows}
+    assert rows["argmax"].status == "pass" and not rows["argmax"].significant
