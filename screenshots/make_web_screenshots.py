@@ -166,6 +166,19 @@ def click_span(driver):
         click_point(driver, pt)
 
 
+def click_child(run_id: str, step: int = 1):
+    """Click the step's longest child of a region (an op as the stack's own profiler timed it), with a real mouse."""
+    def do(driver):
+        from opscope.profiler.store import RunStore
+        rows = RunStore().query("SELECT seq FROM events WHERE run_id = ? AND step = ? AND depth = 1 AND parent <> '' "
+                                "ORDER BY end_ns - start_ns DESC LIMIT 1", [run_id, step])
+        pt = rows and driver.execute_script("return window.opscopeTimeline.pointOf(arguments[0], arguments[1]);",
+                                            step, rows[0][0])
+        if pt:
+            click_point(driver, pt)
+    return do
+
+
 def find_next(times=2):
     """Enter in the timeline's find box, as a user walks the matches."""
     def do(driver):
@@ -233,6 +246,16 @@ def torch_profiler_import() -> str:
     return json.loads(out.stdout)["run_id"]
 
 
+def stack_region_run() -> str:
+    """demo:gpt on ONNX Runtime through `opscope profile`: one region per step, its ops beneath it as ONNX
+    Runtime's own profiler timed them; the run id."""
+    import json
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "opscope.app", "profile", "demo:gpt", "-b", "onnxruntime", "--steps",
+                          "2", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["run_id"]
+
+
 def shoot_ranks_and_optimize(driver, url, ranks: str, optimized: str) -> None:
     """web-ranks.png, web-timeline-ranks.png (both ranks' lanes and their collectives) and web-optimize.png."""
     shoot(driver, f"{url}/ranks?run={ranks}", "ranks")
@@ -243,9 +266,9 @@ def shoot_ranks_and_optimize(driver, url, ranks: str, optimized: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reuse", action="store_true", help="use the runs already in $OPSCOPE_HOME")
-    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, ranks, import")
+    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, ranks, import, region")
     args = ap.parse_args(argv)
-    only = set(filter(None, args.only.split(","))) or {"pages", "train", "ranks", "import"}
+    only = set(filter(None, args.only.split(","))) or {"pages", "train", "ranks", "import", "region"}
     if not args.reuse:
         os.environ["OPSCOPE_HOME"] = tempfile.mkdtemp(prefix="opscope-shots-")
     from opscope.app.web.server import create_app, start_in_thread
@@ -265,6 +288,8 @@ def main(argv=None) -> int:
         ranks, optimized = ranks_and_optimize_runs()
     if "import" in only:
         imported = torch_profiler_import()
+    if "region" in only:
+        region = stack_region_run()
     token = secrets.token_urlsafe()          # as `opscope serve` does; the pages strip it from the address bar
     app = create_app(token=token)
     srv, url = start_in_thread(app)
@@ -278,6 +303,8 @@ def main(argv=None) -> int:
             shoot_ranks_and_optimize(driver, url, ranks, optimized)
         if "import" in only:        # annotations, ops, Python stacks and live bytes; a step, so ops are wide
             shoot(driver, f"{url}/timeline?run={imported}&step=1", "timeline-import", click_span)
+        if "region" in only:        # a compiler stack's region with its per-op children beneath it
+            shoot(driver, f"{url}/timeline?run={region}&step=1", "timeline-region", click_child(region))
         if "pages" not in only:
             return 0
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))

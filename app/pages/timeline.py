@@ -256,7 +256,8 @@ def register(app, data):
                 ("node", ev["node"]),
                 ("launched by", ev["module"] or "unknown") if ev["op"] in DEVICE_OPS else
                 ("module path", ev["module"] or "(top level)"),
-                ("source line", ev["source"] or "unknown"),
+                ("source line", ev["source"] or "unknown") if not ev.get("parent") else ("stack's op", ev["source"]),
+                *([("inside", ev["parent"]), ("timed by", ev["clock"])] if ev.get("parent") else []),
                 *_members(data, status["run"], ev),
                 ("backend", f"{ev['backend']} · {ev['device'] or ''} · thread {ev['thread']}"),
                 ("step · seq", f"{ev['step']} · {ev['seq']}"),

@@ -13,7 +13,7 @@ import numpy as np
 
 from opscope.profiler import stats
 from opscope.profiler.importers.kineto import DEVICE_OPS
-from opscope.profiler.store import run_description
+from opscope.profiler.store import _selectable, run_description
 from opscope.runtime.errors import UsageError
 
 from . import timeline
@@ -225,6 +225,11 @@ class WebData:
             stacks = con.execute(f"SELECT t_ns, dur_ns, depth, frame FROM stacks WHERE run_id = ? "
                                  f"ORDER BY {_STACK_ORDER}", [rid]).fetchall()
             notes = self._annotations(con, rid)
+            # a compiler stack's per-op spans beneath its regions: their lane is named by the stack's profiler
+            stack_lanes = dict(((b, d, t, p), c.split(" (")[0]) for b, d, t, p, c in con.execute(
+                f"""SELECT * FROM (SELECT DISTINCT backend, device, thread, {lane},
+                    {_selectable(con, "events", ["clock"])[0]} FROM events WHERE run_id = ?) WHERE clock <> ''""",
+                [rid]).fetchall())
         threads = {(r, b, d, t) for r, _c, b, d, t, _ in tracks}
         by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # name threads only when they differ
         ranked = len({r for r, *_ in tracks}) > 1
@@ -237,7 +242,7 @@ class WebData:
         labels = bands + [f"{_track_label(b, d, t, by_thread)} · {fam}" if k == 0 or lanes[k - 1][:4] != lane[:4]
                           else f"↳ {fam} depth {lane[4]}" for k, lane in enumerate(lanes) for b, d, t, fam, _dp in [lane]]
         labels += [_track_label(b, d, t, by_thread, rank=r if ranked else None, comm=c) if not p
-                   else f"↳ depth {p}" for r, c, b, d, t, p in tracks]
+                   else f"↳ {stack_lanes.get((b, d, t, p)) or f'depth {p}'}" for r, c, b, d, t, p in tracks]
         clocks = [None] * len(bands) + [_clock(d) for _b, d, _t, _f, _dp in lanes]
         clocks += [_clock(d) for *_k, d, _t, _p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
@@ -397,9 +402,10 @@ class WebData:
     def event(self, run_id: str, step: int, seq: int) -> dict | None:
         cols = ["step", "seq", "op", "node", "module", "source", "backend", "device", "thread", "start_ns", "end_ns",
                 "input_shapes", "input_dtypes", "output_shapes", "output_dtypes", "bytes", "flops", "fallback",
-                "live_bytes"]
-        rows = self.store.query(f"SELECT {', '.join(cols)} FROM events WHERE run_id = ? AND step = ? AND seq = ? "
-                                "LIMIT 1", [run_id, int(step), int(seq)])
+                "live_bytes", "parent", "clock"]
+        with self.store.connect(read_only=True) as con:    # parent, clock: '' in a store older than them
+            rows = con.execute(f"SELECT {', '.join(_selectable(con, 'events', cols))} FROM events WHERE run_id = ? "
+                               "AND step = ? AND seq = ? LIMIT 1", [run_id, int(step), int(seq)]).fetchall()
         return dict(zip(cols, rows[0])) if rows else None
 
     def stack_frame(self, run_id: str, row: int) -> dict | None:
@@ -565,7 +571,8 @@ def _track_label(backend, device, thread, by_thread: bool, rank: int | None = No
     if comm:
         return _track_label(backend, device, thread, by_thread) + " · communication"
     label = backend or "?"
-    stream = ":" in (device or "") and device.split(":")[0] == backend   # "cuda" on "cuda:0": a GPU stream (imports)
+    # "cuda" on "cuda:0": a GPU stream (imports); a stack's device (onnxruntime:CPUExecutionProvider) is no stream
+    stream = ":" in (device or "") and device.split(":")[0] == backend and device.split(":")[1][:1].isdigit()
     if stream:
         label = device
     elif device and device not in label:
