@@ -104,3 +104,22 @@ def test_advise_apply_of_fusion_advice_reports_estimate_and_measured_gain(cli, t
     measured = doc.get("measured_gain", doc.get("measured", {}))
     secs = measured.get("seconds") if isinstance(measured, dict) else None
     assert est > 0 and secs is not None and secs > 0            # fusion paid off on the chip's clock
+
+
+def test_optimize_never_overwrites_a_plan_unasked(cli, tmp_path, opscope_home):
+    """A gpt.opsplan the user compiled is refused (one line, exit 2, the file byte-identical) without
+    --force; the default plan goes beside the run store, not into the working folder."""
+    mine = tmp_path / "gpt.opsplan"
+    mine.write_bytes(b"the user's own plan")
+    r = cli("optimize", "demo:mlp", "-b", "numpy", "-o", mine)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--force" in r.stderr
+    assert mine.read_bytes() == b"the user's own plan"
+    r = cli("optimize", "demo:mlp", "-b", "numpy", "--cycles", "1", "--steps", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]
+    assert plan == str(opscope_home / "plans" / "mlp.opsplan")
+    r = cli("optimize", "demo:mlp", "-b", "numpy", "--cycles", "1", "--steps", "1")
+    assert r.returncode == 2 and "mlp.opsplan already exists" in r.stderr
+    r = cli("optimize", "demo:mlp", "-b", "numpy", "--cycles", "1", "--steps", "1", "-o", mine, "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    assert mine.read_bytes() != b"the user's own plan"

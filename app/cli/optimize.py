@@ -17,8 +17,9 @@ def register(sub) -> None:
     p.add_argument("--cycles", type=int, default=3, help="at most this many apply-and-measure cycles")
     p.add_argument("--suite", metavar="FILE", help="a file listing model specs, one a line (# comments): "
                                                    "optimize each, MODEL is ignored")
-    p.add_argument("--output", "-o", metavar="FILE.opsplan", help="the plan to write (default: MODEL.opsplan "
-                                                                   "in the current folder)")
+    p.add_argument("--output", "-o", metavar="FILE.opsplan", help="the plan to write (default: "
+                                                                   "$OPSCOPE_HOME/plans/MODEL.opsplan, beside the run store)")
+    p.add_argument("--force", action="store_true", help="replace a plan file that already exists")
     p.add_argument("--steps", type=int, default=2, help="measured steps per configuration")
     add_json(p)
     p.set_defaults(func=main)
@@ -31,9 +32,13 @@ def main(args) -> int:
     backends.resolve(args.backend)                       # a bad backend fails before any model loads
     output_path(args.output)                             # so does an output in a folder that does not exist
     specs = _suite(args.suite) if args.suite else [args.model]
+    outs = [args.output if args.output and len(specs) == 1 else _default_plan(spec, args.output) for spec in specs]
+    for out in outs:                                     # a plan the user compiled is never replaced unasked
+        if Path(out).exists() and not args.force:
+            raise UsageError(f"plan {out} already exists: give --force to replace it, or -o OTHER.opsplan")
     docs = []
-    for spec in specs:
-        out = args.output if args.output and len(specs) == 1 else _default_plan(spec, args.output)
+    for spec, out in zip(specs, outs):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         docs.append(optimize(spec, args.backend, cycles=args.cycles, steps=args.steps, output=out))
     if args.json:
         emit_json(docs[0] if len(docs) == 1 else {"suite": args.suite, "models": docs})
@@ -55,8 +60,11 @@ def _suite(path) -> list[str]:
 
 
 def _default_plan(spec: str, folder) -> str:
+    """Beside the run store (never the working folder, where a user's own MODEL.opsplan may be), or
+    beside -o for a suite."""
+    from opscope.runtime.home import opscope_home
     name = spec.replace("demo:", "").rsplit("/", 1)[-1].replace(".py:", "-").replace(":", "-")
-    base = Path(folder).parent if folder else Path(".")
+    base = Path(folder).parent if folder else opscope_home() / "plans"
     return str(base / f"{name}.opsplan")
 
 
