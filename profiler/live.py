@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 from opscope.runtime.errors import ModelError, UsageError
@@ -71,6 +72,17 @@ def _check(model_spec, backend_spec, steps, warmup, engine, train=None, capture=
     return backend
 
 
+_LIVE: weakref.WeakSet = weakref.WeakSet()     # the LiveRuns this process started
+
+
+def interrupt_all() -> None:
+    """Ctrl-C on the command (app/cli: the runners are killed next): every run still going is
+    stored as interrupted, not as failed by SIGKILL."""
+    for live in list(_LIVE):
+        if live.status == "running":
+            live._interrupted = True
+
+
 class LiveRun:
     """A run in progress in a runner process; the collector runs in a thread of this process."""
 
@@ -78,6 +90,8 @@ class LiveRun:
                  echo=None):
         self.store, self.run_id = store, run_id
         self.status = "running"
+        self._interrupted = False        # the user stopped it (Ctrl-C): stored as interrupted, not failed
+        _LIVE.add(self)
         self.error: str | None = None
         self.error_kind: str | None = None
         self.meta: dict = {}
@@ -173,6 +187,12 @@ class LiveRun:
             self.proc.send_signal(signal.SIGKILL)
         self.wait()
 
+    def interrupt(self) -> None:
+        """The user stopped the run (Ctrl-C): the model is killed and the run is stored as
+        "interrupted", its steps the ones whose events arrived (not the steps asked for)."""
+        self._interrupted = self.status == "running"
+        self.kill()
+
     # --- collector callbacks and the end of a run ----------------------------------------
     def _on_control(self, head: dict) -> None:
         kind = head["kind"]
@@ -244,6 +264,11 @@ class LiveRun:
             missing = stored_shortfall(self.store, self.run_id, end["events"], self.collector.dropped)
         if missing:
             status, error = ("incomplete", missing) if status == "ok" else (status, f"{error}; {missing}")
+        if self._interrupted and status != "ok":
+            kept = self.store.query("SELECT count(DISTINCT step) FROM events WHERE run_id = ?", [self.run_id])[0][0]
+            asked = self.store.get_run(self.run_id).get("steps")
+            status, error = "interrupted", f"interrupted by the user (Ctrl-C): {kept} of {asked} steps kept"
+            self.store.update_run(self.run_id, steps=int(kept or 0), config={"steps_asked": asked})
         self.store.update_run(self.run_id, config={"stream": notes})
         self._keep_py_spy()
         self._keep_log()

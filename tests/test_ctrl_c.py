@@ -112,7 +112,10 @@ def test_interrupted_profile_names_the_run_it_kept(tmp_path):
     run_id = runs[0]["run_id"]
     assert err.strip() == f"opscope: interrupted; kept run {run_id} (`opscope show {run_id}`)"
     kept = _check_store(home)[0]
-    assert kept["status"] == "failed" and kept["events"] > 0
+    # the user stopped it: interrupted (not "failed: killed by SIGKILL"), with the steps that arrived
+    assert kept["status"] == "interrupted" and kept["events"] > 0 and "of 100000 steps kept" in kept["error"]
+    held = RunStore(home / "runs.duckdb").query("SELECT count(DISTINCT step) FROM events WHERE run_id = ?", [run_id])
+    assert 1 <= kept["steps"] == held[0][0] < 100000
 
 
 @pytest.mark.parametrize("args", [["--help"], ["ops"], ["backends"], ["run", "--help"]])

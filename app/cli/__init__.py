@@ -332,6 +332,9 @@ def _close_live_runs(timeout: float = 15.0) -> list[str]:
     watchers = [t for t in threading.enumerate() if t.name.startswith("opscope-run-") and t.is_alive()]
     if not watchers:
         return []
+    live = sys.modules.get("opscope.profiler.live")
+    if live is not None:                # stored as interrupted (the user's Ctrl-C), not failed by SIGKILL
+        live.interrupt_all()
     try:
         import psutil
         for child in psutil.Process().children():

@@ -93,9 +93,11 @@ def main(args) -> int:
             live.kill()
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")
         if live.poll() == "running":       # Ctrl-C before the model finished: stop it, keep what arrived
-            live.kill()
+            live.interrupt()
+            run = store.get_run(live.run_id)
             print(f"opscope: interrupted: run {live.run_id} stopped before it ended "
-                  f"({live.events_received} events kept)", file=sys.stderr)
+                  f"({run['events']} events, {run['steps']} step(s) kept; `opscope show {live.run_id}`)",
+                  file=sys.stderr)
             return 130
         return 0 if live.status == "ok" else 1
     try:
