@@ -95,7 +95,7 @@ def decomposed_kernel(node, backend):
         for k, v in template[1].items():
             _tensors_of(v, kwargs.get(k), values)
         outs = sub.run(*values)
-        return outs[0] if len(outs) == 1 else outs
+        return outs if node.multi_output else outs[0]       # a list of one (meshgrid of one) stays a list
 
     cache[key] = run
     return run

@@ -25,8 +25,13 @@ class TorchMemory(MemoryManager):
         if not isinstance(buf, torch.Tensor):
             return np.asarray(buf)
         t = buf.detach()
+        if t.layout != torch.strided:            # sparse results (to_sparse) as the dense values they hold
+            t = t.to_dense()
+        t = t.resolve_conj().resolve_neg()       # numpy() refuses a lazily conjugated view (fft.ifft's result)
         if t.dtype == torch.bfloat16:
             t = t.float()
+        elif t.dtype == torch.complex32:         # numpy has no complex32: the same values, wider
+            t = t.to(torch.complex64)
         return t.cpu().numpy()
 
     def alloc(self, shape, dtype):
