@@ -134,12 +134,13 @@ def main(args) -> int:
     tuned = run["config"].get("tuned") if isinstance(run.get("config"), dict) else None
     if isinstance(tuned, dict) and tuned.get("says"):
         console.print(say("{}", tuned["says"]))
-    print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine})")
     st = step_time(store, run)
+    print_op_table(run, stats[:args.top], f"top ops of {run['model']} on {run['backend']} ({args.engine}; "
+                                          f"{st['clock']} clock)")
     if st["step_ns"] is not None:
-        console.print(say("step time: {:.3f} ms {} (median of {} step(s){})", st["step_ns"] / 1e6, st["clock"],
-                          run["steps"], "; the chip's clock: what run, train and optimize report"
-                          if st["clock"] == "simulated" else ""))
+        console.print(say("step time: {:.3f} ms {} ({}, median of {} step(s))", st["step_ns"] / 1e6, st["clock"],
+                          "the chip's clock: what run, train and optimize report" if st["clock"] == "simulated"
+                          else "its ops' host durations summed", run["steps"]))
     if args.train:
         print_phases(doc_phases, st["clock"])
     cap = run["config"].get("capture") if isinstance(run.get("config"), dict) else None
