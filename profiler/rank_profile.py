@@ -191,9 +191,7 @@ class RankProfile:
                 if row is None:
                     continue
                 per.setdefault(step, []).append(
-                    {**{c: row[idx[c]] for c in ("op", "node", "module", "source", "backend", "device", "depth",
-                                                  "input_shapes", "input_dtypes", "output_shapes", "output_dtypes",
-                                                  "bytes", "flops", "fallback", "phase", "fwd_node")},
+                    {**{c: row[i] for c, i in idx.items() if c in EVENT_COLUMNS and c != "step"},
                      "seq": seq, "start_ns": s, "end_ns": e, "live_bytes": live, "thread": thread})
         for i, (step, op, s, e, nbytes, source) in enumerate(sorted(self.comms, key=lambda c: c[2])):
             rows = per.setdefault(step, [])
@@ -201,7 +199,7 @@ class RankProfile:
             rows.append({"op": op, "node": f"{op}_{i}", "module": "", "source": source, "backend": "torch:cpu",
                          "device": "cpu", "depth": 0, "input_shapes": "[]", "input_dtypes": "[]",
                          "output_shapes": "[]", "output_dtypes": "[]", "bytes": nbytes, "flops": 0,
-                         "fallback": False, "phase": "communication", "fwd_node": "", "seq": seq, "start_ns": s,
+                         "fallback": False, "phase": "communication", "fwd_node": "", "parent": "", "clock": "", "seq": seq, "start_ns": s,
                          "end_ns": e, "live_bytes": 0, "thread": 1})
         out = {}
         for step, rows in per.items():

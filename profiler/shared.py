@@ -65,8 +65,9 @@ def event_types() -> dict[str, str]:
 
 
 def _scratch():
+    from .schema import MIGRATIONS
     con = duckdb.connect(":memory:")
-    for stmt in DDL:
+    for stmt in [*DDL, *MIGRATIONS]:       # the events table as a store has it now, added columns too
         con.execute(stmt)
     return con
 
