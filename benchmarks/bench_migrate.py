@@ -6,7 +6,10 @@ of 1-3k lines that mix model code, data loading and CUDA-heavy training loops; C
 start-up time (what `opscope migrate scan --help` costs), then files/s and lines/s for each --jobs,
 median of interleaved repeats.
 
-    python benchmarks/bench_migrate.py [--quick] [--repeat N]
+Then `migrate apply` (the CUDA -> HIP rewrite) on the real C/C++ corpus (tests/data/cuda-samples) against
+hipify-perl on the same files: lines/s of each and the ratio, in process and as commands (start-up included).
+
+    python benchmarks/bench_migrate.py [--quick] [--repeat N] [--hipify-perl PATH/TO/bin/hipify-perl]
 """
 from __future__ import annotations
 
@@ -231,11 +234,75 @@ def startup_seconds(repeat: int) -> float:
     return statistics.median(times)
 
 
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "cuda-samples"
+
+
+def bench_rewrite(repeat: int, hipify_perl: str | None, perl_limit: float = 120) -> None:
+    """apply's C/C++ rewrite vs hipify-perl, both over every file of the cuda-samples corpus."""
+    import shutil
+    from opscope.app.migrate.c_rewrite import rewrite_c
+    from opscope.app.migrate.rules import default_table
+    files = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".cu", ".cpp", ".h", ".cuh"))
+    texts = [p.read_text() for p in files]
+    lines = sum(t.count("\n") for t in texts)
+    table = default_table()
+    inproc = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for p, text in zip(files, texts):
+            rewrite_c(p.name, text, table)
+        inproc.append(time.perf_counter() - t)
+    ours = statistics.median(inproc)
+    print(f"C/C++ corpus: {len(files)} files, {lines:,} lines (tests/data/cuda-samples)")
+    print(f"migrate apply rewrite, in process: {ours:.3f} s  {lines / ours:,.0f} lines/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp, "t")
+        cmd_times = []
+        for _ in range(repeat):
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(CORPUS, tree)
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "opscope.app", "migrate", "apply", str(tree), "--write", "--json"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            cmd_times.append(time.perf_counter() - t)
+    cmd = statistics.median(cmd_times)
+    print(f"`opscope migrate apply --write` command: {cmd:.2f} s  {lines / cmd:,.0f} lines/s")
+    if not hipify_perl or not shutil.which("perl"):
+        print("hipify-perl: not compared (give --hipify-perl PATH, and perl on PATH)")
+        return
+    # per file, with a limit: hipify-perl's recursive launch patterns can take minutes on one header
+    done, perl_total = [], 0.0
+    for p, text in zip(files, texts):
+        t = time.perf_counter()
+        try:
+            subprocess.run(["perl", hipify_perl, str(p)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=perl_limit)
+        except subprocess.TimeoutExpired:
+            print(f"hipify-perl: {p.name} past {perl_limit:g} s, left out of both sides")
+            continue
+        perl_total += time.perf_counter() - t
+        done.append((p, text))
+    if not done:
+        return
+    n = sum(text.count("\n") for _, text in done)
+    t = time.perf_counter()
+    for p, text in done:
+        rewrite_c(p.name, text, table)
+    mine = time.perf_counter() - t
+    print(f"on the {len(done)} files hipify-perl finished ({n:,} lines): opscope {n / mine:,.0f} lines/s, "
+          f"hipify-perl {n / perl_total:,.1f} lines/s (one command per file, as hipconvertinplace runs it)")
+    print(f"lines/s ratio, opscope / hipify-perl: {perl_total / mine:,.0f}x in process")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smaller tree")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hipify-perl", default=os.environ.get("HIPIFY_PERL"),
+                    help="hipify-perl to compare the C/C++ rewrite with (github.com/ROCm/HIPIFY bin/hipify-perl; "
+                         "default $HIPIFY_PERL)")
     a = ap.parse_args()
+    bench_rewrite(a.repeat, a.hipify_perl)
     n_py, n_cu, n_plain = (12, 6, 6) if a.quick else (120, 60, 40)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

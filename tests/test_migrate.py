@@ -356,7 +356,9 @@ def test_json_csv_and_html_reports_are_valid(corpus, cli, tmp_path):
     assert doc["findings_total"] >= n and len(doc["findings"]) == doc["findings_total"]
     assert 0 <= doc["readiness"] < 100 and doc["files_scanned"] == len(CORPUS)
     cats = {c["category"]: c for c in doc["by_category"]}
-    assert cats["streams"]["unresolved"] == cats["streams"]["findings"] and cats["amp"]["unresolved"] == 0
+    streams = [f for f in doc["findings"] if f["category"] == "streams"]
+    assert all(not f["resolved"] for f in streams if f["language"] == "python") and cats["amp"]["unresolved"] == 0
+    assert all(f["resolved"] for f in streams if f["language"] == "c")       # apply renames them to hipStream*
     assert sum(f["findings"] for f in doc["by_file"]) == doc["findings_total"]
 
     r = cli("migrate", "scan", corpus, "--csv")
@@ -386,7 +388,8 @@ def test_readiness_score_rises_after_apply(corpus, cli):
     before = json.loads(cli("migrate", "scan", corpus, "--json").stdout)
     cli("migrate", "apply", corpus, "--write")
     after = json.loads(cli("migrate", "scan", corpus, "--json").stdout)
-    assert after["unresolved"] == before["unresolved"] > 0       # what apply cannot do is still reported
+    # what apply cannot do is still reported (C/C++ names with a HIP spelling are rewritten now)
+    assert 0 < after["unresolved"] <= before["unresolved"]
     assert after["readiness"] > before["readiness"]
     assert all(f["category"] not in ("amp", "random", "sync") for f in after["findings"] if f["file"] == "train.py")
     pkg = json.loads(cli("migrate", "scan", corpus / "pkg", "--json").stdout)
