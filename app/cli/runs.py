@@ -187,7 +187,9 @@ def main_show(args) -> int:
         console.print(say("[red]error:[/] {}", run["error"]))
     if run.get("dropped"):
         console.print(say("[yellow]{} events were dropped by the stream (the collector fell behind)[/]", run["dropped"]))
-    print_op_table(run, stats, f"per {args.by}" + (f", step {args.step}" if args.step is not None else ""), args.by)
+    # "name" is the trace's own name on an import; on opscope's own runs it is the op
+    by = "op" if args.by == "name" and run.get("engine") != "import" else args.by
+    print_op_table(run, stats, f"per {by}" + (f", step {args.step}" if args.step is not None else ""), by)
     return 0
 
 
