@@ -132,6 +132,10 @@ def test_readiness_says_it_is_not_verified(tmp_path, cli):
 
 SETUP = '''from setuptools import setup
 try:
+    from torch.utils.cpp_extension import CUDAExtension, CUDA_HOME
+except ImportError:
+    CUDAExtension = CUDA_HOME = None
+try:
     import torch
     USE_CUDA = torch.cuda.is_available() and torch.version.cuda is not None
     DEV = torch.device("cuda")
@@ -150,6 +154,8 @@ def test_setup_py_builds_in_a_venv_without_opscope(tmp_path):
     assert "opscope" not in text.replace("# opscope-migrate:", "")     # only suggestions, as comments
     assert "torch.cuda.is_available()" in text and "# opscope-migrate:" in text
     assert doc["rewritten"] == 0 and doc["manual"]
+    apis = {f["api"] for f in doc["manual"]}
+    assert {"torch.utils.cpp_extension.CUDAExtension", "torch.utils.cpp_extension.CUDA_HOME"} <= apis
     env_dir = tmp_path / "venv"            # a plain venv: setuptools (ensurepip's), no opscope, no system packages
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
     py = env_dir / "bin" / "python"

@@ -27,7 +27,7 @@ SKIP_DIRS = {"__pycache__", "node_modules", ".git", ".hg", ".svn", ".tox", ".ven
 # NOTE: a table row for a name that contains none of them needs its word here (a gloo script's
 # `DistributedDataParallel(model, device_ids=[rank])` never says cuda)
 _WORDS = (b"cuda", b"cudnn", b"nccl", b"cupy", b"apex", b"flash_attn", b"bitsandbytes", b"triton",
-          b"DistributedDataParallel")
+          b"DistributedDataParallel", b"CUDAExtension", b"CUDA_HOME")
 
 
 @dataclass
