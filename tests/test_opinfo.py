@@ -56,7 +56,8 @@ def test_cli_opinfo_json_and_table(cli):
     assert doc["ok"] and doc["backend"] == "numpy"
     by = {x["opinfo"]: x for x in doc["results"]}
     assert by["add"]["status"] == "pass" and by["topk"]["ops"] == ["topk"]
-    assert by["linalg.svd"]["status"] in ("unclaimed", "uncapturable")
+    # linalg_svd now captures under its own name (torch._decomp defines it) and numpy sends it to its fallback
+    assert by["linalg.svd"]["status"] in ("unclaimed", "uncapturable", "fallback")
     assert set(doc["summary"]) >= {"pass", "fallback", "refused", "wrong", "crash", "uncapturable", "unclaimed"}
 
     r = cli("backend", "check", "numpy", "--opinfos", "add,sort")
