@@ -84,6 +84,9 @@ def claim(node) -> bool | str:
     ok = _TAKES(node)
     if ok is not True:
         return ok
+    if node.op == "cumsum" and node.input_meta and getattr(node.input_meta[0], "dtype", None) == "bool":
+        # the exporter emits CumSum on the bool itself, which ORT refuses (transformers' GPT-2 mask does this)
+        return "cumsum of a bool tensor: ONNX Runtime's CumSum takes numbers only"
     name = node.target._schema.name
     exportable = _exportable()
     if exportable is not None and not exportable(name, OPSET):

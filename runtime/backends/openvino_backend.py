@@ -24,7 +24,8 @@ from .numpy_backend import NumpyMemory
 
 INSTALL = "pip install openvino (or opscope[openvino])"
 CLOCK = "openvino PERF_COUNT (per-layer durations, laid end to end from the region's start)"
-_TAKES = Claim()          # its dtypes leave float64 out
+_TAKES = Claim(refused=frozenset({"diff"}))   # its dtypes leave float64 out; its importer has no rule for aten::diff
+                                               # (transformers' GPT-2 mask uses it)
 
 
 def device(desc: Description) -> str:
