@@ -153,7 +153,7 @@ class StackRegistry:
 
     def kernel_for(self, node: Node) -> Callable:
         region = node.attrs["region"] if node.op == "region" else single(node)
-        program = self._compile(region)
+        program = _real_tensors(self._compile, region)
         if node.op == "region":
             return program
 
@@ -166,6 +166,17 @@ class StackRegistry:
         from .ops import OPS
         return sorted(n for n in OPS if n not in self.unsupported and n not in ("region", "transfer")
                       and (self.supported is None or n in self.supported))
+
+
+def _real_tensors(fn, *args):
+    """fn(*args) outside any fake-tensor mode: torch.compile calls a backend under its FakeTensorMode, in which
+    an exporter's tracing (ONNX, OpenVINO) and a copy to the stack (XLA) would see fake tensors."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:
+        return fn(*args)
+    with unset_fake_temporarily():
+        return fn(*args)
 
 
 def _flat(args):
@@ -277,9 +288,12 @@ def to_torch(region: Region):
         def __init__(self, node):
             super().__init__()
             self.node = node
+            # NOTE: a torch.compile graph may view a tensor that is contiguous only in AOTAutograd's own
+            # layout (a transpose's output there, not in the traced module): reshape computes the same values
+            self.target = torch.ops.aten.reshape.default if node.target is torch.ops.aten.view.default else node.target
 
         def forward(self, *args, **kwargs):
-            return self.node.target(*args, **kwargs)
+            return self.target(*args, **kwargs)
 
     class RegionModule(torch.nn.Module):
         def __init__(self):
