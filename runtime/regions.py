@@ -290,7 +290,9 @@ def to_torch(region: Region):
             self.node = node
             # NOTE: a torch.compile graph may view a tensor that is contiguous only in AOTAutograd's own
             # layout (a transpose's output there, not in the traced module): reshape computes the same values
-            self.target = torch.ops.aten.reshape.default if node.target is torch.ops.aten.view.default else node.target
+            # (OpenVINO's importer has no rule for _unsafe_view either)
+            views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+            self.target = torch.ops.aten.reshape.default if node.target in views else node.target
 
         def forward(self, *args, **kwargs):
             return self.target(*args, **kwargs)

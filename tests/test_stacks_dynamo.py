@@ -8,7 +8,7 @@ import opscope.runtime.dynamo  # noqa: F401  registers backend="opscope"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stack", ["onnxruntime", "xla"])
+@pytest.mark.parametrize("stack", ["onnxruntime", "openvino", "xla"])
 def test_torch_compile_on_a_stack_matches_eager(stack):
     pytest.importorskip({"xla": "jax"}.get(stack, stack))
     from opscope.runtime.demos.gpt import GPT

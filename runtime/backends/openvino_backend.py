@@ -24,8 +24,9 @@ from .numpy_backend import NumpyMemory
 
 INSTALL = "pip install openvino (or opscope[openvino])"
 CLOCK = "openvino PERF_COUNT (per-layer durations, laid end to end from the region's start)"
-_TAKES = Claim(refused=frozenset({"diff"}))   # its dtypes leave float64 out; its importer has no rule for aten::diff
-                                               # (transformers' GPT-2 mask uses it)
+# its dtypes leave float64 out; its importer has no rule for aten::diff (transformers' GPT-2 mask uses it), nor for
+# native_layer_norm and the CPU flash attention that torch.compile's graphs hold
+_TAKES = Claim(refused=frozenset({"diff", "native_layer_norm", "flash_attention"}))
 
 
 def device(desc: Description) -> str:
