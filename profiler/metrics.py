@@ -173,7 +173,7 @@ def prometheus_rules(rules, group: str = "opscope") -> str:
     import json
     q = json.dumps          # a JSON string is a YAML double-quoted scalar: no YAML library needed
     lines = ["# Prometheus alerting rules from opscope's alert rules (opscope monitor --export-rules prometheus).",
-             "# Scrape `opscope monitor --metrics-port PORT`; the monitor evaluates each rule, these route it.",
+             "# Scrape `opscope monitor --metrics-port 9464`; the monitor evaluates each rule, these route it.",
              "groups:", f"  - name: {q(group)}", "    rules:"]
     for r in rules:
         lines += [f"      - alert: {q(r.id)}",

@@ -139,8 +139,11 @@ def table(title: str, columns: list[str], rows: list[list], justify_right=None) 
     want = sum(widths[i] for i in flexible)
     give = {}
     if flexible and want > room:         # share the room in proportion to what each column wants
+        # NOTE: a wrapping column keeps at least its header, and 12 only when the room allows it:
+        # a floor of 12 each pushed a table with a long file:line key past 100 columns
+        floor = min(12, max(room, 0) // len(flexible))
         for i in flexible:
-            give[i] = max(min(widths[i], max(len(columns[i]), 12)), int(room * widths[i] / want))
+            give[i] = max(min(widths[i], max(len(columns[i]), floor)), int(room * widths[i] / want))
     # the title and headers name backends and ops too: Text, never markup (see say())
     t = Table(title=Text(title), title_justify="left", header_style="bold")
     for i, c in enumerate(columns):

@@ -146,7 +146,7 @@ def _print_scan(result, s) -> None:
         console.print(table("by category", ["category", "findings", "left after apply"],
                             [[c["category"], c["findings"], c["unresolved"]] for c in s["by_category"]],
                             justify_right={"findings", "left after apply"}))
-    rows = [[f"{f.file}:{f.line}:{f.column}", f.api, f.category, f.severity,
+    rows = [[f"{f.file}:{f.line}", f.api, f.category, f.severity,
              "apply" if f.rewritable else "ok" if f.resolved else "manual",
              f.replacement + (f"\nHIP: {f.hip}" if f.hip else "") + (f"\nSYCL: {f.sycl}" if f.sycl else "")]
             for f in result.findings[:200]]
