@@ -8,6 +8,7 @@ disk a real small tmpfs; both need mount(2), and skip with the reason where it i
 """
 import json
 import os
+import random
 import stat
 import subprocess
 import sys
@@ -178,7 +179,9 @@ def test_a_home_that_cannot_be_a_folder_is_one_line_exit_2(tmp_path, case, capsy
     assert not os.path.exists(str(home)) or os.path.isfile(str(home))
 
 
-@pytest.mark.parametrize("content", [b"", b"garbage" * 1000, os.urandom(20_000)])
+# random bytes from a fixed seed: test ids must be the same in every pytest-xdist worker
+@pytest.mark.parametrize("content", [b"", b"garbage" * 1000, random.Random(0).randbytes(20_000)],
+                         ids=["empty", "garbage", "random"])
 def test_a_damaged_store_is_one_line_exit_2(opscope_home, capsys, content):
     from test_trace_import import opscope_main
     (opscope_home / "runs.duckdb").write_bytes(content)
@@ -236,8 +239,11 @@ def test_a_shared_sticky_folder_is_never_tightened(tmp_path):
 # --- the training columns (issue 11's store work keeps them ready) -------------------------------------
 def test_events_have_phase_rank_columns_with_defaults_and_old_stores_gain_them(tmp_path):
     import duckdb
-    from opscope.profiler.schema import EVENT_COLUMNS
-    assert EVENT_COLUMNS[-4:] == ["phase", "fwd_node", "rank", "world_size"]
+    from opscope.profiler.schema import EVENT_COLUMNS, SCHEMA_VERSION
+    # schema 2 added phase .. world_size, schema 3 parent and clock (a compiler stack's per-op spans in a region)
+    added = ["phase", "fwd_node", "rank", "world_size", "parent", "clock"]
+    defaults = ["forward", "", 0, 1, "", ""]
+    assert EVENT_COLUMNS[-6:] == added and SCHEMA_VERSION == 3
     path = tmp_path / "old.duckdb"
     con = duckdb.connect(str(path))                    # a store as the schema-1 opscope wrote it
     from opscope.profiler.schema import DDL
@@ -249,17 +255,21 @@ def test_events_have_phase_rank_columns_with_defaults_and_old_stores_gain_them(t
     con.execute("INSERT INTO events (run_id, step, seq, op, start_ns, end_ns) VALUES ('old1', 0, 0, 'relu', 1, 2)")
     con.close()
     store = RunStore(path)
-    assert "phase" not in {r[0] for r in store.query("SELECT column_name FROM duckdb_columns() "
-                                                     "WHERE table_name = 'events'")}
-    old = store.events_frame("old1", columns=["op", "phase", "fwd_node", "rank", "world_size"])   # read: defaults
-    assert [old[c][0] for c in ("phase", "fwd_node", "rank", "world_size")] == ["forward", "", 0, 1]
+    have = {r[0] for r in store.query("SELECT column_name FROM duckdb_columns() WHERE table_name = 'events'")}
+    assert not have & set(added)                                         # a reader changes nothing
+    old = store.events_frame("old1", columns=["op", *added])                                     # read: defaults
+    assert [old[c][0] for c in added] == defaults
     rid = store.create_run(model="m", backend="numpy")                   # a writer upgrades the store
+    have = {r[0] for r in store.query("SELECT column_name FROM duckdb_columns() WHERE table_name = 'events'")}
+    assert have >= set(added)
+    assert store.query("SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     store.add_events(rid, [ROW])                                         # rows without the new columns
     store.add_event_columns(rid, {**{c: [v] for c, v in zip(EVENT_COLUMNS[1:], ROW)},
-                                  "phase": ["backward"], "fwd_node": ["relu"], "rank": [1], "world_size": [2]})
-    got = store.query("SELECT phase, fwd_node, rank, world_size FROM events WHERE run_id IN ('old1', ?) "
+                                  "phase": ["backward"], "fwd_node": ["relu"], "rank": [1], "world_size": [2],
+                                  "parent": ["region0"], "clock": ["onnxruntime profiler"]})
+    got = store.query(f"SELECT {', '.join(added)} FROM events WHERE run_id IN ('old1', ?) "
                       "ORDER BY phase DESC", [rid])
-    assert got == [("forward", "", 0, 1)] * 2 + [("backward", "relu", 1, 2)]
+    assert got == [tuple(defaults)] * 2 + [("backward", "relu", 1, 2, "region0", "onnxruntime profiler")]
 
 
 # --- a store damaged on disk (issue 24): what still reads is listed, and nothing writes into it ---------

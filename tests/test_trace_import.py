@@ -1,6 +1,7 @@
 """Trace import: torch.profiler (Kineto) traces, ONNX Runtime profiles, and files that are neither."""
 import json
 import os
+import random
 from collections import Counter
 
 import pytest
@@ -183,7 +184,7 @@ def _store_snapshot(store):
 
 
 @pytest.mark.parametrize("name,content", [
-    ("garbage.json", os.urandom(4096)),
+    ("garbage.json", random.Random(0).randbytes(4096)),   # fixed seed: the same test id in every xdist worker
     ("truncated.json", None),                  # a real torch.profiler trace, cut in half
     ("empty.json", b""),
     ("object.json", b'{"hello": "world"}'),
@@ -192,7 +193,7 @@ def _store_snapshot(store):
                                                   "pid": 1, "tid": 1}]}).encode()),
     ("no_ops.json", json.dumps({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {}}]}).encode()),
     ("bad.json.gz", b"\x1f\x8b\x08\x00garbage"),
-])
+], ids=lambda v: v if isinstance(v, str) else "bytes")
 def test_bad_trace_files_exit_2_with_one_line_and_leave_the_store_alone(tmp_path, capsys, name, content):
     good = tmp_path / "good.json"
     torch_profiler_trace(good)
