@@ -43,9 +43,9 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 _ATEN: dict[str, str] = {}
 # Nodes opscope inserts into a plan, never a model's ops: placement's copies between backends, the fuse
-# pass's fused chains, the layout pass's relayouts. Conformance and `opscope ops` leave them out; the
-# passes' own tests check them.
-INTERNAL_OPS = frozenset({"transfer", "fused", "relayout"})
+# pass's fused chains, the layout pass's relayouts, placement's compiler-stack regions (runtime/regions.py).
+# Conformance and `opscope ops` leave them out; the passes' (and regions') own tests check them.
+INTERNAL_OPS = frozenset({"transfer", "fused", "relayout", "region"})
 
 
 def define(name: str, kind: str, aten=(), flops=None, dtypes=ALL_DTYPES, doc="", accepts=None):
