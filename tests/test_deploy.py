@@ -161,8 +161,6 @@ def test_the_opscope_command_lines_in_the_manifests_parse():
     for where, doc, template in _pods():
         for c in template["spec"]["containers"]:
             argv = _opscope_argv(c)
-            if "--elastic" in argv and "--elastic" in _parses(argv):
-                pytest.skip("opscope train has no --elastic yet (the many-devices issue adds it)")
             assert _parses(argv) == "", (where, argv)
             for probe in ("readinessProbe", "livenessProbe"):
                 if probe in c:
