@@ -68,7 +68,10 @@ def test_self_time_subtracts_direct_children():
     s = {x["key"]: x for x in store.op_stats(r)}
     assert s["outer"]["total_ns"] == 1500 and s["outer"]["self_ns"] == 1500 - 400
     assert s["inner"]["self_ns"] == 400 - 100 and s["leaf"]["self_ns"] == 100
-    assert s["outer"]["share"] == pytest.approx(1.0)        # share counts top-level time only
+    # shares are of self time (issue 27): a nested op's time counts once, where it is spent, and they sum to 1
+    assert s["outer"]["share"] == pytest.approx((1500 - 400) / 1500)
+    assert s["inner"]["share"] == pytest.approx(300 / 1500) and s["leaf"]["share"] == pytest.approx(100 / 1500)
+    assert sum(x["share"] for x in s.values()) == pytest.approx(1.0)
 
 
 def test_frames_and_artifacts():
@@ -169,7 +172,12 @@ def test_finished_runs_answer_aggregates_from_a_cache_equal_to_the_live_query():
     store.add_events(r, rows)
     live = {by: store.op_stats(r, by=by) for by in ("op", "module", "node")}      # running: aggregated live
     store.finish_run(r)
-    assert store.query("SELECT count(*) FROM op_stats_cache WHERE run_id = ? AND grouping = 'op'", [r]) == [(3,)]
+    # the cached grouping's name carries the rules version (issue 27: 'op@2'), so older caches are recomputed
+    from opscope.profiler.stats import _CACHE_RULES
+    assert store.query("SELECT grouping, count(*) FROM op_stats_cache WHERE run_id = ? GROUP BY ALL",
+                       [r]) == [("op" + _CACHE_RULES, 3)]
+    store.query("INSERT INTO op_stats_cache (run_id, grouping, events, rank, key) VALUES (?, 'op', 30, 1, 'x')", [r])
+    assert store.op_stats(r) == live["op"]                                          # a pre-version cache is not read
     for by in ("op", "module", "node"):
         assert store.op_stats(r, by=by) == live[by]                                # cached (or cached now)
         assert store.op_stats(r, by=by) == live[by]
