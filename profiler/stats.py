@@ -17,9 +17,14 @@ live.
 """
 from __future__ import annotations
 
-# What a track is: a device (GPU stream, simulated chip) or the host (CPU threads).
-KIND_SQL = ("CASE WHEN coalesce({t}device, '') = '' OR split_part({t}device, ':', 1) = 'cpu' "
-            "THEN 'host' ELSE 'device' END")
+# What a track is: a device (GPU stream, simulated chip) or the host (CPU threads). A compiler stack's events
+# (`onnxruntime:CPUExecutionProvider`, `openvino:CPU`, `xla:cuda`) are host calls opscope timed, the stack
+# run synchronously inside them, with the stack's own per-op spans nested beneath a region (depth 1): a host
+# thread, so the region's self time is what its children leave (as a device stream, its self was its total
+# and shares counted its time twice). The names are runtime.backends.STACKS (not imported here: it pulls in torch).
+STACK_DEVICES = ("onnxruntime", "openvino", "xla")
+KIND_SQL = ("CASE WHEN coalesce({t}device, '') = '' OR split_part({t}device, ':', 1) IN ('cpu', "
+            + ", ".join(f"'{x}'" for x in STACK_DEVICES) + ") THEN 'host' ELSE 'device' END")
 
 
 def lane_depth_sql(t: str = "") -> str:
@@ -181,8 +186,8 @@ def _op_stats(con, run_id: str, by: str, step) -> list[dict]:
 
 
 # a cached grouping's name carries the rules it was computed with: a store cached before nested same-group ops
-# were counted once (issue 27) is recomputed, not read
-_CACHE_RULES = "@2"
+# were counted once (issue 27, @2), or before a compiler stack's device was a host thread (@3), is recomputed, not read
+_CACHE_RULES = "@3"
 
 
 def _cached(con, run_id: str, by: str, events: int):

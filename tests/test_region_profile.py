@@ -45,8 +45,64 @@ def test_onnxruntime_profile_stores_each_regions_ops_beneath_it(cli):
     assert qkv["flops"] > 0 and qkv["source"].split()[0] in ("Gemm", "MatMul", "FusedMatMul")
     r = cli("show", run_id, "--by", "op", "--json")
     assert r.returncode == 0, r.stderr
-    ops = {row["op"] for row in json.loads(r.stdout)["ops"]}
+    rows = json.loads(r.stdout)["ops"]
+    ops = {row["op"] for row in rows}
     assert {"region", "linear", "layer_norm", "scaled_dot_product_attention"} <= ops
+    # the region's children are subtracted from its self time: each nanosecond counted once (was region 50 %,
+    # linear 48 %: a stack's device was read as a device stream, whose ops never nest)
+    (reg,) = [row for row in rows if row["op"] == "region"]
+    assert reg["self_ns"] <= 0.1 * reg["total_ns"]
+    assert sum(row["share"] for row in rows) == pytest.approx(1.0)
+
+
+def _stack_run(store, device: str) -> str:
+    """A region (depth 0) on `device` with two stack spans beneath it (depth 1, parent the region's node)."""
+    from opscope.profiler.schema import EVENT_COLUMNS
+    rid = store.create_run(model="m", backend="onnxruntime", device=device)
+    ev = [(0, 0, "region", "region0", 0, 1000, 0, "", ""), (0, 1, "linear", "region0/mm", 100, 700, 1, "region0", "ort"),
+          (0, 2, "gelu", "region0/gelu", 700, 900, 1, "region0", "ort"),
+          (1, 3, "region", "region0", 2000, 2500, 0, "", ""), (1, 4, "linear", "region0/mm", 2000, 2400, 1, "region0", "ort")]
+    cols = {c: [] for c in EVENT_COLUMNS[1:]}
+    for step, seq, op, node, start, end, depth, parent, clock in ev:
+        row = dict(step=step, seq=seq, op=op, node=node, module="h.0", source="", backend="onnxruntime",
+                   device=device, thread=1, depth=depth, start_ns=start, end_ns=end, input_shapes="[]",
+                   input_dtypes="[]", output_shapes="[]", output_dtypes="[]", bytes=0, flops=0, fallback=False,
+                   live_bytes=0, phase="forward", fwd_node="", rank=0, world_size=1, parent=parent, clock=clock)
+        for c in cols:
+            cols[c].append(row[c])
+    store.add_event_columns(rid, cols)
+    return rid
+
+
+@pytest.mark.parametrize("device", ["onnxruntime:CPUExecutionProvider", "openvino:CPU", "xla:cuda"])
+def test_a_stacks_region_self_time_leaves_out_its_children(device):
+    from opscope.profiler import stats
+    from opscope.runtime.backends import STACKS
+    assert set(stats.STACK_DEVICES) == set(STACKS)
+    store = RunStore()
+    rid = _stack_run(store, device)
+    for finished in (False, True):                    # live, then from the finished run's cache
+        s = {x["key"]: x for x in store.op_stats(rid)}
+        assert (s["region"]["total_ns"], s["region"]["self_ns"]) == (1500, 1500 - 800 - 400)
+        assert (s["linear"]["self_ns"], s["gelu"]["self_ns"]) == (1000, 200)
+        assert s["region"]["share"] == pytest.approx(300 / 1500)
+        assert sum(x["share"] for x in s.values()) == pytest.approx(1.0)
+        store.finish_run(rid)
+    with store.connect(read_only=True) as con:            # the Operators page: a host thread, self shares add to 100 %
+        rows = stats.op_breakdown(con, rid)
+    assert {r["kind"] for r in rows} == {"host"}
+    assert {r["key"]: r["self_pct"] for r in rows}["region"] == pytest.approx(20.0)
+    assert sum(r["self_pct"] for r in rows) == pytest.approx(100.0)
+
+
+def test_a_gpu_stream_is_still_a_device_track():
+    from opscope.profiler import stats
+    store = RunStore()
+    rid = _stack_run(store, "cuda:0")
+    with store.connect(read_only=True) as con:
+        kinds = {k for (k,) in con.execute(f"SELECT DISTINCT {stats.kind_sql()} FROM events WHERE run_id = ?",
+                                           [rid]).fetchall()}
+    assert kinds == {"device"}
 
 
 @pytest.mark.multiprocess
