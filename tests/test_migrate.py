@@ -282,7 +282,11 @@ def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
     libs = (corpus / "libs.py").read_text()
     assert "# opscope-migrate: torch.cuda.Stream: no automatic rewrite" in libs
     assert "# opscope-migrate: import cupy: no automatic rewrite" in libs
-    assert (corpus / "csrc/kernel.cu").read_text() == KERNEL        # C is reported, never rewritten
+    # C/C++/CUDA is rewritten to HIP (issue 29), comments and strings left as written; the original is kept
+    kernel = (corpus / "csrc/kernel.cu").read_text()
+    assert (corpus / "csrc/kernel.cu.orig").read_text() == KERNEL
+    assert "#include <hip/hip_runtime.h>" in kernel and "cudaMalloc and cudaFree in a line comment" in kernel
+    assert '"cudaMalloc(&p, 4) inside a string"' in kernel
     gloo = (corpus / "pkg/ddp_gloo.py").read_text()
     assert "DistributedDataParallel(\n            net,  # one replica per process\n        )\n" in gloo
     assert "compat" not in gloo and "wrap(torch.nn.Linear(4, 4), device_ids=[0], output_device=0)" in gloo
