@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -88,22 +89,41 @@ def kernel_attack(target, arg):
     return edit
 
 
+# The child's peak RSS, measured from a small launcher. Linux counts the memory a child had before exec in
+# its ru_maxrss, and a child vforked straight from pytest has pytest's memory then (2 GiB in a CI worker that
+# had loaded onnxruntime/openvino/jax for other tests, while the refusing child itself peaked near 300 MB).
+# The launcher (a bare python, ~10 MB) forks the real child, so its number is the child's own.
+_LAUNCH = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "open(sys.argv[1], 'w').write(str(usage.ru_maxrss * 1024))\n"
+    "sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)\n"
+)
+
+
 def run_plan(plan, canary_dir: Path, out: Path, timeout=240) -> tuple[int, str, int]:
     """`opscope run demo:gpt --plan PLAN` in a child: (exit code, stderr, the child's peak RSS in bytes)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(canary_dir), os.environ.get("PYTHONPATH", "")]),
            "CANARY_OUT": str(out)}
+    rss_file = out.with_suffix(".rss")
     with open(out.with_suffix(".err"), "w+") as err:
-        p = subprocess.Popen([sys.executable, "-m", "opscope.app", "run", "demo:gpt", "--plan", str(plan)],
-                             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        timer = threading.Timer(timeout, p.kill)        # a hang fails the test instead of stalling the run
+        p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(rss_file),
+                              "-m", "opscope.app", "run", "demo:gpt", "--plan", str(plan)],
+                             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                             start_new_session=True)
+        # a hang fails the test instead of stalling the run (the whole group: launcher and child)
+        timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
         timer.start()
         try:
-            _, status, usage = os.wait4(p.pid, 0)
+            code = p.wait()
         finally:
             timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
-        return p.returncode, err.read(), usage.ru_maxrss * 1024
+        rss = int(rss_file.read_text()) if rss_file.exists() else 0
+        return code, err.read(), rss
 
 
 def _cc(tmp: Path) -> Path | None:

@@ -348,10 +348,16 @@ def check_plan(doc: dict, path, *, model=None, inputs=None, backend=None) -> Non
                          f"inputs {_shown(fp.get('inputs'))}): compile one for this model")
 
 
-def _shown(v) -> str:
+def _shown(v, limit: int = 80) -> str:
     """A value from a plan inside a one-line message: printable and short, as it is, else escaped."""
     text = str(v)
-    return text if text.isprintable() and len(text) <= 80 else ascii(text)[:80]
+    return text if text.isprintable() and len(text) <= limit else ascii(text)[:limit]
+
+
+def _spec_shown(spec) -> str:
+    """A plan's backend spec where the message says `pass -b SPEC`: a description file's path in full
+    (PATH_MAX), else the user cannot copy it (80 characters cut a CI tmp path before its chip.toml)."""
+    return _shown(spec, 4096)
 
 
 def decode_graph(doc: dict, files: dict, model, where: str = "plan") -> tuple[Graph, dict]:
@@ -440,9 +446,9 @@ def plan_backend(doc: dict, where: str) -> str:
     base, _, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if not (base in ("numpy", "torch", "sim") or base in _backends.STACKS) or \
             not re.fullmatch(r"[A-Za-z0-9_.:-]{0,64}", rest) or (base == "sim" and not rest):
-        raise UsageError(f"{where} was compiled for backend {_shown(spec)}; a plan does not choose a description "
-                         f"file (nor the module it imports) by itself: pass -b {_shown(spec)}, or another backend, "
-                         "to run it")
+        raise UsageError(f"{where} was compiled for backend {_spec_shown(spec)}; a plan does not choose a "
+                         f"description file (nor the module it imports) by itself: pass -b {_spec_shown(spec)}, or "
+                         "another backend, to run it")
     impl = _backends.describe(spec)[0].implementation
     if impl not in ("sim", "numpy", "torch") and impl not in _backends.STACKS:
         raise UsageError(f"{where} runs on {spec}, whose description imports module {_shown(impl)}; a plan does "
