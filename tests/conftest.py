@@ -1,7 +1,12 @@
+import fcntl
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 
 import pytest
 
@@ -15,13 +20,47 @@ def opscope_home(tmp_path, monkeypatch):
     return home
 
 
-def run_cli(*args, timeout=300, env=None, input=None):
-    """Run the installed `opscope` command in a subprocess: what a user types."""
+def run_cli(*args, timeout=300, env=None, input=None, tty=False):
+    """Run the installed `opscope` command in a subprocess: what a user types. tty: in a terminal (`opscope debug`
+    needs one), stdout is then what it drew there."""
     e = dict(os.environ)
     if env:
         e.update(env)
+    if tty:
+        p = popen_in_a_terminal(args, env=e)
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        return subprocess.CompletedProcess(p.args, p.returncode, p.drawn(), err)
     return subprocess.run([sys.executable, "-m", "opscope.app", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=e, input=input)
+
+
+def popen_in_a_terminal(args, **kwargs):
+    """Start `opscope ARGS` with a pseudo-terminal (80x24) as stdin and stdout, stderr a pipe (text). A thread
+    drains the terminal so the child never blocks writing to it; p.drawn() -> what it wrote there so far."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "opscope.app", *map(str, args)], stdin=slave, stdout=slave,
+                             stderr=subprocess.PIPE, text=True, **kwargs)
+    finally:
+        os.close(slave)
+    chunks = []
+
+    def drain():
+        try:
+            while chunk := os.read(master, 65536):
+                chunks.append(chunk)
+        except OSError:                 # EIO: every holder of the terminal's other side has closed it
+            pass
+        finally:
+            os.close(master)
+    threading.Thread(target=drain, daemon=True).start()
+    p.drawn = lambda: b"".join(chunks).decode(errors="replace")
+    return p
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ def test_a_model_that_raises_is_one_line_with_the_users_frame(cli, tmp_path, arg
     model.write_text(BAD_MODEL)
     args = [*argv[:1], *argv[1:2], f"{model}:factory", *argv[2:]] if argv[0] == "migrate" else \
         [argv[0], f"{model}:factory", "--backend", "numpy"]
-    r = cli(*args)
+    r = cli(*args, tty=argv[0] == "debug")              # debug needs a terminal
     err = r.stderr
     assert r.returncode == 1, err
     assert "Traceback" not in err and "torch/" not in err, err

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import ctrl_c_able
+from conftest import ctrl_c_able, popen_in_a_terminal
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -32,6 +32,8 @@ CASES = {   # command -> (argv, tries, latest moment of the Ctrl-C in seconds)
 def _start(args, home):
     env = dict(os.environ, OPSCOPE_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("OPSCOPE_DEBUG", None)
+    if args[0] == "debug":                   # it needs a terminal
+        return popen_in_a_terminal(args, env=env, start_new_session=True, preexec_fn=ctrl_c_able)
     return subprocess.Popen([sys.executable, "-m", "opscope.app", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
                             start_new_session=True, preexec_fn=ctrl_c_able)
