@@ -1,6 +1,7 @@
 """Hybrid data-parallel training over torch.distributed (gloo): runtime/dist."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,7 +166,10 @@ def test_a_rank_that_dies_mid_run_stops_the_others_with_one_clear_line():
     result = launch(job, on_record=kill_rank_1)
     assert result.exit_codes[1] == -signal.SIGKILL and result.exit_codes[0] == 1
     assert result.error.startswith("rank 1 (sim:npu-a1) died (SIGKILL) after step 2 of 200")
-    assert "rank 0 (torch:cpu): all-reduce of the gradients failed at step 3" in result.error
+    # the survivor stops in whichever all-reduce of step 3 it was in when its peer died (the gradients,
+    # or the loss that follows them): timing decides which, the line names the collective and the step
+    assert re.search(r"rank 0 \(torch:cpu\): all-reduce of the [a-z ]+ failed at step 3: ", result.error), \
+        result.error
     assert "\n" not in result.error and "pair.cc" not in result.error
     steps = {(r["rank"], r["step"]) for r in result.of("step")}   # every record sent before the death is kept
     assert {(0, 0), (0, 1), (1, 0), (1, 1)} <= steps
