@@ -677,6 +677,14 @@ def _store_errors(store: RunStore, writing: bool):
         yield
     except StoreError:
         raise
+    except (RuntimeError, duckdb.InterruptException) as e:
+        # Ctrl-C while DuckDB runs a query: it checks for the signal itself and raises RuntimeError("Query
+        # interrupted") (InterruptException in some versions), never KeyboardInterrupt, so the command
+        # reported "error: RuntimeError" and exit 1. It is the user's Ctrl-C: raise it as one, so every
+        # caller's Ctrl-C path runs (runs kept as interrupted, one line, exit 130).
+        if isinstance(e, duckdb.InterruptException) or first_line(e).strip() == "Query interrupted":
+            raise KeyboardInterrupt from None
+        raise
     except (OSError, duckdb.Error) as e:
         err = _store_error(store, e, writing)
         if err is None:
