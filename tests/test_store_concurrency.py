@@ -7,10 +7,13 @@ an flock before DuckDB opens the file. These tests run real processes on one rea
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import duckdb
 import pytest
@@ -46,11 +49,54 @@ class _Reader(threading.Thread):
             time.sleep(0.02)
 
 
+class _Served(threading.Thread):
+    """A real `opscope serve` on the same home, asked what its pages ask (/metrics reads every stored run,
+    the live endpoint one run) the whole time: it must answer, never 500, and outlive the writers."""
+
+    def __init__(self, home):
+        super().__init__(daemon=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        # its request log goes to a file: a pipe nobody reads would fill and stall the server
+        self.log = open(os.path.join(home, "serve.log"), "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "opscope.app", "serve", "--no-token", "--port",
+                                      str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, OPSCOPE_HOME=str(home)))
+        self.answers, self.errors, self.run_ids = 0, [], []
+        self.stop = threading.Event()
+
+    def _get(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def run(self):
+        deadline = time.monotonic() + 120
+        while not self.stop.is_set():
+            try:
+                codes = [self._get("/metrics")] + [self._get(f"/_opscope/live?run={r}") for r in self.run_ids[-2:]]
+            except OSError:                 # not listening yet
+                if time.monotonic() > deadline:
+                    self.errors.append("serve never answered")
+                    return
+                time.sleep(0.2)
+                continue
+            if any(c >= 500 for c in codes):
+                self.errors.append(codes)
+            self.answers += 1
+            time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_concurrent_profiles_into_one_home_keep_every_event_and_the_store_reads(opscope_home, cli):
     store = RunStore()
     reader = _Reader(store)
     reader.start()
+    served = _Served(opscope_home)
+    served.start()
     spec = ["profile", "demo:mlp", "-b", "numpy", "--steps", "30", "--json"]
     done = []
     try:
@@ -61,13 +107,21 @@ def test_concurrent_profiles_into_one_home_keep_every_event_and_the_store_reads(
                 assert p.returncode == 0, err
                 assert "Traceback" not in err, err
                 done.append(json.loads(out))
+                served.run_ids.append(done[-1]["run_id"])
             r = cli("runs", "--json")                # another process reads between the groups
             assert r.returncode == 0, r.stderr
     finally:
         reader.stop.set()
+        served.stop.set()
         reader.join()
+        served.join()
+        alive = served.proc.poll() is None
+        served.proc.terminate()
+        served.proc.wait(timeout=30)
+        served.log.close()
     assert not reader.errors, reader.errors[:3]
     assert reader.reads > 0
+    assert alive and not served.errors and served.answers > 0, (alive, served.errors[:3], served.answers)
     runs = {r["run_id"]: r for r in store.list_runs()}
     assert len(runs) == len(done) == 13
     sent = set()
