@@ -108,7 +108,9 @@ def main(args) -> int:
     app.run()
     if app.load_error is not None:
         raise app.load_error
-    return app.return_code or 0          # q: 0; Ctrl-C when nothing runs, or SIGINT: 130
+    if app.return_code == 130:           # Ctrl-C when nothing runs, or SIGINT: end as every command does,
+        raise KeyboardInterrupt          # "opscope: interrupted" in one line, exit 130
+    return app.return_code or 0          # q: 0
 
 
 def _port(text: str) -> int:
