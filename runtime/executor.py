@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref
+from .graph import materialize as _materialize
 from .hdi import Backend
 from .placement import Placement, place
 
@@ -197,14 +198,6 @@ def _has_ref(v) -> bool:
     if isinstance(v, (list, tuple)):
         return any(_has_ref(x) for x in v)
     return False
-
-
-def _materialize(a, env):
-    if isinstance(a, Ref):
-        return env[a.slot]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_materialize(x, env) for x in a)
-    return a
 
 
 def _transfer_kernel(src: Backend, dst: Backend):

@@ -65,6 +65,16 @@ class Node:
         return bytes_of(self)
 
 
+def materialize(a, env):
+    """`a` with every Ref replaced by its slot's value in `env` (lists and tuples walked): how an op's
+    arguments become values, in the executor and in a region's exported module alike."""
+    if isinstance(a, Ref):
+        return env[a.slot]
+    if isinstance(a, (list, tuple)):
+        return type(a)(materialize(x, env) for x in a)
+    return a
+
+
 @dataclass
 class Graph:
     nodes: list[Node]

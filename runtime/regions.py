@@ -27,16 +27,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .graph import Graph, Node, Ref, TensorMeta
-from .ops import flops_of
-from .ops.registry import define
+from .graph import Graph, Node, Ref, TensorMeta, materialize
+from .ops.registry import define, flops_of, members_flops
 
 
-def _region_flops(node) -> int:
-    return sum(flops_of(m) for m in node.attrs.get("members", ()))
-
-
-@define("region", "region", flops=_region_flops, doc="a run of nodes a compiler stack compiled as one program "
+@define("region", "region", flops=members_flops, doc="a run of nodes a compiler stack compiled as one program "
         "(made by placement; its members are in attrs['members'])")
 def _region_reference(*args):
     raise RuntimeError("a region runs through its stack's compiled program, not a reference kernel")
@@ -316,7 +311,7 @@ def to_torch(region: Region):
                 if s not in env:
                     env[s] = getattr(self, f"c{s}")
             for i, m in enumerate(region.members):
-                out = getattr(self, f"n{i}")(*_sub(m.args, env), **{k: _sub(v, env) for k, v in m.kwargs.items()})
+                out = getattr(self, f"n{i}")(*materialize(m.args, env), **{k: materialize(v, env) for k, v in m.kwargs.items()})
                 if m.multi_output:
                     for s, v in zip(m.outputs, out):
                         env[s] = v
@@ -325,14 +320,6 @@ def to_torch(region: Region):
             return tuple(env[s] for s in region.outputs)
 
     return RegionModule().eval()
-
-
-def _sub(a, env):
-    if isinstance(a, Ref):
-        return env[a.slot]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_sub(x, env) for x in a)
-    return a
 
 
 def example_inputs(region: Region):

@@ -18,7 +18,8 @@ import numpy as np
 from ..description import Description
 from ..errors import ModelError, UsageError, first_line
 from ..hdi import Backend
-from ..regions import Claim, Region, RegionProgram, StackRegistry, _sub
+from ..graph import materialize
+from ..regions import Claim, Region, RegionProgram, StackRegistry
 from .numpy_backend import NumpyMemory
 
 INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
@@ -152,7 +153,7 @@ class XlaProgram(RegionProgram):
             env = dict(zip(region.inputs, inputs)) | dict(zip(slots, consts))
             for m in members:
                 with jax.named_scope(m.name):     # the profiler's spans carry the node's name
-                    out = lower[m.target._schema.name](*_sub(m.args, env), **_keep(_sub(m.kwargs, env)))
+                    out = lower[m.target._schema.name](*materialize(m.args, env), **_keep(materialize(m.kwargs, env)))
                 outs = list(out) if m.multi_output else [out]
                 for s, v, meta in zip(m.outputs, outs, m.output_meta):
                     env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v

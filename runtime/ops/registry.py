@@ -128,6 +128,11 @@ def flops_of(node) -> int:
     return per * out
 
 
+def members_flops(node) -> int:
+    """The cost of a node that stands for others (a fused node, a compiler-stack region): its members' sum."""
+    return sum(flops_of(m) for m in node.attrs.get("members", ()))
+
+
 def bytes_of(node) -> int:
     """Bytes read and written; views alias their input and move nothing."""
     op = OPS.get(node.op)

@@ -10,8 +10,8 @@ line), so tools can name and step into them.
 from __future__ import annotations
 
 from ..graph import Node, Ref
-from ..ops import OPS, flops_of
-from ..ops.registry import define
+from ..ops import OPS
+from ..ops.registry import define, members_flops
 from .base import Context, Pass, output_slots, readers, renumber
 
 # kinds whose ops compute each output element from the same element of their inputs
@@ -23,11 +23,7 @@ REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "prod", "softmax", "log_s
 MIN_MEMBERS = 2
 
 
-def _fused_flops(node) -> int:
-    return sum(flops_of(m) for m in node.attrs.get("members", ()))
-
-
-@define("fused", "fused", flops=_fused_flops, doc="a chain of pointwise ops and a reduction run as one kernel "
+@define("fused", "fused", flops=members_flops, doc="a chain of pointwise ops and a reduction run as one kernel "
         "(made by the fuse pass; its members are in attrs['members'])")
 def _fused_reference(*args):
     raise RuntimeError("a fused node runs through its backend's fused kernel, not a reference kernel")
