@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 from ..errors import ModelError, UsageError
 
@@ -80,25 +81,63 @@ def train_hybrid(args) -> int:
     from .launch import launch
     store, run_id = _open_run(job)
     seen, lock = [], threading.Lock()
+    live = _LiveRun(store, run_id, job)
 
     def keep(rec, procs):
-        # the run in the store follows the job step by step: `opscope monitor --run` watches it live,
-        # and a job whose ranks die keeps every step reported before
         with lock:
             seen.append(rec)
-            if store is None:
-                return
-            if rec.get("kind") == "step":
-                store.add_event_columns(run_id, span_events(rec))
-            if rec.get("kind") == "error" or (rec.get("kind") == "step" and rec["rank"] == 0):
-                store.update_run(run_id, config={"dist": summarize(job, seen, None)})
+            live.add(rec, seen)
 
     result = launch(job, on_record=keep)
+    with lock:
+        live.close()               # a reader still draining a rank's pipe no longer writes to the store
     report = summarize(job, result.records, result.error)
     report["run_id"] = run_id
     _close_run(store, run_id, report, result.error)
     _print(report, args)
     return 1 if result.error else 0
+
+
+class _LiveRun:
+    """The run in the store follows the job as it goes: `opscope monitor --run` watches it live, and a job
+    whose ranks die keeps every step reported before. Writes are batched (at most every FLUSH_S, and at
+    each error): one write and one summary per step fell behind a fast job -- the summary alone is
+    O(steps) -- and the readers' backlog then outlived the job."""
+    FLUSH_S = 0.5
+
+    def __init__(self, store, run_id, job):
+        self.store, self.run_id, self.job = store, run_id, job
+        self.pending: list[dict] = []
+        self.summary_due = False
+        self.last = 0.0
+        self.open = store is not None
+
+    def add(self, rec: dict, seen: list[dict]) -> None:
+        if not self.open:
+            return
+        if rec.get("kind") == "step":
+            self.pending.append(span_events(rec))
+        if rec.get("kind") == "error" or (rec.get("kind") == "step" and rec["rank"] == 0):
+            self.summary_due = True
+        now = time.monotonic()
+        if rec.get("kind") == "error" or now - self.last >= self.FLUSH_S:
+            self.flush(seen)
+            self.last = now
+
+    def flush(self, seen: list[dict] | None) -> None:
+        if self.pending:
+            batch = {c: [v for cols in self.pending for v in cols[c]] for c in self.pending[0]}
+            self.pending = []
+            self.store.add_event_columns(self.run_id, batch)
+        if self.summary_due and seen is not None:
+            self.summary_due = False
+            self.store.update_run(self.run_id, config={"dist": summarize(self.job, seen, None)})
+
+    def close(self) -> None:
+        """The last events go in; the final report is written by the caller, once."""
+        if self.open:
+            self.flush(None)
+        self.open = False
 
 
 def _as_rank(job, env, args) -> int:

@@ -108,8 +108,11 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
                 _kill(p)
         for p in procs:
             p.wait(timeout=30)
+        # every rank is dead, so each pipe ends: drain them whole (the last records say how the job
+        # ended); the bound is for a grandchild that escaped the rank's session and holds a pipe open
+        drained = time.monotonic() + 60
         for t in threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.1, drained - time.monotonic()))
     result.exit_codes = [p.returncode for p in procs]
     result.error = _diagnose(job, result, timed_out=time.monotonic() > end)
     return result
