@@ -17,7 +17,7 @@ import torch
 
 from ..samples import SAMPLES, B, C, F, I, Sample
 from .registry import FLOATS, define
-from .convolution import _tuple
+from .convolution import _convnd, _tuple
 
 aten = torch.ops.aten
 DROPOUT_SEED = 0
@@ -339,18 +339,32 @@ def _conv_backward_flops(n):
         dtypes=FLOATS)
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
-    if transposed:
-        raise NotImplementedError("transposed convolution has no numpy backward yet")
     nd = input.ndim - 2
     stride, padding, dilation = _tuple(stride, nd), _tuple(padding, nd), _tuple(dilation, nd)
-    x = np.pad(_f64(input), [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    g, w = _f64(grad_output), _f64(weight)
-    n, cin = input.shape[:2]
+    if transposed:
+        # A transposed convolution is the input-gradient of the direct one with the same weight, so its
+        # backward is the direct convolution's with roles swapped: grad input = conv(grad_output, weight);
+        # grad weight = the direct grad weight with grad_output as that conv's input and input as its grad.
+        g = _f64(grad_output)
+        dx = _convnd(g, _f64(weight), None, stride, [(p, p) for p in padding], dilation, groups, nd) \
+            if output_mask[0] else None
+        dw = _direct_backward(_f64(input), g, _f64(weight), stride, padding, dilation, groups, False,
+                              output_mask[1])[1]
+    else:
+        dx, dw = _direct_backward(_f64(grad_output), _f64(input), _f64(weight), stride, padding, dilation, groups,
+                                  output_mask[0], output_mask[1])
+    db = _f64(grad_output).sum(axis=(0,) + tuple(range(2, grad_output.ndim))) if output_mask[2] else None
+    return [None if v is None else np.ascontiguousarray(v).astype(input.dtype) for v in (dx, dw, db)]
+
+
+def _direct_backward(g, input, w, stride, padding, dilation, groups, need_dx, need_dw):
+    """(grad input, grad weight) of a direct convolution, float64, from grad_output `g`."""
+    x = np.pad(input, [(0, 0), (0, 0)] + [(p, p) for p in padding])
     cout, cg = w.shape[:2]
     cog = cout // groups
     out_sz = g.shape[2:]
-    dx = np.zeros_like(x) if output_mask[0] else None
-    dw = np.zeros_like(w) if output_mask[1] else None
+    dx = np.zeros_like(x) if need_dx else None
+    dw = np.zeros_like(w) if need_dw else None
     # One strided slice of the padded input per kernel tap: the im2col columns, without copying.
     for tap in np.ndindex(*w.shape[2:]):
         sl = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(tap, dilation, stride, out_sz))
@@ -365,8 +379,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
                 dx[(slice(None), ci) + sl] += np.moveaxis(np.tensordot(gg, wt, axes=([1], [0])), -1, 1)
     if dx is not None:
         dx = dx[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, input.shape[2:]))]
-    db = g.sum(axis=(0,) + tuple(range(2, g.ndim))) if output_mask[2] else None
-    return [None if v is None else np.ascontiguousarray(v).astype(input.dtype) for v in (dx, dw, db)]
+    return dx, dw
 
 
 @define("embedding_backward", "reduction", aten=("aten.embedding_dense_backward",), flops=lambda n: _numel(n),
@@ -457,7 +470,10 @@ BACKWARD_SAMPLES = {
                                    [(F(2, 4, 6, 6), F(2, 3, 8, 8), F(4, 3, 3, 3), [4], [1, 1], [0, 0], [1, 1], False,
                                      [0, 0], 1, [True, True, True]),
                                     (F(2, 4, 4, 4), F(2, 4, 8, 8), F(4, 2, 3, 3), [4], [2, 2], [1, 1], [1, 1], False,
-                                     [0, 0], 2, [True, True, True])], F32_64),
+                                     [0, 0], 2, [True, True, True]),
+                                    # transposed (UNet's up path): grouped, strided, padded, output-padded
+                                    (F(2, 4, 10, 10), F(2, 4, 5, 5), F(4, 2, 3, 3), [4], [2, 2], [1, 1], [1, 1], True,
+                                     [1, 1], 2, [True, True, True])], F32_64),
     "embedding_backward": Sample(aten.embedding_dense_backward.default,
                                  [(F(3, 4, 5), I(3, 4, hi=7), 7, -1, False), (F(6, 5), I(6, hi=7), 7, 2, True)], F32_64),
     "adaptive_avg_pool2d_backward": Sample(aten._adaptive_avg_pool2d_backward.default,
