@@ -129,6 +129,15 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
             flat = [outs[i] for i in outputs] if outputs is not None else outs
             output_refs = [Ref(slots[o]) if isinstance(o, torch.fx.Node) else o for o in flat]
             continue
+        if fx.op == "get_attr":
+            # A tensor the trace lifted out of the forward (`torch.tensor(0)`, T5's relative-position buckets, a
+            # buffer built in forward): AOTAutograd and dynamo keep it as an attribute of the graph module, so it
+            # is a constant slot like a parameter, on every path that translates.
+            value = _attribute(fx_graph, fx)
+            s = new_slot(_meta(value))
+            slots[fx] = s
+            constant_slots[s] = value.detach()
+            continue
         if fx.op != "call_function":
             raise ModelError(f"capture: unexpected node kind {fx.op!r} at {fx.name}")
         target = fx.target
@@ -165,6 +174,17 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
             module_type=module_type, source=source, source_line=line, multi_output=multi))
     return Graph(nodes=nodes, num_slots=counter[0], input_slots=input_slots, constant_slots=constant_slots,
                  output_refs=output_refs, slot_meta=slot_meta, model_name=model_name)
+
+
+def _attribute(fx_graph, fx) -> torch.Tensor:
+    """The tensor a get_attr node names, from the graph's module (a dotted path)."""
+    value = fx_graph.owning_module
+    for part in str(fx.target).split("."):
+        value = getattr(value, part, None)
+    if not isinstance(value, torch.Tensor):
+        raise ModelError(f"capture: get_attr {fx.target} at {fx.name} is not a tensor "
+                         f"({type(value).__name__}); opscope lifts only tensor constants")
+    return value
 
 
 def _runtime_checks(fx_graph) -> set:
