@@ -258,6 +258,20 @@ def native_dropout_backward(grad_output, mask, scale):
     return (_f64(grad_output) * mask * scale).astype(grad_output.dtype)
 
 
+@define("weight_norm_interface_backward", "normalization", aten=("aten._weight_norm_interface_backward",),
+        flops=lambda n: 6 * _numel(n), dtypes=FLOATS)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """(grad v, grad g) of w = g * v / ||v|| (Wav2Vec2's positional conv): grad g = sum(grad_w * v) / norm over
+    every dim but `dim`, grad v = g / norm * (grad_w - v * grad_g / norm), from the forward's saved norms."""
+    dim = dim % saved_v.ndim
+    axes = tuple(a for a in range(saved_v.ndim) if a != dim)
+    gw, v = _f64(grad_w), _f64(saved_v)
+    norm = _f64(saved_norms).reshape([saved_v.shape[dim] if a == dim else 1 for a in range(saved_v.ndim)])
+    grad_g = (gw * v).sum(axis=axes, keepdims=True) / norm
+    grad_v = _f64(saved_g).reshape(norm.shape) / norm * (gw - v * grad_g / norm)
+    return [grad_v.astype(saved_v.dtype), grad_g.reshape(saved_g.shape).astype(saved_g.dtype)]
+
+
 # --- normalization and softmax backwards ---------------------------------------------------
 @define("layer_norm_backward", "normalization", aten=("aten.native_layer_norm_backward",),
         flops=lambda n: 10 * _numel(n), dtypes=FLOATS)
@@ -448,6 +462,9 @@ BACKWARD_SAMPLES = {
                                  [(F(4, 5), F(4, 5, lo=-4, hi=4)), (F(7), F(7, lo=-4, hi=4))], F32_64),
     "hardsigmoid_backward": Sample(aten.hardsigmoid_backward.default,
                                    [(F(4, 5), F(4, 5, lo=-4, hi=4)), (F(7), F(7, lo=-4, hi=4))], F32_64),
+    "weight_norm_interface_backward": Sample(aten._weight_norm_interface_backward.default,
+                                             [(F(4, 3), F(4, 3), F(4, 1), F(4, 1, lo=0.5), 0),
+                                              (F(4, 3, 5), F(4, 3, 5), F(1, 1, 5), F(1, 1, 5, lo=0.5), 2)], F32_64),
     "native_dropout_backward": Sample(aten.native_dropout_backward.default,
                                       [(F(4, 5), B(4, 5), 2.0), (F(3, 2), B(3, 2), 1.0)], F32_64),
     "safe_softmax": Sample(aten._safe_softmax.default,
