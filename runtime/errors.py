@@ -1,9 +1,15 @@
 """Errors a user can cause, and the exit code each one maps to (DESIGN.md: exit codes)."""
 
+import re
+
+_WHERE_ONLY = re.compile(r"^Exception from \S+:\d+:$")    # OpenVINO's C++ frames: a file and line, no reason
+
 
 def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (torch and numpy messages run to pages)."""
-    return (str(e).strip().splitlines() or [""])[0]
+    """The first line of an exception's message that says something (torch and numpy messages run to
+    pages; OpenVINO's start with a line per C++ frame it passed through)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return next((ln for ln in lines if not _WHERE_ONLY.match(ln)), lines[0] if lines else "")
 
 
 class OpscopeError(Exception):

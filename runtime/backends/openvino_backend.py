@@ -40,10 +40,12 @@ def available(desc: Description) -> tuple[bool, str]:
         return False, f"not installed: {INSTALL}"
     here = ov.Core().available_devices
     want = device(desc)
-    if want.split(":")[0] not in ("AUTO", "MULTI", "HETERO") and want not in here and \
-            not any(d.startswith(want + ".") for d in here):
-        return False, (f"device {want} is not on this machine (OpenVINO sees {', '.join(here) or 'none'}); "
-                       f"use one of those, e.g. -b openvino:{here[0] if here else 'CPU'}")
+    # AUTO:NPU,CPU / MULTI:... / HETERO:...: every device listed must be here (AUTO alone picks among them)
+    virtual, _, listed = want.partition(":") if want.split(":")[0] in ("AUTO", "MULTI", "HETERO") else ("", "", want)
+    for d in filter(None, (x.strip() for x in listed.split(","))):
+        if d not in here and not any(h.startswith(d + ".") for h in here):
+            return False, (f"device {d} is not on this machine (OpenVINO sees {', '.join(here) or 'none'}); "
+                           f"use one of those, e.g. -b openvino:{here[0] if here else 'CPU'}")
     return True, ""
 
 
