@@ -3,6 +3,7 @@ from . import (convolution as _convolution, dynamic as _dynamic, fft as _fft, in
                nn as _nn, pooling as _pooling, random as _random, recurrent as _recurrent, shape as _shape,
                sorting as _sorting)
 from . import backward as _backward, optim as _optim, view_backward as _view_backward  # noqa: F401,E402  (training ops: after the forward ones)
+from . import grouped_mm as _grouped_mm  # noqa: F401,E402  (a library's MoE op: transformers' grouped experts)
 from .registry import OPS, OpDef, bytes_of, flops_of, op_for_target
 from .user import operator
 
