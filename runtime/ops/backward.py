@@ -189,8 +189,14 @@ def native_dropout(input, p, train=True):
     DROPOUT_SEED (the same every call), so opscope runs are reproducible."""
     if not train or p == 0:
         return [input.copy(), np.ones(input.shape, dtype=bool)]
-    keep = np.random.default_rng(DROPOUT_SEED).random(input.shape) >= p
+    keep = seeded_keep(input.shape, p)
     return [(input * keep / (1.0 - p)).astype(input.dtype), keep]
+
+
+def seeded_keep(shape, p: float) -> np.ndarray:
+    """The dropout rule, one place: keep where numpy's generator seeded with DROPOUT_SEED, drawn afresh over the
+    input's shape at every call, gives >= p. Eager comparisons (runtime/train/dropout.py) draw the same mask."""
+    return np.random.default_rng(DROPOUT_SEED).random(tuple(shape)) >= p
 
 
 # --- activation backwards -----------------------------------------------------------------

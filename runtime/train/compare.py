@@ -1,6 +1,7 @@
 """The same N training steps on a backend and in eager PyTorch, from the same weights and data."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 
@@ -9,6 +10,7 @@ import torch
 
 from .. import backends, models
 from ..step_clock import StepClock, clock_name
+from .dropout import seeded_dropout
 from .joint import loss_of
 from .step import OptimizerSpec, Trainer
 
@@ -18,10 +20,14 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
     model = copy.deepcopy(model).train()
     optimizer = opt.torch_optimizer(model.parameters())
     losses, times = [], []
-    for _ in range(steps):
+    # dropout by opscope's seeded-mask rule (train/dropout.py), so a model with dropout on compares by value; the
+    # first step shows whether any dropout draws, and only then do the later steps pay for the mode
+    rule = seeded_dropout()
+    for i in range(steps):
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(model(*inputs))
+        with rule if i == 0 or rule.drew else contextlib.nullcontext():
+            loss = loss_of(model(*inputs))
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - t0)

@@ -1,0 +1,50 @@
+"""Eager PyTorch with opscope's dropout mask, so a training comparison with dropout on compares like with like.
+
+    with seeded_dropout():
+        loss = model(x).loss          # every F.dropout / nn.Dropout keeps where seeded_keep(shape, p)
+
+opscope's `native_dropout` kernel draws its mask from numpy's generator seeded with DROPOUT_SEED, afresh at every
+call (ops/backward.py: seeded_keep), so runs repeat exactly; eager PyTorch draws from torch's stream, so the two
+never agree by value. Under this mode eager's dropout draws opscope's mask instead, and every other op runs as
+eager runs it: the loss and every parameter then match within float32 rounding, with dropout on.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..ops.backward import seeded_keep
+
+# The Python entry points that reach ATen's dropout (what the joint capture turns into native_dropout), and how
+# each spells its arguments.
+_F_DROPOUT = ("input", "p", "training", "inplace")
+_ATEN_DROPOUT = ("input", "p", "train")
+_DROPOUTS = {F.dropout: _F_DROPOUT, torch.dropout: _ATEN_DROPOUT, torch.dropout_: _ATEN_DROPOUT,
+             torch.native_dropout: _ATEN_DROPOUT}
+
+
+class seeded_dropout(torch.overrides.TorchFunctionMode):
+    """Within it, dropout (p, training) keeps where seeded_keep(shape, p) and scales the kept values by 1/(1-p).
+    `drew` says whether any dropout drew a mask (p > 0, training): a mode sees every torch call (about 10% of an
+    eager step), so a caller may leave it off where the model has no live dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.drew = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        names = _DROPOUTS.get(func)
+        if names is None:
+            return func(*args, **kwargs)
+        bound = {"p": 0.5, "training": True, "train": True, "inplace": func is torch.dropout_, **dict(zip(names, args)),
+                 **kwargs}
+        x, p = bound["input"], float(bound["p"])
+        train = bound["training"] if names is _F_DROPOUT else bound["train"]
+        if not train or p == 0:
+            out, keep = x, torch.ones(x.shape, dtype=torch.bool, device=x.device)
+        else:
+            keep = torch.from_numpy(seeded_keep(x.shape, p)).to(x.device)
+            self.drew = True
+            out = x.mul_(keep).div_(1.0 - p) if bound["inplace"] else x * keep / (1.0 - p)
+        return (out, keep) if func is torch.native_dropout else out
