@@ -26,6 +26,7 @@ from .dtypes import name_of
 from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref, TensorMeta
 from .ops import op_for_target
+from .outputs import tensor_outputs
 
 # Nodes that check invariants at trace time and compute nothing.
 _DROP = re.compile(r"^aten\.(_assert_\w+|sym_constrain_range\w*|_functional_assert\w*)|^_operator\.")
@@ -43,10 +44,12 @@ class ExportRefused(ModelError):
 
 
 def export(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> torch.export.ExportedProgram:
-    """torch.export of `model` in eval mode without grad; ExportRefused (one line) when torch refuses it."""
+    """torch.export of `model` in eval mode without grad; ExportRefused (one line) when torch refuses it.
+    Outputs torch's pytree does not know (a DynamicCache) become the tuples of tensors they hold (runtime/outputs.py)."""
     model.eval()
     try:
-        with torch.no_grad():
+        # a KV cache among the outputs (transformers' use_cache=True) is traced as the tensors it holds
+        with torch.no_grad(), tensor_outputs(model):
             return torch.export.export(model, tuple(example_inputs), strict=False)
     except Exception as e:  # torch raises many types here; the user needs the first line
         raise ExportRefused(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: "

@@ -71,7 +71,8 @@ def _flat_tensors(out):
         out = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out.values())
     if isinstance(out, (list, tuple)):
         return [t for o in out for t in _flat_tensors(o)]
-    return []
+    from .outputs import held_tensors
+    return held_tensors(out)          # a KV cache: its tensors, in the order capture traced them
 
 
 def open_session(model_spec: str, backend_spec: str, *, allow_fallback: bool = True, model=None, inputs=None) -> Session:
