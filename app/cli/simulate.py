@@ -1,62 +1,217 @@
-"""`opscope simulate MODEL --hybrid A=0.7,B=0.3 --ranks 1024`: data-parallel training at N ranks,
-predicted from the measured op costs of one step and the collective cost model."""
+"""`opscope simulate MODEL --hybrid A=0.7,B=0.3 --ranks 1024 [--strategy zero3|tp=2|search] [--overlap]`:
+training at N ranks predicted from the measured op costs of one step, the collective cost model and a
+parallel strategy; `--measure-link` calibrates the link with a real gloo all-reduce on this host."""
 from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
 from .common import MODEL_HELP, add_json, console, emit_json, fmt_bytes, say, table
 
+HELP = "predict step time, memory per rank and scaling of a parallel strategy at N ranks from measured op costs"
+
 
 def register(sub) -> None:
-    p = sub.add_parser("simulate", help="predict data-parallel step time and scaling at N ranks from measured op costs")
-    p.add_argument("model", help=MODEL_HELP)
+    p = sub.add_parser("simulate", help=HELP)
+    p.add_argument("model", nargs="?", help=MODEL_HELP + " (optional with --measure-link)")
     p.add_argument("--hybrid", default="sim:npu-a1=1", metavar="SPEC=SHARE,...",
                    help="the backends of one replica and their shares (default sim:npu-a1=1)")
     p.add_argument("--ranks", type=int, action="append", metavar="N",
                    help="ranks to predict for (repeat for several; default 1, 8, 1024)")
+    p.add_argument("--strategy", default="dp", metavar="S",
+                   help="dp, zero1, zero2, zero3, tp=N, pp=N, or search (every one that fits, ranked); default dp")
+    p.add_argument("--overlap", action="store_true", help="gradient buckets all-reduced while backward runs")
+    p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB", help="--overlap: bucket size (default 25)")
+    p.add_argument("--microbatches", type=int, metavar="M", help="pp: microbatches per step (default 4 x stages)")
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="what the optimizer state holds")
     p.add_argument("--bandwidth", type=float, help="link bandwidth, bytes/s (default: the description's "
-                                                   "[interconnect], else 25 GB/s)")
+                                                   "[interconnect], else the measured link, else 25 GB/s)")
     p.add_argument("--latency", type=float, help="link latency, seconds")
     p.add_argument("--topology", choices=["ring", "tree", "all-to-all"], help="collective topology")
+    p.add_argument("--ranks-per-node", type=int, metavar="G", help="hierarchical: G ranks per node on the link "
+                                                                   "above, nodes joined by --inter-link")
+    p.add_argument("--inter-link", metavar="BW,LAT[,TOPOLOGY]", help="the inter-node link: bytes/s, seconds, "
+                                                                      "ring|tree|all-to-all")
+    p.add_argument("--cores-per-node", type=int, metavar="C", help="ranks of a node share C cores (wall-clock "
+                                                                   "compute stretches when they run out)")
+    p.add_argument("--measure-link", action="store_true", help="measure this host's link first (gloo all-reduce, "
+                                                               "2 processes, a few sizes), store and use it")
+    p.add_argument("--measured", metavar="RUN", help="a `train --hybrid` run to print beside the prediction "
+                                                     "(default: the newest matching one, if any)")
     add_json(p)
     p.set_defaults(func=main)
+
+
+def _inter(text: str | None):
+    from opscope.runtime.dist.collectives import Interconnect
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        bw, lat = float(parts[0]), float(parts[1])
+    except (ValueError, IndexError):
+        raise UsageError(f"--inter-link {text!r}: expected BANDWIDTH,LATENCY[,TOPOLOGY] (e.g. 1.25e10,1e-5,tree)") \
+            from None
+    return Interconnect(bw, lat, parts[2] if len(parts) > 2 else "ring", "--inter-link")
+
+
+def _checked(args) -> None:
+    for n in args.ranks or []:
+        if n < 1:
+            raise UsageError(f"--ranks must be >= 1 (got {n})")
+    for flag, v in (("--ranks-per-node", args.ranks_per_node), ("--cores-per-node", args.cores_per_node),
+                    ("--microbatches", args.microbatches)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1 (got {v})")
+    if not args.bucket_mb > 0:
+        raise UsageError(f"--bucket-mb must be > 0 (got {args.bucket_mb})")
+    if (args.ranks_per_node is None) != (args.inter_link is None):
+        raise UsageError("--ranks-per-node and --inter-link go together (G ranks per node, the link between nodes)")
+    if "auto" in args.hybrid:
+        raise UsageError("--hybrid for simulate takes fixed shares (A=0.7,B=0.3); `opscope train --hybrid auto` "
+                         "measures them")
 
 
 def main(args) -> int:
     from opscope.runtime import backends
     from opscope.runtime.dist.job import DistJob
-    from opscope.runtime.dist.simulate import Interconnect, measure, predict
+    from opscope.runtime.dist.linkbench import measure_link, save_link, stored_link
+    from opscope.runtime.dist.simulate import cluster_of, link_of, measure, predict, search_strategies
+    from opscope.runtime.dist.strategies import Strategy
 
-    ranks = args.ranks or [1, 8, 1024]
-    for n in ranks:
-        if n < 1:
-            raise UsageError(f"--ranks must be >= 1 (got {n})")
-    if "auto" in args.hybrid:
-        raise UsageError("--hybrid for simulate takes fixed shares (A=0.7,B=0.3); `opscope train --hybrid auto` "
-                         "measures them")
-    job = DistJob.parse(args.model, args.hybrid)
-    link = Interconnect.of([backends.resolve(s) for s in job.specs], bandwidth=args.bandwidth,
-                           latency=args.latency, topology=args.topology)
-    measured = measure(args.model, job.specs, job.ratios)
-    rows = [predict(measured, n, link) for n in ranks]
-    doc = {"model": args.model, "hybrid": args.hybrid, "interconnect": {**vars(link)},
-           "shares": measured.shares, "gradient_bytes": measured.gradient_bytes,
-           "predictions": [{k: v for k, v in r.items() if k not in ("shares", "assumptions", "interconnect",
-                                                                   "model")} for r in rows],
-           "assumptions": rows[0]["assumptions"]}
+    _checked(args)
+    if args.model is None and not args.measure_link:
+        raise UsageError("simulate needs a MODEL (demo:NAME or file.py:factory), or --measure-link alone")
+    search = args.strategy.strip().lower() in ("search", "auto")
+    strategy = None if search else Strategy.parse(args.strategy)
+    inter = _inter(args.inter_link)
+    for n in args.ranks or []:          # said before the seconds of measuring, where the model is not needed
+        if strategy is not None:
+            strategy.check(n)
+    job = DistJob.parse(args.model, args.hybrid) if args.model else None
+    doc: dict = {}
+    if args.measure_link:
+        fit = measure_link()
+        fit["stored"] = save_link(fit)
+        doc["measured_link"] = fit
+        if not args.json:
+            _print_link(fit)
+        if job is None:
+            if args.json:
+                emit_json(doc)
+            return 0
+    link = link_of([backends.resolve(s) for s in job.specs], stored_link(), bandwidth=args.bandwidth,
+                   latency=args.latency, topology=args.topology)
+    measured_run = _measured_run(args)
+    ranks = args.ranks or ([measured_run["world_size"]] if measured_run else [1, 8, 1024])
+    clusters = {n: cluster_of(n, link, inter, args.ranks_per_node) for n in ranks}
+    m = measure(args.model, job.specs, job.ratios, optimizer=args.optimizer)
+    for n in ranks:            # a strategy that does not fit is said before any prediction is printed
+        if strategy is not None:
+            strategy.check(n, m.shapes[m.slowest])
+    kw = dict(overlap=args.overlap, bucket_bytes=int(args.bucket_mb * 2 ** 20), microbatches=args.microbatches,
+              cores_per_node=args.cores_per_node)
+    capacity = _capacity(job.specs[m.slowest])
+    doc.update({"model": args.model, "hybrid": args.hybrid, "interconnect": {**vars(link)},
+                "shares": m.shares, "gradient_bytes": m.gradient_bytes, "memory_capacity": capacity})
+    if search:
+        doc["search"] = {str(n): [_row(p) for p in search_strategies(m, n, clusters[n], capacity=capacity, **kw)]
+                         for n in ranks}
+        doc["assumptions"] = [a if not a.startswith("strategy ") else "strategies: every one that fits the ranks "
+                              "(runtime/dist/strategies.py), ranked by step time, those that fit in memory first"
+                              for a in predict(m, ranks[0], clusters[ranks[0]], **kw)["assumptions"]]
+    else:
+        rows = [predict(m, n, clusters[n], strategy=strategy, **kw) for n in ranks]
+        for r in rows:
+            if measured_run and r["ranks"] == measured_run["world_size"]:
+                r["measured"] = measured_run
+        doc["strategy"] = strategy.name
+        doc["predictions"] = [_row(r) for r in rows]
+        doc["assumptions"] = rows[0]["assumptions"]
     if args.json:
         emit_json(doc)
         return 0
-    console.print(say("[bold]{}[/] data parallel over [bold]{}[/]: {} of gradients all-reduced per step over {} links "
-                      "of {:g} GB/s, {:g} us ({})", args.model, args.hybrid, fmt_bytes(measured.gradient_bytes),
-                      link.topology, link.bandwidth / 1e9, link.latency * 1e6, link.source))
-    console.print(table("measured share of one replica", ["backend", "rows", "compute ms", "clock", "ops"],
-                        [[s["backend"], s["rows"], f"{s['compute_seconds'] * 1e3:.3f}", s["clock"], s["ops"]]
-                         for s in measured.shares], justify_right={"rows", "compute ms", "ops"}))
-    console.print(table("prediction", ["ranks", "step ms", "compute ms", "comm ms", "comm share", "efficiency"],
-                        [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}", f"{r['compute_seconds'] * 1e3:.3f}",
-                          f"{r['communication_seconds'] * 1e3:.3f}", f"{r['communication_share']:.1%}",
-                          f"{r['scaling_efficiency']:.1%}"] for r in rows],
-                        justify_right={"ranks", "step ms", "compute ms", "comm ms", "comm share", "efficiency"}))
-    console.print(say("assumptions:\n{}", "\n".join(f"  - {a}" for a in doc["assumptions"])))
+    _print(args, link, m, doc)
     return 0
+
+
+def _row(p: dict) -> dict:
+    return {k: v for k, v in p.items() if k not in ("shares", "assumptions", "interconnect", "model")}
+
+
+def _capacity(spec: str) -> float | None:
+    from opscope.runtime import backends
+    cap = getattr(getattr(backends.resolve(spec), "description", None), "memory_capacity", 0.0)
+    return float(cap) if cap else None
+
+
+def _measured_run(args) -> dict | None:
+    """The measured step of a `train --hybrid` run of this model and hybrid: --measured, else the newest
+    ok one whose overlap matches (bucketed steps iff --overlap)."""
+    if not args.model:
+        return None
+    try:
+        from opscope.profiler.store import RunStore
+        store = RunStore()
+        runs = [store.get_run(args.measured)] if args.measured else \
+            [r for r in store.list_runs() if r.get("model") == args.model and r.get("status") == "ok"
+             and r.get("backend") == f"hybrid:{args.hybrid}"]
+    except UsageError:
+        if args.measured:
+            raise
+        return None
+    except Exception:          # no store yet, or one another process holds: nothing measured to show
+        return None
+    for run in runs:
+        dist = (run.get("config") or {}).get("dist") or {}
+        steps = dist.get("steps") or []
+        if not dist.get("step_seconds"):
+            if args.measured:
+                raise UsageError(f"run {args.measured} is not a `train --hybrid` run with step times")
+            continue
+        bucketed = any((s.get("buckets") or 1) > 1 for s in steps)
+        if args.measured or bucketed == args.overlap:
+            return {"run_id": run["run_id"], "world_size": dist["world_size"], "step_seconds": dist["step_seconds"],
+                    "steps": len(steps)}
+    return None
+
+
+def _print_link(fit: dict) -> None:
+    console.print(say("link measured: gloo all-reduce between 2 processes on {}: {:.3g} GB/s, {:.1f} us latency "
+                      "(ring fit, stored in {})", fit["host"], fit["bandwidth"] / 1e9, fit["latency"] * 1e6,
+                      fit["stored"]))
+    console.print(table("all-reduce, measured vs the fitted model", ["bytes", "measured ms", "model ms", "model/measured"],
+                        [[fmt_bytes(p["bytes"]), f"{p['measured_seconds'] * 1e3:.3f}", f"{p['model_seconds'] * 1e3:.3f}",
+                          f"{p['model_seconds'] / p['measured_seconds']:.2f}"] for p in fit["points"]],
+                        justify_right={"bytes", "measured ms", "model ms", "model/measured"}))
+
+
+def _print(args, link, m, doc) -> None:
+    console.print(say("[bold]{}[/] over [bold]{}[/]: {} of gradients per step; link {} {:g} GB/s, {:g} us ({})",
+                      args.model, args.hybrid, fmt_bytes(m.gradient_bytes), link.topology, link.bandwidth / 1e9,
+                      link.latency * 1e6, link.source))
+    console.print(table("measured share of one replica", ["backend", "rows", "fwd ms", "bwd ms", "opt ms", "clock"],
+                        [[s["backend"], s["rows"], f"{s['forward_seconds'] * 1e3:.3f}",
+                          f"{s['backward_seconds'] * 1e3:.3f}", f"{s['optimizer_seconds'] * 1e3:.3f}", s["clock"]]
+                         for s in m.shares], justify_right={"rows", "fwd ms", "bwd ms", "opt ms"}))
+    mem = lambda p: fmt_bytes(p["memory"]["total"])  # noqa: E731
+    if "search" in doc:
+        for n, rows in doc["search"].items():
+            console.print(table(f"strategies on {n} ranks, best first" + (
+                f" (memory capacity {fmt_bytes(doc['memory_capacity'])} per rank)" if doc["memory_capacity"] else ""),
+                ["strategy", "step ms", "comm ms", "memory/rank", "fits"],
+                [[p["strategy"], f"{p['step_seconds'] * 1e3:.3f}", f"{p['communication_seconds'] * 1e3:.3f}", mem(p),
+                  "yes" if p["fits"] else "no"] for p in rows], justify_right={"step ms", "comm ms", "memory/rank"}))
+    else:
+        rows = doc["predictions"]
+        cols = ["ranks", "step ms", "measured ms", "compute ms", "comm ms", "comm share", "efficiency", "memory/rank"]
+        console.print(table(f"prediction: {doc['strategy']}" + (", overlapped" if args.overlap else ""), cols,
+                            [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}",
+                              f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']})"
+                              if r.get("measured") else "-",
+                              f"{r['compute_seconds'] * 1e3:.3f}", f"{r['communication_seconds'] * 1e3:.3f}",
+                              f"{r['communication_share']:.1%}", f"{r['scaling_efficiency']:.1%}", mem(r)]
+                             for r in rows], justify_right=set(cols) - {"measured ms"}))
+        r = rows[-1]
+        console.print(say("memory per rank at {} ranks: {}", r["ranks"], ", ".join(
+            f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in r["memory"].items())))
+    console.print(say("assumptions:\n{}", "\n".join(f"  - {a}" for a in doc["assumptions"])))

@@ -1,93 +1,97 @@
-"""What-if at scale: data-parallel step time at N ranks from measured op costs and a collective model.
+"""What-if at scale: step time and memory per rank at N ranks, from measured op costs and a collective model.
 
-    m = measure("demo:gpt", ["sim:npu-a1"], [1.0])            # per-op costs of one step, per backend
-    p = predict(m, ranks=1024, link=Interconnect(1e11, 5e-6, "ring"))
-    p["step_seconds"], p["communication_share"], p["scaling_efficiency"]
+    m = measure("demo:gpt", ["sim:npu-a1"], [1.0])             # per-op costs of one step, per backend
+    p = predict(m, ranks=1024, link=Interconnect(1e11, 5e-6, "ring"), strategy="zero3", overlap=True)
+    p["step_seconds"], p["memory"], p["communication_share"], p["scaling_efficiency"]
+    search_strategies(m, 8, link)                                # every strategy that fits 8 ranks, ranked
 
-The model (also in every prediction's "assumptions"):
-- weak scaling: every rank keeps its rows, so the global batch grows with the ranks;
-- a rank's compute is the measured forward+backward+optimizer time of its share on its backend (sum of
-  its ops' durations: the roofline clock for sim chips, their fallback ops at the modelled host
-  time, host timers otherwise: runtime/step_clock.py, what `train` reports); a step waits for the
-  slowest share (synchronous data parallel);
-- one all-reduce of every gradient per step, not overlapped with compute (an upper bound: bucketed
-  overlap hides up to the backward's length);
-- all-reduce of B bytes over n ranks on links of bandwidth W and latency a:
-    ring        2(n-1)/n * B/W + 2(n-1) * a
-    tree        2 * ceil(log2 n) * (B/W + a)          (reduce then broadcast along a binary tree)
-    all-to-all  2(n-1)/n * B/W + 2 * a                (reduce-scatter and all-gather, every peer at once)
+Calibration: a share's compute is one training step of its rows on its backend, forward, backward and
+optimizer apart: the roofline clock for sim chips (their StepClock, exact), the step's wall time on a
+wall-clock backend (there host and device are one: what the rank spends); the link comes from the
+description's [interconnect], `--measure-link` (runtime/dist/linkbench.py) or flags. Collectives:
+runtime/dist/collectives.py; strategies and memory: runtime/dist/strategies.py. The modelled step is
+`opscope train --hybrid`'s: on top of the strategy's compute and exposed communication, each step
+flattens and scales the gradients and fingerprints the parameters (host work, measured here) and runs
+two latency-bound collectives (the loss all-reduce and the parameter-check all-gather).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from ..errors import UsageError
+from .collectives import TOPOLOGIES, Cluster, Interconnect, Level, all_reduce_seconds  # noqa: F401 (API)
+from .shape import ModelShape, model_shape
+from .strategies import Strategy, candidates, plan
 
-TOPOLOGIES = ("ring", "tree", "all-to-all")
 DEFAULT_LINK = {"bandwidth": 2.5e10, "latency": 5e-6, "topology": "ring"}     # a PCIe 4 x16 class link
+DEFAULT_SOURCE = "default (PCIe 4 x16 class: 25 GB/s, 5 us, ring)"
 
 
-@dataclass
-class Interconnect:
-    bandwidth: float
-    latency: float
-    topology: str = "ring"
-    source: str = "default"
+def link_of(backend_list, stored: dict | None = None, **override) -> Interconnect:
+    """Flags over the first description's [interconnect], over this host's measured link, over the default."""
+    base, source = dict(DEFAULT_LINK), DEFAULT_SOURCE
+    for b in backend_list:
+        table = getattr(getattr(b, "description", None), "interconnect", None)
+        if table:
+            base.update({k: v for k, v in table.items() if k in DEFAULT_LINK})
+            source = f"[interconnect] of {b.name}"
+            break
+    else:
+        if stored:
+            base.update(bandwidth=stored["bandwidth"], latency=stored["latency"], topology="ring")
+            source = f"measured on {stored.get('host', 'this host')} at {stored.get('measured_at', '?')} (--measure-link)"
+    given = {k: v for k, v in override.items() if v is not None}
+    if given:
+        source += " with " + ", ".join(f"{k}={v}" for k, v in given.items())
+    base.update(given)
+    return Interconnect(float(base["bandwidth"]), float(base["latency"]), base.get("topology", "ring"), source)
 
-    def __post_init__(self):
-        if not (self.bandwidth > 0 and math.isfinite(self.bandwidth)):
-            raise UsageError(f"interconnect bandwidth must be a positive number of bytes/s (got {self.bandwidth})")
-        if not (self.latency >= 0 and math.isfinite(self.latency)):
-            raise UsageError(f"interconnect latency must be >= 0 seconds (got {self.latency})")
-        if self.topology not in TOPOLOGIES:
-            raise UsageError(f"interconnect topology {self.topology!r}: use one of {', '.join(TOPOLOGIES)}")
-
-    @classmethod
-    def of(cls, backend_list, **override) -> "Interconnect":
-        """The first description's [interconnect], else the default link; flags override either."""
-        base, source = dict(DEFAULT_LINK), "default (PCIe 4 x16 class: 25 GB/s, 5 us, ring)"
-        for b in backend_list:
-            table = getattr(getattr(b, "description", None), "interconnect", None)
-            if table:
-                base.update(table)
-                source = f"[interconnect] of {b.name}"
-                break
-        given = {k: v for k, v in override.items() if v is not None}
-        if given:
-            source += " with " + ", ".join(f"{k}={v}" for k, v in given.items())
-        base.update(given)
-        return cls(float(base["bandwidth"]), float(base["latency"]), base.get("topology", "ring"), source)
-
-
-def all_reduce_seconds(nbytes: int, ranks: int, link: Interconnect) -> float:
-    """The collective cost model (module docstring)."""
-    n, b, w, a = ranks, float(nbytes), link.bandwidth, link.latency
-    if n <= 1:
-        return 0.0
-    if link.topology == "ring":
-        return 2 * (n - 1) / n * b / w + 2 * (n - 1) * a
-    if link.topology == "tree":
-        return 2 * math.ceil(math.log2(n)) * (b / w + a)
-    return 2 * (n - 1) / n * b / w + 2 * a
 
 
 @dataclass
 class Measured:
     model: str
-    shares: list[dict]              # backend, rows, compute_seconds (one step of its share), ops
+    shares: list[dict]              # backend, rows, compute/forward/backward/optimizer/host seconds, clock, ops
     gradient_bytes: int
     parameters: int
+    shapes: list[ModelShape] = field(default_factory=list)
+    optimizer: str = "sgd"
+    threads: int = 1
 
     @property
     def compute_seconds(self) -> float:
         return max(s["compute_seconds"] for s in self.shares)
 
+    @property
+    def slowest(self) -> int:
+        return max(range(len(self.shares)), key=lambda i: self.shares[i]["compute_seconds"])
 
-def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 2) -> Measured:
-    """Time one training step of each backend's share (single process; the best of `repeats`)."""
+
+class _PhaseClock:
+    """An executor hook: ns per phase (forward / backward / optimizer) on the backend's clock."""
+    reads_inputs_after_op = False
+
+    def __init__(self):
+        self.ns = Counter()
+
+    def after_op(self, call) -> None:
+        if call.end_ns:
+            self.ns[call.node.attrs.get("phase", "forward")] += call.end_ns - call.start_ns
+
+
+def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 5,
+            optimizer: str = "sgd") -> Measured:
+    """Time one training step of each backend's share in this process (the median of `repeats`, after a
+    warm-up), with its phases, its host bookkeeping, and its model shape."""
+    import torch
+
     from .. import backends, models
-    from ..step_clock import StepClock, clock_name
+    from ..step_clock import clock_name
     from ..train.joint import capture_joint
     from ..train.step import OptimizerSpec, build_train_graph
     from .balance import split_rows
@@ -95,49 +99,151 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
 
     model, inputs = models.load_train(model_spec)
     rows = split_rows(ratios, int(inputs[0].shape[0]))
-    shares, grad_bytes, params, start = [], 0, 0, 0
+    shares, shapes, start, seen = [], [], 0, {}
     for spec, n in zip(specs, rows):
         local = tuple(x[start:start + n] for x in inputs)
         start += n
-        train = build_train_graph(capture_joint(model, local, model_spec), OptimizerSpec("sgd"))
-        g = train.graph
-        grad_bytes = sum(g.slot_meta[s].nbytes for s in train.joint.grad_slots.values())
-        params = sum(g.slot_meta[s].numel for s in train.joint.param_slots.values())
+        if (spec, n) in seen:                 # two ranks on one backend with equal rows: one measurement
+            shares.append(dict(shares[seen[spec, n]]))
+            shapes.append(shapes[seen[spec, n]])
+            continue
+        seen[spec, n] = len(shares)
+        train = build_train_graph(capture_joint(model, local, model_spec), OptimizerSpec(optimizer))
+        shapes.append(model_shape(model_spec, train, local))
         backend = backends.resolve(spec)
-        step, opt = GradientStep(train, backend), OptimizerStep(train, backend)
-        best = math.inf
-        for _ in range(max(1, repeats)):
-            clock = StepClock()         # the step `train` reports for this share: a sim chip's is exact
-            with step.executor.hooked(clock):
+        clock = clock_name(backend)
+        # the optimizer runs where `train --hybrid` runs it: the host's numpy kernels, on the chip for a sim chip
+        step, opt = GradientStep(train, backend), OptimizerStep(train, backend if clock == "simulated" else None)
+        runs = []
+        # a sim chip's clock is exact: one run after the warm-up; a wall clock: the median of `repeats`
+        for i in range((1 if clock == "simulated" else max(1, repeats)) + 1):
+            phases = _PhaseClock()
+            t0 = time.perf_counter()
+            with step.executor.hooked(phases):
                 _, grads = step.run(local)
-            with opt.executor.hooked(clock):
-                opt.run(grads)
-            best = min(best, clock.ns)
-        shares.append({"backend": spec, "rows": n, "compute_seconds": best / 1e9, "compute_ns": best,
-                       "clock": clock_name(backend), "ops": len(g.nodes)})
-    return Measured(model_spec, shares, grad_bytes, params)
+            t1 = time.perf_counter()
+            with opt.executor.hooked(phases):
+                params = opt.run(grads)
+            t2 = time.perf_counter()
+            host = _bookkeeping(step, grads, params)
+            if i:                                   # the first run warms up
+                runs.append((phases.ns, t1 - t0, t2 - t1, host))
+        fwd, bwd, optim = (statistics.median(r[0][k] for r in runs) / 1e9 for k in ("forward", "backward", "optimizer"))
+        if clock == "wall":         # a wall-clock backend: the whole step's time, split as its ops split it
+            grad_wall, opt_wall = statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs)
+            fb = fwd + bwd
+            fwd, bwd = (fwd / fb * grad_wall, bwd / fb * grad_wall) if fb > 0 else (grad_wall / 3, 2 * grad_wall / 3)
+            optim = opt_wall
+        shares.append({"backend": spec, "rows": n, "forward_seconds": fwd, "backward_seconds": bwd,
+                       "optimizer_seconds": optim, "compute_seconds": fwd + bwd + optim,
+                       "host_seconds": statistics.median(r[3] for r in runs), "clock": clock,
+                       "ops": len(train.graph.nodes)})
+    s0 = shapes[0]
+    return Measured(model_spec, shares, s0.grad_bytes, sum(s // 4 for s in s0.param_sizes), shapes, optimizer,
+                    torch.get_num_threads())
 
 
-ASSUMPTIONS = [
-    "weak scaling: every rank keeps its rows; the global batch grows with the ranks",
-    "compute per step = the slowest share's measured forward+backward+optimizer time (synchronous data parallel)",
-    "one all-reduce of all gradients per step, not overlapped with compute (upper bound)",
-    "ring 2(n-1)/n*B/W + 2(n-1)*a; tree 2*ceil(log2 n)*(B/W + a); all-to-all 2(n-1)/n*B/W + 2*a",
-    "links are uncontended and every rank has one; no stragglers, no failures",
-]
+def _bookkeeping(step, grads: dict, params: dict) -> float:
+    """The trainer's host work per step besides the ops (runtime/dist/trainer.py): flatten and scale the
+    gradients, split the sum back, hand the new parameters to the plan, fingerprint them."""
+    import hashlib
+    t0 = time.perf_counter()
+    flat = np.concatenate([grads[n].reshape(-1) for n in step.names]).astype(np.float32) * np.float32(0.5)
+    at = 0
+    for n in step.names:
+        flat[at:at + grads[n].size].reshape(grads[n].shape)
+        at += grads[n].size
+    step.set_parameters(params)
+    h = hashlib.blake2b(digest_size=8)
+    for n in sorted(params):
+        h.update(np.ascontiguousarray(params[n]).tobytes())
+    return time.perf_counter() - t0
 
 
-def predict(m: Measured, ranks: int, link: Interconnect) -> dict:
+def cluster_of(ranks: int, link: Interconnect, inter: Interconnect | None = None,
+               ranks_per_node: int | None = None) -> Cluster:
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise UsageError(f"--ranks must be a positive integer (got {ranks})")
-    compute = m.compute_seconds
-    comm = all_reduce_seconds(m.gradient_bytes, ranks, link)
-    step = compute + comm
+    if inter is None or not ranks_per_node or ranks <= ranks_per_node:
+        return Cluster([Level(ranks, link)])
+    return Cluster.of(ranks, [Level(ranks_per_node, link), Level(0, inter)])
+
+
+def _contention(m: Measured, cluster: Cluster, cores_per_node: int | None) -> float:
+    """Ranks of one node share its cores: a wall-clock rank's compute stretches once they run out."""
+    if not cores_per_node:
+        return 1.0
+    return max(1.0, cluster.levels[0].size * m.threads / cores_per_node)
+
+
+def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: str | Strategy = "dp",
+            overlap: bool = False, bucket_bytes: int = 25 * 2 ** 20, microbatches: int | None = None,
+            cores_per_node: int | None = None) -> dict:
+    cluster = link if isinstance(link, Cluster) else cluster_of(ranks, link)
+    strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy)
+    per_share = []
+    for share, shape in zip(m.shares, m.shapes):
+        stretch = _contention(m, cluster, cores_per_node) if share["clock"] == "wall" else 1.0
+        s = {**share, **{k: share[k] * stretch for k in ("forward_seconds", "backward_seconds", "optimizer_seconds")}}
+        per_share.append(plan(strat, s, shape, cluster, overlap=overlap, bucket_bytes=bucket_bytes,
+                              microbatches=microbatches))
+    worst = max(range(len(per_share)), key=lambda i: per_share[i]["compute_seconds"])
+    p = dict(per_share[worst])
+    p["memory"] = {k: max(q["memory"][k] for q in per_share) for k in p["memory"]}
+    n = cluster.ranks
+    control = 2 * cluster.all_reduce(8 * (1 + 3 * n)) if n > 1 else 0.0     # loss all-reduce, digest all-gather
+    # host bookkeeping is wall time: it adds to a wall-clock rank's step, never to a sim chip's clock
+    host = max((s["host_seconds"] for s in m.shares if s["clock"] == "wall"), default=0.0) if n > 1 else 0.0
+    if control:
+        p["collectives"] = p["collectives"] + [{"what": "loss all-reduce and parameter-check all-gather (latency)",
+                                                "bytes": 16 * (1 + 3 * n), "ranks": n, "seconds": control,
+                                                "exposed": control}]
+    comm = p["exposed_communication_seconds"] + control
+    compute = p["compute_seconds"]
+    step = compute + comm + host
+    link0 = cluster.levels[-1].link
     rows = sum(s["rows"] for s in m.shares)
-    return {"model": m.model, "ranks": ranks, "shares": m.shares, "gradient_bytes": m.gradient_bytes,
-            "parameters": m.parameters, "interconnect": asdict(link), "compute_seconds": compute,
-            "communication_seconds": comm, "step_seconds": step,
-            "communication_share": comm / step if step > 0 else 0.0,
-            "scaling_efficiency": compute / step if step > 0 else 1.0,
-            "rows_per_second": ranks * rows / len(m.shares) / step if step > 0 else 0.0,
-            "assumptions": ASSUMPTIONS}
+    p.update({"model": m.model, "ranks": n, "overlap": overlap, "shares": m.shares, "gradient_bytes": m.gradient_bytes,
+              "parameters": m.parameters, "interconnect": asdict(link0), "cluster": cluster.describe(),
+              "communication_seconds": comm, "host_seconds": host, "step_seconds": step,
+              "communication_share": comm / step if step > 0 else 0.0,
+              "scaling_efficiency": compute / step if step > 0 else 1.0,
+              "rows_per_second": n * rows / len(m.shares) / step if step > 0 else 0.0,
+              "assumptions": assumptions(m, cluster, strat, overlap, bucket_bytes, cores_per_node)})
+    return p
+
+
+def search_strategies(m: Measured, ranks: int, link, *, capacity: float | None = None, **kw) -> list[dict]:
+    """Every strategy that fits `ranks` ranks, predicted as `predict` does: those that fit in memory
+    (`capacity` bytes per rank) first, then the fastest."""
+    cluster = link if isinstance(link, Cluster) else cluster_of(ranks, link)
+    rows = []
+    for s in candidates(cluster.ranks, m.shapes[m.slowest]):
+        p = predict(m, cluster.ranks, cluster, strategy=s, **kw)
+        p["fits"] = capacity is None or p["memory"]["total"] <= capacity
+        rows.append(p)
+    rows.sort(key=lambda p: (not p["fits"], p["step_seconds"], p["memory"]["total"]))
+    return rows
+
+
+def assumptions(m: Measured, cluster: Cluster, strat: Strategy, overlap: bool, bucket_bytes: int,
+                cores_per_node) -> list[str]:
+    levels = "; ".join(f"{c['level']}: {c['ranks']} x {c['bandwidth'] / 1e9:g} GB/s, {c['latency'] * 1e6:g} us, "
+                       f"{c['topology']} ({c['source']})" for c in cluster.describe())
+    out = [
+        "weak scaling: every rank keeps its rows; the global batch grows with the ranks",
+        "compute per step = the slowest share's forward + backward + optimizer (synchronous), on its backend's "
+        "clock: " + ", ".join(f"{s['backend']} {s['clock']}" for s in m.shares),
+        f"strategy {strat.name}: memory and collectives as in runtime/dist/strategies.py",
+        (f"gradients in buckets of {bucket_bytes / 2 ** 20:g} MiB overlapped with backward (what runs past its "
+         "end is exposed)") if overlap else "gradient collectives after backward, not overlapped (an upper bound)",
+        f"links: {levels}",
+        "ring 2(n-1)/n*B/W + 2(n-1)*a; pipelined double-binary tree 2d(a + B/2kW) + (k-1)(a + V/kW); "
+        "reduce-scatter/all-gather (n-1)/n*B/W + (n-1)*a; hierarchical RS(intra) + AR(inter, B/g) + AG(intra)",
+        "per step also: the trainer's host bookkeeping (measured) and 2 latency-bound collectives",
+        "links uncontended; no stragglers, no failures",
+    ]
+    if cores_per_node:
+        out.append(f"{cores_per_node} cores per node shared by its ranks at {m.threads} thread(s) each: "
+                   "wall-clock compute stretches when they run out")
+    return out

@@ -1,0 +1,128 @@
+"""Calibrate the link: a real gloo all-reduce micro-benchmark on this host, fitted to the ring model.
+
+    fit = measure_link()              # 2 processes, a few sizes: {"bandwidth", "latency", "points": [...]}
+    save_link(fit); stored_link()     # $OPSCOPE_HOME/links.json, per host: reused by `opscope simulate`
+
+Two ranks (`python -m opscope.runtime.dist.linkbench`, torchrun's variables, one thread each) all-reduce
+float32 buffers of each size; the median per size is fitted to the 2-rank ring time B/W + 2a by least
+squares on relative error (small sizes fix the latency, large ones the bandwidth). Each point keeps the
+measured and the fitted time, so a reader sees how well the line holds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from ..errors import ModelError, UsageError
+from ..home import opscope_home
+
+SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)
+REPEATS = 7
+MARK = "@opscope-link "
+
+
+def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0) -> dict:
+    from .launch import free_port
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
+           "OPSCOPE_LINK_REPEATS": str(int(repeats))}
+    procs = [subprocess.Popen([sys.executable, "-m", "opscope.runtime.dist.linkbench"], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=timeout_s) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise ModelError(f"the link benchmark did not finish in {timeout_s:g} s (gloo all-reduce between 2 local "
+                         "processes)") from None
+    lines = [ln for ln in outs[0][0].splitlines() if ln.startswith(MARK)]
+    if any(p.returncode for p in procs) or not lines:
+        err = next((o[1].strip().splitlines()[-1] for o in outs if o[1].strip()), "no message")
+        raise ModelError(f"the link benchmark failed: {err}")
+    medians = json.loads(lines[-1][len(MARK):])
+    return fit_ring(medians, ranks=2)
+
+
+def fit_ring(points: list[list[float]], ranks: int = 2) -> dict:
+    """(bytes, seconds) medians -> the ring model's W and a, by least squares on relative error."""
+    n = ranks
+    b = np.array([p[0] for p in points], float)
+    t = np.array([p[1] for p in points], float)
+    # T = 2(n-1)/n * B * (1/W) + 2(n-1) * a, each row divided by T (relative residuals)
+    rows = np.stack([2 * (n - 1) / n * b / t, 2 * (n - 1) * np.ones_like(b) / t], axis=1)
+    (inv_w, a), *_ = np.linalg.lstsq(rows, np.ones_like(b), rcond=None)
+    if not inv_w > 0:
+        raise ModelError("the link benchmark's times do not grow with the size; run it again on a quieter machine")
+    a = max(0.0, float(a))
+    model = 2 * (n - 1) / n * b * inv_w + 2 * (n - 1) * a
+    return {"bandwidth": float(1 / inv_w), "latency": a, "topology": "ring", "ranks": n, "engine": "gloo",
+            "host": socket.gethostname(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "points": [{"bytes": int(x), "measured_seconds": float(y), "model_seconds": float(m)}
+                       for x, y, m in zip(b, t, model)]}
+
+
+def _links_file():
+    return opscope_home() / "links.json"
+
+
+def save_link(fit: dict) -> str:
+    from ..home import private_folder
+    path = _links_file()
+    try:
+        private_folder(path.parent)
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data = data if isinstance(data, dict) else {}
+        data[fit["host"]] = fit
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot store the measured link at {path}: {getattr(e, 'strerror', None) or e}; set "
+                         "OPSCOPE_HOME to a writable folder") from None
+    return str(path)
+
+
+def stored_link() -> dict | None:
+    """This host's last measured link, or None (never measured, or an unreadable file)."""
+    try:
+        entry = json.loads(_links_file().read_text()).get(socket.gethostname())
+    except (OSError, ValueError, AttributeError):
+        return None
+    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) for k in ("bandwidth", "latency"))
+    return entry if ok else None
+
+
+def _rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", timeout=__import__("datetime").timedelta(seconds=60))
+    sizes = [int(s) for s in os.environ["OPSCOPE_LINK_SIZES"].split(",")]
+    repeats = int(os.environ["OPSCOPE_LINK_REPEATS"])
+    out = []
+    for size in sizes:
+        buf = torch.ones(max(1, size // 4), dtype=torch.float32)
+        times = []
+        for i in range(repeats + 2):               # two warm-ups: gloo sets up its pairs lazily
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        out.append([buf.numel() * 4, statistics.median(times)])
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(MARK + json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _rank_main()
