@@ -70,6 +70,11 @@ SCHEMA = {
         "bandwidth": (_NUM, True, "bytes/s per link"),
         "latency": (_NUM, True, "seconds per message hop"),
         "topology": (str, False, '"ring", "tree" or "all-to-all" (default "ring")'),
+        # a second level (hierarchical): ranks_per_node chips on the link above, nodes joined by this one
+        "ranks_per_node": (int, False, "chips per node on the link above (then the inter_node_* keys)"),
+        "inter_node_bandwidth": (_NUM, False, "bytes/s of a node's link to the other nodes"),
+        "inter_node_latency": (_NUM, False, "seconds per message between nodes"),
+        "inter_node_topology": (str, False, '"ring", "tree" or "all-to-all" between nodes (default "ring")'),
     },
     # pass name -> true/false: which graph passes a plan for this backend runs (runtime/passes)
     "passes": {},
@@ -272,11 +277,17 @@ def _check_tables(data: dict, positive, bad) -> None:
     if data.get("thermal", {}).get("throttle_slowdown", 1) < 1:
         bad("thermal.throttle_slowdown", "expected a slowdown >= 1 (2 = twice as slow when throttled)")
     ic = data.get("interconnect", {})
-    for key in ("bandwidth", "latency"):
+    for key in ("bandwidth", "latency", "ranks_per_node", "inter_node_bandwidth", "inter_node_latency"):
         if key in ic:
-            positive(f"interconnect.{key}", ic[key], SCHEMA["interconnect"][key][2], zero_ok=key == "latency")
-    if ic.get("topology", "ring") not in _TOPOLOGIES:
-        bad("interconnect.topology", f"expected one of {', '.join(_TOPOLOGIES)}, got {_SHOW.repr(ic['topology'])}")
+            positive(f"interconnect.{key}", ic[key], SCHEMA["interconnect"][key][2], zero_ok=key.endswith("latency"))
+    for key in ("topology", "inter_node_topology"):
+        if ic.get(key, "ring") not in _TOPOLOGIES:
+            bad(f"interconnect.{key}", f"expected one of {', '.join(_TOPOLOGIES)}, got {_SHOW.repr(ic[key])}")
+    levels = [k for k in ("ranks_per_node", "inter_node_bandwidth", "inter_node_latency") if k in ic]
+    if levels and len(levels) < 3:
+        bad("interconnect." + next(k for k in ("ranks_per_node", "inter_node_bandwidth", "inter_node_latency")
+                                   if k not in ic), "missing; a second level needs ranks_per_node, "
+                                                    "inter_node_bandwidth and inter_node_latency")
 
 
 def _fallbacks(b: dict, impl: str, bad) -> list[str]:

@@ -204,3 +204,38 @@ def test_measure_link_with_gloo_is_stored_and_reused(cli):
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["interconnect"]["source"].startswith("measured on ")
     assert doc["interconnect"]["bandwidth"] == pytest.approx(fit["bandwidth"])
+
+
+LEVELS = """
+[backend]
+name = "{name}"
+implementation = "sim"
+[hardware]
+peak_flops = {{ float32 = 1.0e12 }}
+memory_bandwidth = 1.0e11
+[interconnect]
+bandwidth = 1.0e11
+latency = 1.0e-6
+{levels}
+"""
+
+
+def test_a_description_gives_the_intra_and_inter_node_levels(tmp_path):
+    from opscope.runtime import backends
+    from opscope.runtime.dist.simulate import cluster_of, inter_node_of, link_of
+    path = tmp_path / "pod.toml"
+    path.write_text(LEVELS.format(name="pod", levels="ranks_per_node = 4\ninter_node_bandwidth = 1.0e10\n"
+                                                     "inter_node_latency = 1.0e-5\ninter_node_topology = \"tree\""))
+    chip = backends.resolve(str(path))
+    per_node, inter = inter_node_of([chip])
+    link = link_of([chip])
+    assert per_node == 4 and (inter.bandwidth, inter.latency, inter.topology) == (1e10, 1e-5, "tree")
+    c = cluster_of(8, link, inter, per_node)
+    intra = Interconnect(1e11, 1e-6, "ring")
+    by_hand = Cluster.of(8, [Level(4, intra), Level(0, Interconnect(1e10, 1e-5, "tree"))])
+    assert [c_["ranks"] for c_ in c.describe()] == [4, 2] and close(c.all_reduce(10 ** 8), by_hand.all_reduce(10 ** 8))
+    assert len(cluster_of(4, link, inter, per_node).levels) == 1         # one node: the intra-node link only
+    bad = tmp_path / "half.toml"
+    bad.write_text(LEVELS.format(name="half", levels="ranks_per_node = 4\ninter_node_bandwidth = 1.0e10"))
+    with pytest.raises(UsageError, match="inter_node_latency.*missing"):
+        backends.resolve(str(bad))

@@ -75,7 +75,8 @@ def main(args) -> int:
     from opscope.runtime import backends
     from opscope.runtime.dist.job import DistJob
     from opscope.runtime.dist.linkbench import measure_link, save_link, stored_link
-    from opscope.runtime.dist.simulate import cluster_of, link_of, measure, predict, search_strategies
+    from opscope.runtime.dist.simulate import (cluster_of, inter_node_of, link_of, measure, predict,
+                                               search_strategies)
     from opscope.runtime.dist.strategies import Strategy
 
     _checked(args)
@@ -99,11 +100,14 @@ def main(args) -> int:
             if args.json:
                 emit_json(doc)
             return 0
-    link = link_of([backends.resolve(s) for s in job.specs], stored_link(), bandwidth=args.bandwidth,
-                   latency=args.latency, topology=args.topology)
+    resolved = [backends.resolve(s) for s in job.specs]
+    link = link_of(resolved, stored_link(), bandwidth=args.bandwidth, latency=args.latency, topology=args.topology)
+    per_node = args.ranks_per_node
+    if inter is None and inter_node_of(resolved):        # the description's second level, unless flags say
+        per_node, inter = inter_node_of(resolved)
     measured_run = _measured_run(args)
     ranks = args.ranks or ([measured_run["world_size"]] if measured_run else [1, 8, 1024])
-    clusters = {n: cluster_of(n, link, inter, args.ranks_per_node) for n in ranks}
+    clusters = {n: cluster_of(n, link, inter, per_node) for n in ranks}
     m = measure(args.model, job.specs, job.ratios, optimizer=args.optimizer)
     for n in ranks:            # a strategy that does not fit is said before any prediction is printed
         if strategy is not None:

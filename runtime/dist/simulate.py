@@ -53,6 +53,18 @@ def link_of(backend_list, stored: dict | None = None, **override) -> Interconnec
 
 
 
+def inter_node_of(backend_list) -> tuple[int, Interconnect] | None:
+    """The first description's second level ([interconnect] ranks_per_node, inter_node_*), if it has one."""
+    for b in backend_list:
+        ic = getattr(getattr(b, "description", None), "interconnect", None) or {}
+        if "ranks_per_node" in ic:
+            return int(ic["ranks_per_node"]), Interconnect(float(ic["inter_node_bandwidth"]),
+                                                           float(ic["inter_node_latency"]),
+                                                           ic.get("inter_node_topology", "ring"),
+                                                           f"[interconnect] inter_node_* of {b.name}")
+    return None
+
+
 @dataclass
 class Measured:
     model: str
