@@ -139,7 +139,7 @@ def translate(fx_graph: torch.fx.Graph, model_name: str, *, constants: dict | No
             value = _attribute(fx_graph, fx)
             s = new_slot(_meta(value))
             slots[fx] = s
-            constant_slots[s] = value.detach()
+            constant_slots[s] = value
             continue
         if fx.op != "call_function":
             raise ModelError(f"capture: unexpected node kind {fx.op!r} at {fx.name}")
@@ -187,7 +187,9 @@ def _attribute(fx_graph, fx) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise ModelError(f"capture: get_attr {fx.target} at {fx.name} is not a tensor "
                          f"({type(value).__name__}); opscope lifts only tensor constants")
-    return value
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():          # dynamo translates under its fake mode; the constant is a real tensor
+        return value.detach()
 
 
 def _runtime_checks(fx_graph) -> set:

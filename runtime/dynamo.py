@@ -121,7 +121,9 @@ class CompiledGraph:
                     n.module_path = f"{prefix}.{n.module_path}" if n.module_path else prefix
             if self.kind == "backward":
                 self.region.link_backward(gm, graph)
-            ex = Executor(compile_plan(graph, self.region.run.backend, allow_fallback=self.region.run.fallback))
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            with unset_fake_temporarily():      # a lifted constant (get_attr) is a real tensor copied to the device
+                ex = Executor(compile_plan(graph, self.region.run.backend, allow_fallback=self.region.run.fallback))
             if len(self.plans) >= _SPECIALISED_LIMIT:
                 self.plans.pop(next(iter(self.plans)))
             self.plans[key] = ex
