@@ -68,7 +68,22 @@
     T.fetches++;
     return fetch(prefix() + "_opscope/timeline?" + q, {signal: ctl.signal, credentials: "same-origin"})
       .then(window.opscopeJson)     // app/web/server.py's <head> script: JSON, or the server's one line as the error
-      .then(function (p) { if (T && T.inflight === ctl) T.inflight = null; return p; });
+      .then(function (p) {
+        if (T && T.inflight === ctl) {
+          T.inflight = null;
+          if (T.grow) setTimeout(grown, 0);      // after the caller has drawn this answer
+        }
+        return p;
+      });
+  }
+
+  // A live run's newer stamp while a fetch is in flight: that fetch is let finish and drawn, then one more asks
+  // for what arrived meanwhile. Aborting it for each new stamp (every poll, while a busy server took longer than
+  // a poll to answer) drew nothing new until the run ended: the timeline ran seconds behind the header.
+  function grown() {
+    if (!T || T.inflight || !T.grow || !T.view) return;
+    T.grow = false;
+    if (T.data) refetch(T.t0 <= 0 && T.t1 >= T.end); else reset(T.view);
   }
 
   // --- the page follows the VIEW store: {run, stamp, step, find} ---------------------------------
@@ -80,6 +95,7 @@
     T.view = view;
     if (prev && prev.run === view.run && String(prev.step) === String(view.step)) {
       if (prev.stamp === view.stamp && prev.find === view.find) return;
+      if (T.inflight && prev.find === view.find) { T.grow = true; return; }   // more events: see grown()
       if (T.mark && T.mark.find !== view.find) T.mark = null;   // (Enter may have marked the new text's first match)
       // More events or a new status: the same window redrawn; a view of the whole run grows with the run.
       if (T.data) return refetch(T.t0 <= 0 && T.t1 >= T.end);
@@ -89,6 +105,7 @@
 
   function reset(view) {
     var token = ++T.seq;
+    T.grow = false;
     T.data = null;
     var first = window.opscopeTimelineFirst;     // started from <head> (app/web/server.py) while scripts loaded
     window.opscopeTimelineFirst = null;
@@ -259,10 +276,11 @@
     var rows = top.label.map(function (k, i) {
       return '<tr data-name="' + esc(d.names[k]) + '" title="search for it"><td><i style="background:' + d.colors[k] +
         '"></i>' + esc(d.names[k]) + '</td><td>' + top.count[i].toLocaleString() + '</td><td>' + fmtDur(top.total[i]) +
-        '</td><td>' + (100 * top.total[i] / Math.max(1, top.busy)).toFixed(1) + ' %</td></tr>';
+        '</td><td>' + (100 * top.total[i] / Math.max(1, top.window || top.busy)).toFixed(1) + ' %</td></tr>';
     });
-    T.summary.innerHTML = '<div class="tl-sum-head">In this window, by time (nested ops count in their parents too)</div>' +
-      '<table><thead><tr><th>op</th><th>calls</th><th>time</th><th>share</th></tr></thead><tbody>' + rows.join("") +
+    T.summary.innerHTML = '<div class="tl-sum-head">In this window, by time (nested ops count in their parents too; ' +
+      'share: of the window\u2019s length)</div>' +
+      '<table><thead><tr><th>op</th><th>calls</th><th>time</th><th>of window</th></tr></thead><tbody>' + rows.join("") +
       '</tbody></table>';
   }
 

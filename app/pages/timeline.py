@@ -184,21 +184,26 @@ def register(app, data):
 
     app.server.add_url_rule(ENDPOINT, "opscope_timeline", endpoint)
 
-    @app.callback(Output(ids.TL_STEP, "options"), Output(VIEW, "data"),
+    # Two callbacks: the canvas's VIEW needs no store query, so a live run's new events reach the canvas without
+    # waiting for the step list's (which took 0.6-1.2 s a tick while the collector wrote, issue 27's live lag)
+    @app.callback(Output(VIEW, "data"),
                   Input(ids.RUN_STATUS, "data"), Input(ids.TL_STEP, "value"), Input(ids.TL_FIND, "value"),
                   State(VIEW, "data"), prevent_initial_call=True)
     def follow(status, step, find, view):
         status, find, view = inputs.run_status(status), inputs.text(find, "find"), inputs.timeline_view(view)
         step = inputs.step(step)
         if not status:
-            return no_update, None
+            return None
         # The header's status callback has just looked the run up: its store says all the stamp needs.
         rid = status["run"]
         new = _view(rid, _stamp(rid, status["events"], status["status"]),
                     step if view and view.get("run") == rid else "all", find)
-        if new == view:
-            return no_update, no_update       # the layout (or the last tick) showed this state already
-        return _step_options(data.step_windows(rid)), new
+        return no_update if new == view else new    # the layout (or the last tick) showed this state already
+
+    @app.callback(Output(ids.TL_STEP, "options"), Input(ids.RUN_STATUS, "data"), prevent_initial_call=True)
+    def steps(status):
+        status = inputs.run_status(status)
+        return _step_options(data.step_windows(status["run"])) if status else no_update
 
     app.clientside_callback(_FOLLOW_JS, Output(VIEW, "id"), Input(VIEW, "data"))
     app.clientside_callback(_SELECT_JS, Output(FORWARD, "title"), Input(FORWARD, "n_clicks"),
