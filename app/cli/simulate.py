@@ -180,9 +180,11 @@ def _measured_run(args) -> dict | None:
 
 
 def _print_link(fit: dict) -> None:
-    console.print(say("link measured: gloo all-reduce between 2 processes on {}: {:.3g} GB/s, {:.1f} us latency "
-                      "(ring fit, stored in {})", fit["host"], fit["bandwidth"] / 1e9, fit["latency"] * 1e6,
-                      fit["stored"]))
+    hot = fit["back_to_back"]
+    console.print(say("link measured: gloo all-reduce between 2 processes on {}, each after a burst of compute as a "
+                      "training step issues it: {:.3g} GB/s, {:.1f} us latency (ring fit, stored in {}; back to back: "
+                      "{:.3g} GB/s, {:.1f} us)", fit["host"], fit["bandwidth"] / 1e9, fit["latency"] * 1e6,
+                      fit["stored"], hot["bandwidth"] / 1e9, hot["latency"] * 1e6))
     console.print(table("all-reduce, measured vs the fitted model", ["bytes", "measured ms", "model ms", "model/measured"],
                         [[fmt_bytes(p["bytes"]), f"{p['measured_seconds'] * 1e3:.3f}", f"{p['model_seconds'] * 1e3:.3f}",
                           f"{p['model_seconds'] / p['measured_seconds']:.2f}"] for p in fit["points"]],

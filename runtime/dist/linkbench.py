@@ -4,9 +4,11 @@
     save_link(fit); stored_link()     # $OPSCOPE_HOME/links.json, per host: reused by `opscope simulate`
 
 Two ranks (`python -m opscope.runtime.dist.linkbench`, torchrun's variables, one thread each) all-reduce
-float32 buffers of each size; the median per size is fitted to the 2-rank ring time B/W + 2a by least
-squares on relative error (small sizes fix the latency, large ones the bandwidth). Each point keeps the
-measured and the fitted time, so a reader sees how well the line holds.
+float32 buffers of each size, each one after a burst of compute as a training step issues it (the link
+that is stored), and also back to back (kept beside it: on a busy host the two differ several times
+over); the median per size is fitted to the 2-rank ring time B/W + 2a by least squares on relative error
+(small sizes fix the latency, large ones the bandwidth). Each point keeps the measured and the fitted
+time, so a reader sees how well the line holds.
 """
 from __future__ import annotations
 
@@ -48,7 +50,10 @@ def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0) 
         err = next((o[1].strip().splitlines()[-1] for o in outs if o[1].strip()), "no message")
         raise ModelError(f"the link benchmark failed: {err}")
     medians = json.loads(lines[-1][len(MARK):])
-    return fit_ring(medians, ranks=2)
+    fit = fit_ring(medians["step"], ranks=2)
+    hot = fit_ring(medians["hot"], ranks=2)
+    fit["back_to_back"] = {k: hot[k] for k in ("bandwidth", "latency", "points")}
+    return fit
 
 
 def fit_ring(points: list[list[float]], ranks: int = 2) -> dict:
@@ -107,17 +112,25 @@ def _rank_main() -> None:
     dist.init_process_group("gloo", init_method="env://", timeout=__import__("datetime").timedelta(seconds=60))
     sizes = [int(s) for s in os.environ["OPSCOPE_LINK_SIZES"].split(",")]
     repeats = int(os.environ["OPSCOPE_LINK_REPEATS"])
-    out = []
+    a, w = torch.randn(64, 256), torch.randn(256, 256)
+    out = {"step": [], "hot": []}
     for size in sizes:
         buf = torch.ones(max(1, size // 4), dtype=torch.float32)
-        times = []
-        for i in range(repeats + 2):               # two warm-ups: gloo sets up its pairs lazily
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(buf)
-            if i >= 2:
-                times.append(time.perf_counter() - t0)
-        out.append([buf.numel() * 4, statistics.median(times)])
+        for mode in ("hot", "step"):
+            times = []
+            for i in range(repeats + 2):               # two warm-ups: gloo sets up its pairs lazily
+                dist.barrier()
+                if mode == "step":
+                    # as a training step issues it: after a burst of compute (the same work on both ranks),
+                    # so gloo's waiting threads have slept; back to back after a barrier ("hot") they have not,
+                    # and on a busy host the two differ several times over
+                    for _ in range(8):
+                        (a @ w).relu_()
+                t0 = time.perf_counter()
+                dist.all_reduce(buf)
+                if i >= 2:
+                    times.append(time.perf_counter() - t0)
+            out[mode].append([buf.numel() * 4, statistics.median(times)])
     dist.barrier()
     if dist.get_rank() == 0:
         print(MARK + json.dumps(out), flush=True)
