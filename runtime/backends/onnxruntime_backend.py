@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from ..description import Description
+from ..export_forms import FORMS
 from ..errors import ModelError, first_line
 from ..hdi import Backend
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
@@ -70,8 +71,11 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     chosen = providers(desc)
     backend = OnnxRuntimeBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                                  device=f"onnxruntime:{chosen[0]}")
+    import onnxruntime as ort
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
-                                unsupported=desc.unsupported, supported=desc.supported)
+                                unsupported=desc.unsupported, supported=desc.supported,
+                                load=lambda region, blob: load_region(region, blob, desc, chosen),
+                                version=f"onnxruntime {ort.__version__}")
     return backend
 
 
@@ -89,6 +93,8 @@ def claim(node) -> bool | str:
         return "cumsum of a bool tensor: ONNX Runtime's CumSum takes numbers only"
     name = node.target._schema.name
     exportable = _exportable()
+    if node.target in FORMS:                       # exported as its torch form (export_forms.py)
+        return True
     if exportable is not None and not exportable(name, OPSET):
         return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"
     return True
@@ -123,10 +129,15 @@ class OrtProgram(RegionProgram):
     def __init__(self, region: Region, model: bytes, desc: Description, chosen: list[str]):
         super().__init__(region, self._run)
         self.model, self.desc, self.chosen = model, desc, chosen
-        self.session = self._session()
+        self.session = self._session(model)
+        self.binding = self.session.io_binding()
         self.names = [i.name for i in self.session.get_inputs()]
+        self.outs = [o.name for o in self.session.get_outputs()]
 
-    def _session(self, profile_dir: str | None = None):
+    def artifact(self) -> bytes:
+        return self.model                  # the exported ONNX model: a plan saves it (passes/plan_regions.py)
+
+    def _session(self, model: bytes, profile_dir: str | None = None, optimized: bool = False):
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = int(self.desc.options.get("threads", 0))
@@ -134,18 +145,17 @@ class OrtProgram(RegionProgram):
         if profile_dir:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(profile_dir, "ort")
+        if optimized:                      # the optimized graph as ONNX Runtime saved it: nothing left to fuse
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        elif profile_dir:
             so.optimized_model_filepath = os.path.join(profile_dir, "optimized.onnx")
-        return ort.InferenceSession(self.model, so, providers=self.chosen)
+        return ort.InferenceSession(model, so, providers=self.chosen)
 
-    def _covers(self, optimized_path: str) -> dict[str, list]:
+    def _covers(self, optimized) -> dict[str, list]:
         """Node name in the optimized graph -> the members it runs. A node ONNX Runtime made (a fusion, a
         Gemm's reshape) is named by no scope: walk back from its outputs through the exported graph to the
         tensors the optimized graph still has; every member met on the way is one it covers."""
-        try:
-            import onnx
-        except ImportError:              # no onnx package: spans map by their scope names only
-            return {}
-        exported, optimized = onnx.load_from_string(self.model).graph, onnx.load(optimized_path).graph
+        exported = _onnx().load_from_string(self.model).graph
         producer = {o: n for n in exported.node for o in n.output}
         kept = {t for n in optimized.node for t in list(n.input) + list(n.output)}
         covers = {}
@@ -163,27 +173,45 @@ class OrtProgram(RegionProgram):
             covers[node.name] = members
         return covers
 
-    def _feeds(self, inputs):
-        return {n: np.ascontiguousarray(x) for n, x in zip(self.names, inputs)}
+    def _call(self, session, binding, inputs):
+        # NOTE: I/O binding: the inputs are read where they lie and the outputs are ORT's own buffers, handed
+        # out as numpy views (each call allocates its own, so an earlier step's outputs stay as they were)
+        # NOTE: by name, not position: the exporter drops an input the graph never reads (a layer norm's bias
+        # whose backward form only asks whether it is None), so i<k> is the k-th input, not the k-th name
+        for n in self.names:
+            binding.bind_cpu_input(n, np.ascontiguousarray(inputs[int(n[1:])]))
+        for n in self.outs:
+            binding.bind_output(n, "cpu")
+        session.run_with_iobinding(binding)
+        return [o.numpy() for o in binding.get_outputs()]
 
     def _run(self, *inputs):
         if self._profiled is None:
-            return self.session.run(None, self._feeds(inputs))
+            return self._call(self.session, self.binding, inputs)
         t0 = time.perf_counter_ns()
-        out = self._profiled.run(None, self._feeds(inputs))
+        out = self._call(self._profiled, self._profiled_binding, inputs)
         self._calls.append((t0, time.perf_counter_ns()))
         return out
 
-    # NOTE: a session's profile ends for good at end_profiling(), so each profiled step gets a session
-    # of its own, made before the step and read after it: neither is inside the region's timed call
+    # NOTE: ONNX Runtime's Python API ends a session's profile for good at end_profiling() (it has no
+    # start_profiling, and RunOptions' run-level profiling is C API only), so each profiled step needs a
+    # session of its own, made before the step and read after it, neither inside the region's timed call.
+    # The first one's optimized graph is kept: later ones load it with optimizations off (no fusing again)
+    # and keep its node names, so the map from nodes to members is made once.
     _profiled = None
+    _optimized = None
+    _cover_map = None
 
     def start_profile(self):
         self._folder = tempfile.mkdtemp(prefix="opscope-ort-")
-        self._profiled, self._calls = self._session(self._folder), []
+        if self._optimized is None:
+            self._profiled = self._session(self.model, self._folder)
+        else:
+            self._profiled = self._session(self._optimized, self._folder, optimized=True)
+        self._profiled_binding, self._calls = self._profiled.io_binding(), []
         # NOTE: a new session's first run plans and allocates its memory between kernels (a step's
         # kernels then summed to 86% of the region's time); one run here takes that, and is dropped
-        self._profiled.run(None, self._feeds([x.numpy() for x in example_inputs(self.region)]))
+        self._call(self._profiled, self._profiled_binding, [x.numpy() for x in example_inputs(self.region)])
 
     def stop_profile(self):
         if self._profiled is None:
@@ -191,9 +219,13 @@ class OrtProgram(RegionProgram):
         try:
             with open(self._profiled.end_profiling()) as f:
                 events = json.load(f)
-            covers = self._covers(os.path.join(self._folder, "optimized.onnx"))
+            if self._optimized is None:
+                path = os.path.join(self._folder, "optimized.onnx")
+                with open(path, "rb") as f:
+                    self._optimized = f.read()
+                self._cover_map = self._covers(_onnx().load_from_string(self._optimized).graph) if _onnx() else {}
         finally:
-            self._profiled = None
+            self._profiled = self._profiled_binding = None
             shutil.rmtree(self._folder, ignore_errors=True)
         runs = [e for e in events if e.get("name") == "model_run"][1:]     # after start_profile's own run
         children = []
@@ -207,8 +239,17 @@ class OrtProgram(RegionProgram):
                     children.append(self.child(name, e.get("args", {}).get("op_name", ""),
                                                t0 + int((e["ts"] - lo) * 1000 * scale),
                                                t0 + int((e["ts"] - lo + e["dur"]) * 1000 * scale), CLOCK,
-                                               covers.get(name)))
+                                               self._cover_map.get(name)))
         return children
+
+
+def _onnx():
+    """The onnx package, or None (then spans map by their scope names only)."""
+    try:
+        import onnx
+        return onnx
+    except ImportError:
+        return None
 
 
 def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtProgram:
@@ -218,3 +259,24 @@ def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtP
     except Exception as e:       # the exporter or ONNX Runtime may raise anything on a graph it cannot take
         raise ModelError(f"onnxruntime could not compile {region.name} ({len(region.members)} nodes: {ops}): "
                          f"{type(e).__name__}: {first_line(e)[:200]}") from e
+
+
+def load_region(region: Region, blob: bytes, desc: Description, chosen: list[str]) -> OrtProgram:
+    """A plan's saved ONNX model for the region. Refused unless it is plain data: every initializer inside
+    the model (external data would make ONNX Runtime read a file the plan names) and only the ONNX
+    domains torch's exporter writes (a custom domain would ask for a library's kernels)."""
+    import onnx
+    model = onnx.load_from_string(blob)
+    graphs = [model.graph]
+    while graphs:                          # the graph and every subgraph (If / Loop bodies) in it
+        g = graphs.pop()
+        for t in list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.HasField("t")]:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                raise ValueError(f"tensor {t.name[:40]} keeps its values in an external file")
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx"):
+                raise ValueError(f"node {n.name[:40]} is in the custom domain {n.domain[:40]}")
+            graphs += [a.g for a in n.attribute if a.HasField("g")] + [x for a in n.attribute for x in a.graphs]
+    if len(model.graph.input) != len(region.inputs) or len(model.graph.output) != len(region.outputs):
+        raise ValueError(f"the saved model does not have {region.name}'s inputs and outputs")
+    return OrtProgram(region, blob, desc, chosen)

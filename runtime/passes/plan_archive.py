@@ -21,7 +21,7 @@ from ..errors import UsageError, first_line
 
 MAX_MEMBERS = 65535           # what a zip without zip64 extensions holds; plans hold a few hundred
 MAX_RATIO = 1100              # deflate's ceiling is about 1032:1 (zeros): anything above is a lie
-MEMBER = re.compile(r"^(plan\.json|plan\.sha256|plan\.sig|constants/\d{1,9}\.npy)$")
+MEMBER = re.compile(r"^(plan\.json|plan\.sha256|plan\.sig|constants/\d{1,9}\.npy|regions/region\d{1,6}\.bin)$")
 
 
 class PlanArchive:

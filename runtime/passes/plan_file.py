@@ -10,12 +10,14 @@ Format (version 1) -- a zip archive starting at byte 0, never a pickle:
     plan.sha256       hex SHA-256 of plan.json: a plan damaged by accident is refused
     plan.sig          optional: an Ed25519 signature of every other member (plan_sign.py; --sign / --trust)
     constants/N.npy   constant slot N (values the passes made, optimizer state), numpy .npy, no pickles
+    regions/regionN.bin  a compiler stack's compiled region (ONNX model, OpenVINO IR, serialized
+                      StableHLO): run --plan loads it instead of compiling (plan_regions.py)
 
 plan.json: {"format": "opscope-plan", "version": 1, "model": spec, "fingerprint": {class, state (hash of
 parameter names, shapes and dtypes), inputs}, "backend": {spec, name, digest (of its description)},
 "versions": {opscope, torch}, "passes", "pass_log", "placement": [[node, backend]], "graph": {nodes,
 num_slots, input_slots, output_refs, slot_meta, constants: {slot: {"param": name} | {"file": path} | null}},
-"carry", "train", "timing": {capture_seconds, compile_seconds}, "memory_plan"}.
+"carry", "train", "timing": {capture_seconds, compile_seconds}, "memory_plan", "regions"}.
 Values in args/attrs are JSON, with tagged objects for what JSON lacks: {"$ref": slot}, {"$tuple": [...]},
 {"$dict": [[k, v], ...]}, {"$float": "nan"|"inf"|"-inf"}, {"$dtype": name}, {"$device": str},
 {"$torch": "channels_last"|"strided"|...}, {"$node": node} (a fused node's members).
@@ -49,7 +51,7 @@ import torch
 from ..dtypes import ITEMSIZE
 from ..errors import UsageError, first_line
 from ..graph import Graph, Node, Ref, TensorMeta
-from . import plan_sign
+from . import plan_regions, plan_sign
 from .plan_archive import PlanArchive
 from .plan_targets import kernel_for, target_name
 
@@ -227,6 +229,8 @@ def save_plan(path, plan, *, model, inputs, model_spec: str, backend_spec: str, 
         "carry": [[c, o] for c, o in plan.carry.items()], "train": bool(train), "timing": dict(timing or {}),
         "memory_plan": plan.memory_plan,
     }
+    doc["regions"], programs = plan_regions.collect(plan)      # a stack's compiled regions, when it has them
+    files.update(programs)
     body = json.dumps(doc, allow_nan=False).encode()
     members = {"plan.json": body, "plan.sha256": hashlib.sha256(body).hexdigest().encode(), **files}
     if sign_key is not None:
@@ -280,7 +284,11 @@ def read_plan(path, trust: dict | None = None) -> tuple[dict, dict]:
         for name in a.names:
             if _CONST_NAME.match(name) and name not in declared:
                 raise UsageError(f"{where}: holds {name}, which its plan.json does not name; compile it again")
-        total = sum(nbytes for _, nbytes in declared.values())
+        regions = plan_regions.declared(doc, where)
+        for name in a.names:
+            if name.startswith("regions/") and name not in {r["file"] for r in regions}:
+                raise UsageError(f"{where}: holds {name}, which its plan.json does not name; compile it again")
+        total = sum(nbytes for _, nbytes in declared.values()) + sum(r["bytes"] for r in regions)
         if total > MAX_INLINE:
             raise UsageError(f"{where}: declares {total} bytes of values, over the {MAX_INLINE}-byte limit")
         files = {}
@@ -288,6 +296,11 @@ def read_plan(path, trust: dict | None = None) -> tuple[dict, dict]:
             if name not in a.infos:
                 raise UsageError(f"{where}: names {name}, which it does not hold; compile it again")
             files[name] = a.read(name, nbytes + NPY_HEADER)
+        for r in regions:
+            if r["file"] not in a.infos:
+                raise UsageError(f"{where}: names {r['file']}, which it does not hold; compile it again")
+            files[r["file"]] = a.read(r["file"], r["bytes"])
+            plan_regions.check_bytes(r, files[r["file"]], where)
     if signed is not None:
         plan_sign.check_digests(signed, files, where, names)
     return doc, files
@@ -475,7 +488,9 @@ def bind_plan(doc: dict, files: dict, path, *, model, inputs, backend=None, t0: 
     check_plan(doc, path, model=model, inputs=inputs, backend=backend)
     try:
         graph, carry = decode_graph(doc, files, model, where)
+        plan_regions.arm(backend, plan_regions.declared(doc, where), files, where)
         plan = compile_plan(graph, backend, carry=carry, passes=[])
+        regions = plan_regions.loaded(plan)
         placed = [[n.name, b.name] for n, b in plan.placement.assignments]
         if placed != doc["placement"]:
             raise UsageError(f"{where}: {backend.name} now places the graph differently than when it was "
@@ -493,7 +508,7 @@ def bind_plan(doc: dict, files: dict, path, *, model, inputs, backend=None, t0: 
     startup = time.perf_counter() - t0
     info = {"path": str(path), "backend": backend.name, "passes": plan.passes, "train": bool(doc.get("train")),
             "startup_seconds": startup, "capture_seconds": before, "saved_seconds": before - startup,
-            "memory_plan": plan.memory_plan}
+            "memory_plan": plan.memory_plan, **regions}
     return LoadedPlan(plan, Executor(plan), info)
 
 
