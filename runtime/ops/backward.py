@@ -4,9 +4,9 @@ attention its logsumexp). Numpy reference kernels compute in float64 and cast ba
 count the backward's work, so the roofline of a training step is not a forward's with extra names.
 
 Dropout: a training graph with `native_dropout` (p > 0) draws its mask from numpy's generator
-seeded with `DROPOUT_SEED`, so two opscope runs agree; eager PyTorch draws from its own generator,
-so `opscope train` compares with eager only where dropout is off (p = 0 or eval-mode dropout),
-and says so (see runtime/train/joint.py).
+seeded with `DROPOUT_SEED`, afresh at every call (`seeded_keep`), so two opscope runs agree; eager
+PyTorch draws from its own generator, so `compare_with_eager` (and `opscope train`) runs its eager
+copy under the same rule (runtime/train/dropout.py) and compares by value with dropout on.
 """
 from __future__ import annotations
 
