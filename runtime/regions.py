@@ -84,13 +84,6 @@ class RegionProgram:
     def __call__(self, *inputs):
         return self.run(*inputs)
 
-    from_plan = False                 # loaded from a plan's saved program, not compiled in this process
-
-    def artifact(self) -> bytes | None:
-        """The compiled program as bytes a plan can hold (ONNX model, OpenVINO IR, serialized StableHLO), or
-        None when the stack has no such form: `opscope compile` saves it, `run --plan` loads it back."""
-        return None
-
     def start_profile(self) -> None:
         """Get the stack's profiler ready (a stack without one records nothing)."""
 
@@ -177,14 +170,11 @@ class StackRegistry:
     reference_kernels = False
 
     def __init__(self, claim: Callable[[Node], bool | str], compile: Callable[[Region], RegionProgram], *,
-                 unsupported=(), supported=None, load: Callable[[Region, bytes], RegionProgram] | None = None,
-                 version: str = ""):
-        self._claim, self._compile, self._load = claim, compile, load
+                 unsupported=(), supported=None):
+        self._claim, self._compile = claim, compile
         self.unsupported = set(unsupported)
         self.supported = set(supported) if supported is not None else None
         self.dtypes = None
-        self.version = version            # the stack's own version: a plan's saved programs are for this one
-        self.saved: dict[str, SavedRegion] = {}     # region name -> a plan's program for it (bind_plan sets it)
 
     def supports(self, node: Node) -> bool | str:
         if node.op == "region":
@@ -197,12 +187,7 @@ class StackRegistry:
 
     def kernel_for(self, node: Node) -> Callable:
         region = node.attrs["region"] if node.op == "region" else single(node)
-        saved = self.saved.pop(region.name, None) if node.op == "region" else None
-        if saved is not None and self._load is not None and saved.fits(region):
-            program = _real_tensors(self._load, region, saved.blob)
-            program.from_plan = True
-        else:                             # none saved, or the weights changed since: compiled again
-            program = _real_tensors(self._compile, region)
+        program = _real_tensors(self._compile, region)
         if node.op == "region":
             return program
 
@@ -215,36 +200,6 @@ class StackRegistry:
         from .ops import OPS
         return sorted(n for n in OPS if n not in self.unsupported and n not in ("region", "transfer")
                       and (self.supported is None or n in self.supported))
-
-
-@dataclass
-class SavedRegion:
-    """A region's compiled program from a plan, and what it was compiled from: the members (by name) and
-    a digest of the constants the stack folded into it -- the model's weights, which a plan names but
-    does not hold: a plan run with other weights of the same shapes compiles the region again."""
-
-    blob: bytes
-    members: list[str]
-    constants: str
-
-    def fits(self, region: Region) -> bool:
-        return self.members == [m.name for m in region.members] and self.constants == constants_digest(region)
-
-
-def constants_digest(region: Region) -> str:
-    import hashlib
-
-    import torch
-    h = hashlib.sha256()
-    for s in sorted(region.constants):
-        v = region.constants[s]
-        if isinstance(v, torch.Tensor):
-            t = v.detach().cpu().contiguous()
-            h.update(f"{s}:{t.dtype}:{tuple(t.shape)}:".encode())
-            h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes())
-        else:
-            h.update(f"{s}:{v!r}:".encode())
-    return h.hexdigest()
 
 
 def _real_tensors(fn, *args):
@@ -331,21 +286,6 @@ def region_node(region: Region, backend_name: str) -> Node:
                 source=first.source, source_line=first.source_line, multi_output=True)
 
 
-def failure(node: Node, backend_name: str, e: BaseException) -> str:
-    """One line for a region whose stack raised while running it: the region, its first ops, the member the
-    stack's message names (ONNX Runtime and OpenVINO name their nodes by the member's scope, /n<i>/), the
-    backend and the stack's own reason."""
-    from .errors import first_line
-    members, why = node.attrs["members"], first_line(e)
-    ops = list(dict.fromkeys(m.op for m in members))
-    listed = ", ".join(ops[:5]) + (f" and {len(ops) - 5} more ops" if len(ops) > 5 else "")
-    blamed = node.attrs["region"].member_of_scope(why) if "region" in node.attrs else None
-    at = f" at node {blamed.name} ({blamed.op}{' in ' + blamed.module_path if blamed.module_path else ''})" \
-        if blamed is not None else ""
-    return (f"region {node.name} ({len(members)} nodes: {listed}) failed inside {backend_name}{at}: "
-            f"{type(e).__name__}: {why}")
-
-
 def _common_path(paths: list[str]) -> str:
     parts = [p.split(".") for p in paths if p]
     if not parts:
@@ -378,14 +318,15 @@ def to_torch(region: Region):
     own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers."""
     import torch
 
-    from .export_forms import FORMS
-
     class Member(torch.nn.Module):
         def __init__(self, node):
             super().__init__()
             self.node = node
-            # an op the exporters have no rule for runs as its torch form (export_forms.py), traced into ops they have
-            self.target = FORMS.get(node.target, node.target)
+            # NOTE: a torch.compile graph may view a tensor that is contiguous only in AOTAutograd's own
+            # layout (a transpose's output there, not in the traced module): reshape computes the same values
+            # (OpenVINO's importer has no rule for _unsafe_view either)
+            views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+            self.target = torch.ops.aten.reshape.default if node.target in views else node.target
 
         def forward(self, *args, **kwargs):
             return self.target(*args, **kwargs)

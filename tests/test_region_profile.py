@@ -1,15 +1,20 @@
-"""`opscope profile -b onnxruntime|openvino` stores a region's per-op spans from the stack's own profiler as
-child events of the region's event: ops, module paths, FLOPs, a parent and the stack's clock; most of the
-region's nodes are covered, the children's time is the region's time, and `show --json` counts them."""
+"""`opscope profile -b onnxruntime|openvino|xla` stores a region's per-op spans from the stack's own profiler as
+child events of the region's event: ops, module paths, FLOPs, a parent and the stack's clock; at least 90% of the
+region's nodes are covered, the children's time is the region's time (within 10%: an accounting check, the spans
+are laid inside the region's), and `show --json` counts them."""
 import json
 
 import pytest
 
 from opscope.profiler.store import RunStore
 
+# the module a stack needs, and the clock its spans must name
+STACKS = {"onnxruntime": ("onnxruntime", "onnxruntime profiler"), "openvino": ("openvino", "openvino PERF_COUNT"),
+          "xla": ("jax", "xla profiler")}
 
-def profile(cli, backend: str) -> tuple[str, RunStore, dict]:
-    r = cli("profile", "demo:gpt", "-b", backend, "--steps", "2", "--json")
+
+def profile(cli, backend: str, steps: int = 3) -> tuple[str, RunStore, dict]:
+    r = cli("profile", "demo:gpt", "-b", backend, "--steps", str(steps), "--json")
     assert r.returncode == 0, r.stderr
     run_id = json.loads(r.stdout)["run_id"]
     store = RunStore()
@@ -25,29 +30,43 @@ def events(store, run_id, depth):
 
 
 @pytest.mark.multiprocess
-def test_onnxruntime_profile_stores_each_regions_ops_beneath_it(cli):
-    pytest.importorskip("onnxruntime")
-    run_id, store, placement = profile(cli, "onnxruntime")
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_a_stacks_profile_stores_each_regions_ops_beneath_it(cli, stack):
+    module, clock = STACKS[stack]
+    pytest.importorskip(module)
+    run_id, store, placement = profile(cli, stack)
     (region,) = placement["regions"]
     regions, children = events(store, run_id, 0), events(store, run_id, 1)
-    assert [(e["step"], e["op"], e["parent"], e["clock"]) for e in regions] == [(0, "region", "", ""),
-                                                                                 (1, "region", "", "")]
+    assert [(e["step"], e["op"], e["parent"]) for e in regions] == [(k, "region", "") for k in range(3)]
+    members, shares = None, []
     for parent in regions:
         mine = [c for c in children if c["step"] == parent["step"]]
-        assert {(c["parent"], c["clock"]) for c in mine} == {("region0", "onnxruntime profiler")}
+        assert {c["parent"] for c in mine} == {"region0"}
+        assert len({c["clock"] for c in mine}) == 1 and mine[0]["clock"].startswith(clock)   # the clock is named
         covered = {n for c in mine for n in c["node"].split(",")}
-        assert len(covered) >= 0.9 * region["nodes"]              # fused and renamed ORT nodes included
+        assert len(covered) >= 0.9 * region["nodes"]      # fused, folded and bitcast nodes included
+        members = members or covered
+        assert covered == members                         # every step maps the same nodes
         assert all(parent["start_ns"] <= c["start_ns"] <= c["end_ns"] <= parent["end_ns"] for c in mine)
         measured = parent["end_ns"] - parent["start_ns"]
-        assert abs(sum(c["end_ns"] - c["start_ns"] for c in mine) - measured) <= 0.1 * measured
+        shares.append(sum(c["end_ns"] - c["start_ns"] for c in mine) / measured)
         assert min(c["seq"] for c in mine) > parent["seq"]        # child seqs follow the plan's
-    qkv = next(c for c in children if c["module"] == "h.0.attn.qkv" and c["op"].startswith("linear"))
-    assert qkv["flops"] > 0 and qkv["source"].split()[0] in ("Gemm", "MatMul", "FusedMatMul")
+    # the children's time is the region's: never more (spans that overlap would count twice), and within 10 % in
+    # the median step (a step the host preempted between two kernels -- the store's writer runs meanwhile -- has
+    # time no kernel spent; one such step of three must not decide)
+    assert max(shares) <= 1.1 and sorted(shares)[1] >= 0.9, shares
+    # op names, module paths and FLOPs from the members each span covers
+    assert {"linear", "layer_norm", "scaled_dot_product_attention"} <= {o for c in children for o in c["op"].split("+")}
+    qkv = [c for c in children if c["module"] == "h.0.attn.qkv" and "linear" in c["op"].split("+")]
+    assert qkv and all(c["flops"] > 0 and c["source"] for c in qkv)
+    if stack == "onnxruntime":
+        assert qkv[0]["source"].split()[0] in ("Gemm", "MatMul", "FusedMatMul")
     r = cli("show", run_id, "--by", "op", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["ops"]
-    ops = {row["op"] for row in rows}
-    assert {"region", "linear", "layer_norm", "scaled_dot_product_attention"} <= ops
+    # a span the stack fused is one row named by every op it covers (`linear+gelu`)
+    assert {"region", "linear", "layer_norm", "scaled_dot_product_attention"} <= \
+        {op for row in rows for op in row["op"].split("+")}
     # the region's children are subtracted from its self time: each nanosecond counted once (was region 50 %,
     # linear 48 %: a stack's device was read as a device stream, whose ops never nest)
     (reg,) = [row for row in rows if row["op"] == "region"]
@@ -103,20 +122,3 @@ def test_a_gpu_stream_is_still_a_device_track():
         kinds = {k for (k,) in con.execute(f"SELECT DISTINCT {stats.kind_sql()} FROM events WHERE run_id = ?",
                                            [rid]).fetchall()}
     assert kinds == {"device"}
-
-
-@pytest.mark.multiprocess
-def test_openvino_profile_stores_each_regions_ops_beneath_it(cli):
-    pytest.importorskip("openvino")
-    from opscope.runtime.backends.openvino_backend import CLOCK
-    run_id, store, placement = profile(cli, "openvino")
-    (region,) = placement["regions"]
-    regions, children = events(store, run_id, 0), events(store, run_id, 1)
-    assert [e["op"] for e in regions] == ["region", "region"]
-    for parent in regions:
-        mine = [c for c in children if c["step"] == parent["step"]]
-        assert {(c["parent"], c["clock"]) for c in mine} == {("region0", CLOCK)}
-        covered = {n for c in mine for n in c["node"].split(",") if c["op"] != c["source"].split()[0].lower()}
-        assert len(covered) >= 0.5 * region["nodes"]
-        assert all(parent["start_ns"] <= c["start_ns"] <= c["end_ns"] <= parent["end_ns"] for c in mine)
-    assert any(c["flops"] > 0 and c["module"] for c in children)

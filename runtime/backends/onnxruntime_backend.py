@@ -21,7 +21,6 @@ import warnings
 import numpy as np
 
 from ..description import Description
-from ..export_forms import FORMS
 from ..errors import ModelError, first_line
 from ..hdi import Backend
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
@@ -71,11 +70,8 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     chosen = providers(desc)
     backend = OnnxRuntimeBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                                  device=f"onnxruntime:{chosen[0]}")
-    import onnxruntime as ort
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
-                                unsupported=desc.unsupported, supported=desc.supported,
-                                load=lambda region, blob: load_region(region, blob, desc, chosen),
-                                version=f"onnxruntime {ort.__version__}")
+                                unsupported=desc.unsupported, supported=desc.supported)
     return backend
 
 
@@ -93,8 +89,6 @@ def claim(node) -> bool | str:
         return "cumsum of a bool tensor: ONNX Runtime's CumSum takes numbers only"
     name = node.target._schema.name
     exportable = _exportable()
-    if node.target in FORMS:                       # exported as its torch form (export_forms.py)
-        return True
     if exportable is not None and not exportable(name, OPSET):
         return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"
     return True
@@ -133,9 +127,6 @@ class OrtProgram(RegionProgram):
         self.binding = self.session.io_binding()
         self.names = [i.name for i in self.session.get_inputs()]
         self.outs = [o.name for o in self.session.get_outputs()]
-
-    def artifact(self) -> bytes:
-        return self.model                  # the exported ONNX model: a plan saves it (passes/plan_regions.py)
 
     def _session(self, model: bytes, profile_dir: str | None = None, optimized: bool = False):
         import onnxruntime as ort
@@ -260,23 +251,3 @@ def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtP
         raise ModelError(f"onnxruntime could not compile {region.name} ({len(region.members)} nodes: {ops}): "
                          f"{type(e).__name__}: {first_line(e)[:200]}") from e
 
-
-def load_region(region: Region, blob: bytes, desc: Description, chosen: list[str]) -> OrtProgram:
-    """A plan's saved ONNX model for the region. Refused unless it is plain data: every initializer inside
-    the model (external data would make ONNX Runtime read a file the plan names) and only the ONNX
-    domains torch's exporter writes (a custom domain would ask for a library's kernels)."""
-    import onnx
-    model = onnx.load_from_string(blob)
-    graphs = [model.graph]
-    while graphs:                          # the graph and every subgraph (If / Loop bodies) in it
-        g = graphs.pop()
-        for t in list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.HasField("t")]:
-            if t.data_location == onnx.TensorProto.EXTERNAL:
-                raise ValueError(f"tensor {t.name[:40]} keeps its values in an external file")
-        for n in g.node:
-            if n.domain not in ("", "ai.onnx"):
-                raise ValueError(f"node {n.name[:40]} is in the custom domain {n.domain[:40]}")
-            graphs += [a.g for a in n.attribute if a.HasField("g")] + [x for a in n.attribute for x in a.graphs]
-    if len(model.graph.input) != len(region.inputs) or len(model.graph.output) != len(region.outputs):
-        raise ValueError(f"the saved model does not have {region.name}'s inputs and outputs")
-    return OrtProgram(region, blob, desc, chosen)

@@ -12,6 +12,10 @@ NOTE: torch_xla does not load beside this torch, and torchax needs patching: the
 from __future__ import annotations
 
 import math
+import re
+import shutil
+import tempfile
+import time
 
 import numpy as np
 
@@ -20,9 +24,14 @@ from ..errors import ModelError, UsageError, first_line
 from ..hdi import Backend
 from ..graph import materialize
 from ..regions import Claim, Region, RegionProgram, StackRegistry
+from ..regions import example_inputs as _examples
 from .numpy_backend import NumpyMemory
+from .xla_lowering import more_lowerings
 
 INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
+CLOCK = ("xla profiler: XLA's thunk-executor spans (host clock, placed by a TraceAnnotation around the region's "
+         "call)")
+_MARK = "opscope-region-call"
 
 
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -125,7 +134,10 @@ def create(desc: Description, name: str) -> XlaBackend:
         raise UsageError(f"backend {name}: the xla backend takes only [backend.options] device (threads, providers "
                          "and precision are not its options); remove the others from the description")
     jax.config.update("jax_enable_x64", True)      # int64 indices stay int64, a float64 graph stays float64
-    lower = _lower()
+    # a region call waits for its outputs anyway: run it on the calling thread, not hop to the client's (under
+    # load that thread waited for a core for milliseconds inside the call, time no op of the region spent)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    lower = more_lowerings(_lower())          # training's backward and optimizer ops too: xla_lowering.py
     takes = Claim()
 
     def claim(node):
@@ -153,7 +165,8 @@ class XlaProgram(RegionProgram):
             env = dict(zip(region.inputs, inputs)) | dict(zip(slots, consts))
             for m in members:
                 with jax.named_scope(m.name):     # the profiler's spans carry the node's name
-                    out = lower[m.target._schema.name](*materialize(m.args, env), **_keep(materialize(m.kwargs, env)))
+                    kwargs = {k: materialize(v, env) for k, v in m.kwargs.items()}    # attn_mask= is a Ref
+                    out = lower[m.target._schema.name](*materialize(m.args, env), **_keep(kwargs))
                 outs = list(out) if m.multi_output else [out]
                 for s, v, meta in zip(m.outputs, outs, m.output_meta):
                     env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v
@@ -163,7 +176,105 @@ class XlaProgram(RegionProgram):
 
     def _run(self, *inputs):
         # NOTE: jax dispatches asynchronously; waiting here makes the region's timed call its compute time
-        return list(self._block(self.fn(self.consts, *inputs)))
+        if self._calls is None:
+            return list(self._block(self.fn(self.consts, *inputs)))
+        import jax
+        with jax.profiler.TraceAnnotation(_MARK):     # the trace's own clock for this call: children are placed by it
+            t0 = time.perf_counter_ns()
+            out = list(self._block(self.fn(self.consts, *inputs)))
+            t1 = time.perf_counter_ns()
+        self._calls.append((t0, t1))
+        return out
+
+    _calls = None
+    _covers = None
+
+    def start_profile(self):
+        _TRACE.start()
+        self._calls = []
+
+    def stop_profile(self):
+        calls, self._calls = self._calls, None
+        data = _TRACE.stop()
+        if not calls or data is None:
+            return []
+        thunks, marks = [], []
+        for ev in (ev for plane in data.planes for line in plane.lines for ev in line.events):
+            if ev.name == _MARK:
+                marks.append((ev.start_ns, ev.start_ns + ev.duration_ns))
+            elif op := dict(ev.stats).get("hlo_op"):
+                thunks.append((ev.start_ns, ev.start_ns + ev.duration_ns, op))
+        if self._covers is None:          # the HLO XLA compiled: its instructions name the thunks that ran
+            hlo = self.fn.lower(self.consts, *[x.numpy() for x in _examples(self.region)]).compile().as_text()
+            self._covers = covers(hlo, self.region)
+        children = []
+        for (t0, t1), (lo, hi) in zip(calls, sorted(marks)):
+            for s, e, op in sorted(thunks):
+                if lo <= s and e <= hi and op in self._covers:
+                    kind, members = self._covers[op]
+                    # NOTE: the trace's clock is not perf_counter: each call's annotation pins its offset
+                    children.append(self.child(op, kind, max(t0, t0 + int(s - lo)), min(t1, t0 + int(e - lo)),
+                                               CLOCK, members))
+        return children
+
+
+class _Trace:
+    """One jax profiler trace for every region's program (jax runs one at a time): started by the first
+    start_profile, stopped and read by the first stop_profile, its data handed to the others."""
+    users, folder, data = 0, None, None
+
+    def start(self):
+        import jax
+        if self.users == 0:
+            self.folder, self.data = tempfile.mkdtemp(prefix="opscope-xla-"), None
+            opts = jax.profiler.ProfileOptions()
+            opts.python_tracer_level = 0          # Python frames: costly, and not what a region's children are
+            jax.profiler.start_trace(self.folder, profiler_options=opts)
+        self.users += 1
+
+    def stop(self):
+        import glob
+
+        import jax
+        if self.users and self.data is None:
+            try:
+                jax.profiler.stop_trace()
+                (path,) = glob.glob(f"{self.folder}/plugins/profile/*/*.xplane.pb")
+                self.data = jax.profiler.ProfileData.from_file(path)
+            finally:
+                shutil.rmtree(self.folder, ignore_errors=True)
+        self.users, data = max(0, self.users - 1), self.data
+        self.data = self.data if self.users else None
+        return data
+
+
+_TRACE = _Trace()
+_INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+(?: \S+)*? ([\w\-]+)\((.*)$")
+
+
+def covers(hlo: str, region: Region) -> dict[str, tuple[str, list]]:
+    """Each instruction of the compiled HLO's entry (what runs as a thunk: a fusion, a dot, a custom call) ->
+    its opcode and the members named (jax.named_scope) in its metadata and in the computations it calls (a
+    fusion's body). Members that vanished (a reshape made a bitcast keeps no metadata) RegionProgram.absorb places."""
+    by_name = {m.name: m for m in region.members}
+    instrs, comps, entry, comp = {}, {}, None, None      # name -> (opcode, names it references, members)
+    for line in hlo.splitlines():
+        if head := re.match(r"^(ENTRY )?%([\w.\-]+) ", line):
+            comp, entry = head.group(2), head.group(2) if head.group(1) else entry
+            comps[comp] = []
+        elif (m := _INSTR.match(line)) and comp is not None:
+            op_name = re.search(r'op_name="([^"]*)"', line)
+            mine = [by_name[p] for p in (op_name.group(1).split("/") if op_name else []) if p in by_name]
+            instrs[m.group(1)] = (m.group(2), re.findall(r"%([\w.\-]+)", m.group(3)), mine)
+            comps[comp].append(m.group(1))
+
+    def members(name, seen):
+        kind, refs, mine = instrs[name]
+        for called in (r for r in refs if r in comps and r not in seen):
+            seen.add(called)
+            mine = mine + [x for n in comps[called] for x in members(n, seen)]
+        return list({id(x): x for x in mine}.values())
+    return {top: (instrs[top][0], members(top, set())) for top in comps.get(entry, [])}
 
 
 def _keep(kwargs: dict) -> dict:
@@ -175,8 +286,7 @@ def compile_region(region: Region, lower: dict, device) -> XlaProgram:
     ops = ", ".join(sorted({m.op for m in region.members}))
     try:
         program = XlaProgram(region, lower, device)
-        from ..regions import example_inputs
-        program(*[x.numpy() for x in example_inputs(region)])       # trace and compile now, not in the first step
+        program(*[x.numpy() for x in _examples(region)])       # trace and compile now, not in the first step
         return program
     except Exception as e:       # a lowering that does not fit the arguments, or XLA refusing the program
         raise ModelError(f"xla could not compile {region.name} ({len(region.members)} nodes: {ops}): "
