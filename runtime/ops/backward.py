@@ -100,6 +100,18 @@ def _attention_scores(query, key, is_causal, attn_mask, scale):
     return s
 
 
+def _kv_heads(query, key, value):
+    """Key and value with one head per query head: grouped-query attention (fewer key/value heads, each serving
+    consecutive query heads) as the CPU flash kernel takes it -- what SDPA's enable_gqa captures as in training."""
+    rep = query.shape[-3] // key.shape[-3] if key.ndim >= 3 and key.shape[-3] != query.shape[-3] else 1
+    return (key, value, 1) if rep == 1 else (np.repeat(key, rep, axis=-3), np.repeat(value, rep, axis=-3), rep)
+
+
+def _per_kv_head(grad, rep):
+    """A gradient over the repeated heads summed back onto the key/value head each group shares."""
+    return grad if rep == 1 else grad.reshape(grad.shape[:-3] + (-1, rep) + grad.shape[-2:]).sum(axis=-3)
+
+
 def _attention_flops(n, factor):
     q, k = n.input_meta[0].shape, n.input_meta[1].shape
     return factor * math.prod(q[:-2]) * q[-2] * k[-2] * q[-1]
@@ -111,6 +123,7 @@ def flash_attention(query, key, value, dropout_p=0.0, is_causal=False, attn_mask
     """Attention that also returns the row logsumexp its backward recomputes probabilities from."""
     if dropout_p:
         raise NotImplementedError("attention dropout in training: set the model's attention dropout to 0")
+    key, value, _ = _kv_heads(query, key, value)
     s = _attention_scores(query, key, is_causal, attn_mask, scale)
     m = np.max(s, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -124,6 +137,8 @@ def flash_attention(query, key, value, dropout_p=0.0, is_causal=False, attn_mask
 def flash_attention_backward(grad_out, query, key, value, out, logsumexp, dropout_p=0.0, is_causal=False,
                              attn_mask=None, scale=None):
     sc = _sdpa_scale(query, scale)
+    kv_dtypes = key.dtype, value.dtype
+    key, value, rep = _kv_heads(query, key, value)
     p = np.exp(_attention_scores(query, key, is_causal, attn_mask, scale) - _f64(logsumexp)[..., None])
     do = _f64(grad_out)
     dv = np.matmul(np.swapaxes(p, -1, -2), do)
@@ -131,7 +146,7 @@ def flash_attention_backward(grad_out, query, key, value, out, logsumexp, dropou
     ds = p * (dp - np.sum(do * _f64(out), axis=-1, keepdims=True)) * sc
     dq = np.matmul(ds, _f64(key))
     dk = np.matmul(np.swapaxes(ds, -1, -2), _f64(query))
-    return [dq.astype(query.dtype), dk.astype(key.dtype), dv.astype(value.dtype)]
+    return [dq.astype(query.dtype), _per_kv_head(dk, rep).astype(kv_dtypes[0]), _per_kv_head(dv, rep).astype(kv_dtypes[1])]
 
 
 @define("nll_loss", "reduction", aten=("aten.nll_loss_forward",), flops=lambda n: _numel(n, 1), dtypes=FLOATS)
@@ -445,10 +460,13 @@ BACKWARD_SAMPLES = {
                                     I(2, 3, 4, 4, hi=64))], F32_64),
     "flash_attention": Sample(aten._scaled_dot_product_flash_attention_for_cpu.default,
                               [(F(2, 2, 5, 8), F(2, 2, 5, 8), F(2, 2, 5, 8)),
-                               (F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4), 0.0, True)], F32_64),
+                               (F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4), 0.0, True),
+                               (F(1, 4, 5, 8), F(1, 2, 5, 8), F(1, 2, 5, 8), 0.0, True)], F32_64),    # grouped kv heads
     "flash_attention_backward": Sample(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                                        [(F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4),
-                                         F(1, 2, 6, lo=1.0, hi=2.0), 0.0, True)], F32_64),
+                                         F(1, 2, 6, lo=1.0, hi=2.0), 0.0, True),
+                                        (F(1, 4, 6, 4), F(1, 4, 6, 4), F(1, 2, 6, 4), F(1, 2, 6, 4), F(1, 4, 6, 4),
+                                         F(1, 4, 6, lo=1.0, hi=2.0), 0.0, True)], F32_64),
     "nll_loss": Sample(aten.nll_loss_forward.default, [(F(6, 5), I(6, hi=5), None, 1, -100),
                                                        (F(6, 5), I(6, hi=5), F(5, lo=0.5), 2, 1),
                                                        (F(6, 5), I(6, hi=5), None, 0, -100)], F32_64),
