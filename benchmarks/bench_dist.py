@@ -51,8 +51,6 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"{args.model}, data parallel on torch:cpu ranks (gloo, 1 thread each, {cores} cores, load average "
           f"{os.getloadavg()[0]:.1f}), {args.steps} steps, {args.repeats} job(s) per case")
-    print(f"{'case':<28} {'predicted':>10} {'measured':>10} {'ratio':>6}   {'exposed grad comm pred/meas':>28}   "
-          "prediction = compute + host + comm")
     ratios = []
     for n in args.ranks or [2, 4]:
         # calibrated just before its cases: on a shared host the link drifts with the load
@@ -63,6 +61,8 @@ def main() -> None:
               "after compute, 2 processes; ring fit: " + ", ".join(
                   f"{p['bytes'] >> 10} KiB {p['measured_seconds'] * 1e3:.2f}/{p['model_seconds'] * 1e3:.2f} ms"
                   for p in fit["points"]) + " measured/model)")
+        print(f"{'case':<28} {'predicted':>10} {'measured':>10} {'ratio':>6}   {'exposed grad comm pred/meas':>28}   "
+              "prediction = compute + host + comm")
         m = measure(args.model, ["torch:cpu"] * n, [1 / n] * n)
         for overlap in (False, True):
             p = predict(m, n, link, overlap=overlap, bucket_bytes=int(args.bucket_mb * 2 ** 20), cores_per_node=cores)

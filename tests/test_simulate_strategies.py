@@ -238,3 +238,16 @@ def test_a_description_gives_the_intra_and_inter_node_levels(tmp_path):
     bad.write_text(LEVELS.format(name="half", levels="ranks_per_node = 4\ninter_node_bandwidth = 1.0e10"))
     with pytest.raises(UsageError, match="inter_node_latency.*missing"):
         backends.resolve(str(bad))
+
+
+def test_ranks_past_the_cores_stretch_compute_host_work_and_the_loopback_link():
+    from opscope.runtime.dist.simulate import Measured, predict
+    wall = {**SHARE, "clock": "wall", "host_seconds": 0.005}
+    m = Measured("toy", [wall] * 4, P, P // 4, [SHAPE] * 4, threads=1)
+    alone = predict(m, 4, LINK)                                   # cores not given: nothing shared
+    crowded = predict(m, 4, LINK, cores_per_node=2)               # 4 one-thread ranks on 2 cores: 2x
+    slow = Interconnect(1e9 / 2, 2e-5, "ring")
+    control = lambda link: 2 * all_reduce_seconds(8 * 13, 4, link)  # noqa: E731  (loss and parameter check)
+    assert close(alone["step_seconds"], 0.034 + 0.005 + all_reduce_seconds(P, 4, LINK) + control(LINK))
+    assert close(crowded["step_seconds"], 2 * 0.034 + 2 * 0.005 + all_reduce_seconds(P, 4, slow) + control(slow))
+    assert "cores shared 2x" in crowded["cluster"][0]["source"]

@@ -4,8 +4,8 @@
     save_link(fit); stored_link()     # $OPSCOPE_HOME/links.json, per host: reused by `opscope simulate`
 
 Two ranks (`python -m opscope.runtime.dist.linkbench`, torchrun's variables, one thread each) all-reduce
-float32 buffers of each size, each one after a burst of compute as a training step issues it (the link
-that is stored), and also back to back (kept beside it: on a busy host the two differ several times
+float32 buffers of each size, each one after a burst of compute with no barrier, as a training step
+issues it (the link that is stored), and also back to back (kept beside it: on a busy host the two differ several times
 over); the median per size is fitted to the 2-rank ring time B/W + 2a by least squares on relative error
 (small sizes fix the latency, large ones the bandwidth). Each point keeps the measured and the fitted
 time, so a reader sees how well the line holds.
@@ -118,11 +118,14 @@ def _rank_main() -> None:
         buf = torch.ones(max(1, size // 4), dtype=torch.float32)
         for mode in ("hot", "step"):
             times = []
+            dist.barrier()
             for i in range(repeats + 2):               # two warm-ups: gloo sets up its pairs lazily
-                dist.barrier()
-                if mode == "step":
-                    # as a training step issues it: after a burst of compute (the same work on both ranks),
-                    # so gloo's waiting threads have slept; back to back after a barrier ("hot") they have not,
+                if mode == "hot":
+                    dist.barrier()
+                else:
+                    # as a training step issues it: after a burst of compute (the same work on both ranks), no
+                    # barrier, so gloo's waiting threads have slept and the skew with which the ranks left the
+                    # last collective is paid in this one; back to back after a barrier ("hot") neither happens,
                     # and on a busy host the two differ several times over
                     for _ in range(8):
                         (a @ w).relu_()

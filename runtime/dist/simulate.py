@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -193,6 +193,13 @@ def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: 
             cores_per_node: int | None = None) -> dict:
     cluster = link if isinstance(link, Cluster) else cluster_of(ranks, link)
     strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy)
+    crowd = _contention(m, cluster, cores_per_node)
+    if crowd > 1 and all(s["clock"] == "wall" for s in m.shares):
+        # host ranks past the cores: a loopback collective is the cores' copying and each hop waits for one
+        inner = cluster.levels[0]
+        slowed = replace(inner.link, bandwidth=inner.link.bandwidth / crowd, latency=inner.link.latency * crowd,
+                         source=inner.link.source + f" (its cores shared {crowd:g}x)")
+        cluster = Cluster([Level(inner.size, slowed)] + cluster.levels[1:])
     per_share = []
     for share, shape in zip(m.shares, m.shapes):
         stretch = _contention(m, cluster, cores_per_node) if share["clock"] == "wall" else 1.0
@@ -205,7 +212,7 @@ def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: 
     n = cluster.ranks
     control = 2 * cluster.all_reduce(8 * (1 + 3 * n)) if n > 1 else 0.0     # loss all-reduce, digest all-gather
     # host bookkeeping is wall time: it adds to a wall-clock rank's step, never to a sim chip's clock
-    host = max((s["host_seconds"] for s in m.shares if s["clock"] == "wall"), default=0.0) if n > 1 else 0.0
+    host = max((s["host_seconds"] for s in m.shares if s["clock"] == "wall"), default=0.0) * crowd if n > 1 else 0.0
     if control:
         p["collectives"] = p["collectives"] + [{"what": "loss all-reduce and parameter-check all-gather (latency)",
                                                 "bytes": 16 * (1 + 3 * n), "ranks": n, "seconds": control,
@@ -256,6 +263,6 @@ def assumptions(m: Measured, cluster: Cluster, strat: Strategy, overlap: bool, b
         "links uncontended; no stragglers, no failures",
     ]
     if cores_per_node:
-        out.append(f"{cores_per_node} cores per node shared by its ranks at {m.threads} thread(s) each: "
-                   "wall-clock compute stretches when they run out")
+        out.append(f"{cores_per_node} cores per node shared by its ranks at {m.threads} thread(s) each: past them, "
+                   "wall-clock compute and host work stretch, and the intra-node link slows, by ranks x threads / cores")
     return out
