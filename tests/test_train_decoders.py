@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from opscope.runtime.session import compare, open_session
 from train_sweep import TOL, assert_like_eager, by_keyword, three_steps
@@ -128,12 +129,23 @@ GROUPS = [[2, 5, 9], [0, 4, 9], [3, 3, 9], [9, 9, 9], [2, 5, 7], [4, 12, 20], [6
 def test_grouped_mm_kernels_are_transformers_definition(offs):
     """Both numpy kernels against transformers' own loop: sorted groups, an empty expert, one expert for all,
     rows past the last offset (zero), offsets past the rows (clipped), a decreasing offset, no rows at all."""
+    _grouped_mm_like_transformers(offs)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=5))
+def test_grouped_mm_kernels_on_any_offsets(offs):
+    _grouped_mm_like_transformers(offs)
+
+
+def _grouped_mm_like_transformers(offs):
     from transformers.integrations import moe  # noqa: F401  (registers torch.ops.transformers.*)
 
     from opscope.runtime.ops import OPS
 
     g = torch.Generator().manual_seed(0)
-    x, w, grad = (torch.randn(9, 4, generator=g), torch.randn(3, 4, 5, generator=g), torch.randn(9, 5, generator=g))
+    e = len(offs)
+    x, w, grad = (torch.randn(9, 4, generator=g), torch.randn(e, 4, 5, generator=g), torch.randn(9, 5, generator=g))
     o = torch.tensor(offs)
     want = torch.ops.transformers.grouped_mm_fallback(x, w, o)
     want_dx, want_dw = torch.ops.transformers.grouped_mm_fallback_backward(x, w, o, grad)
