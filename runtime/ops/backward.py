@@ -146,7 +146,8 @@ def flash_attention_backward(grad_out, query, key, value, out, logsumexp, dropou
     ds = p * (dp - np.sum(do * _f64(out), axis=-1, keepdims=True)) * sc
     dq = np.matmul(ds, _f64(key))
     dk = np.matmul(np.swapaxes(ds, -1, -2), _f64(query))
-    return [dq.astype(query.dtype), _per_kv_head(dk, rep).astype(kv_dtypes[0]), _per_kv_head(dv, rep).astype(kv_dtypes[1])]
+    return [dq.astype(query.dtype), _per_kv_head(dk, rep).astype(kv_dtypes[0]),
+            _per_kv_head(dv, rep).astype(kv_dtypes[1])]
 
 
 @define("nll_loss", "reduction", aten=("aten.nll_loss_forward",), flops=lambda n: _numel(n, 1), dtypes=FLOATS)
