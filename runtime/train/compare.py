@@ -34,7 +34,8 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
         losses.append(float(loss.detach()))
     params = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
     buffers = {n: b.detach().numpy().copy() for n, b in model.named_buffers()}
-    return {"losses": losses, "parameters": params, "buffers": buffers, "step_seconds": times}
+    return {"losses": losses, "parameters": params, "buffers": buffers, "step_seconds": times,
+            "seeded_dropout": rule.drew}
 
 
 def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimizer: OptimizerSpec | None = None,
@@ -63,6 +64,8 @@ def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimiz
             "optimizer": {"name": opt.name, "lr": opt.lr, "momentum": opt.momentum if opt.name == "sgd" else None,
                           "weight_decay": opt.weight_decay},
             "losses": losses, "eager_losses": reference["losses"],
+            # "seeded": the model's dropout drew masks, and eager drew opscope's (DROPOUT_SEED), so it compares by value
+            "dropout": "seeded" if reference["seeded_dropout"] else None,
             "loss_error": loss_err, "parameter_error": _worst(per_param), "parameters": per_param,
             "buffer_error": _worst(per_buffer), "buffers": per_buffer,
             "step_seconds": _median(times), "eager_step_seconds": _median(reference["step_seconds"]),
