@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from ..errors import ModelError, UsageError
+from ..errors import ModelError, OpscopeError, UsageError
 
 SHARED_ENV = "OPSCOPE_SHARED_DIR"
 
@@ -38,6 +38,16 @@ def add_hybrid_arguments(p) -> None:
     p.add_argument("--shard", choices=["optimizer"], default=None,
                    help="optimizer: ZeRO-1, each rank updates and keeps the optimizer state of its shard of the "
                         "parameters, then the ranks all-gather them")
+    p.add_argument("--elastic", action="store_true",
+                   help="under torchrun --nnodes MIN:MAX (c10d rendezvous): when a node leaves or joins, the ranks "
+                        "resume from the last checkpoint with the first WORLD shares of --hybrid; needs --checkpoint-dir")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="--elastic: rank 0 checkpoints parameters and optimizer state here (.npz, no pickle), "
+                        "a folder every node reaches")
+    p.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                   help="--elastic: steps between checkpoints (default 10; one more after the last step)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="K",
+                   help="--elastic: resumes from the checkpoint before the job gives up (default 3)")
     p.add_argument("--shared-dir", default=os.environ.get(SHARED_ENV) or None, metavar="DIR",
                    help="every rank also writes its events to DIR/<job>/ as Parquet (a folder every node "
                         f"reaches); `opscope serve DIR` or `opscope trace import DIR` reads them (or ${SHARED_ENV})")
@@ -51,33 +61,44 @@ def job_from_args(args):
                          allow_fallback=not getattr(args, "no_fallback", False),
                          shared_dir=shared_folder(getattr(args, "shared_dir", None)),
                          overlap=bool(getattr(args, "overlap", False)), bucket_mb=getattr(args, "bucket_mb", 25.0),
-                         shard=getattr(args, "shard", None) or "")
+                         shard=getattr(args, "shard", None) or "", elastic=bool(getattr(args, "elastic", False)),
+                         checkpoint_dir=shared_folder(getattr(args, "checkpoint_dir", None), "--checkpoint-dir"),
+                         checkpoint_every=getattr(args, "checkpoint_every", 10),
+                         max_restarts=getattr(args, "max_restarts", 3))
 
 
-def shared_folder(path: str | None) -> str:
-    """--shared-dir as an absolute path to a folder this process can write (created if need be), or one line."""
+def shared_folder(path: str | None, flag: str = "--shared-dir") -> str:
+    """A folder flag as an absolute path to a folder this process can write (created if need be), or one line."""
     if not path:
         return ""
     folder = os.path.abspath(os.path.expanduser(path))
     try:
         os.makedirs(folder, exist_ok=True)
     except FileExistsError:
-        raise UsageError(f"--shared-dir {path}: it is a file, not a folder") from None
+        raise UsageError(f"{flag} {path}: it is a file, not a folder") from None
     except OSError as e:
-        raise UsageError(f"--shared-dir {path}: cannot create it ({e.strerror or e})") from None
+        raise UsageError(f"{flag} {path}: cannot create it ({e.strerror or e})") from None
     if not os.path.isdir(folder):
-        raise UsageError(f"--shared-dir {path}: it is a file, not a folder")
+        raise UsageError(f"{flag} {path}: it is a file, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--shared-dir {path}: this user cannot write there")
+        raise UsageError(f"{flag} {path}: this user cannot write there")
     return folder
 
 
 def train_hybrid(args) -> int:
     from .job import torchrun_env
     env = torchrun_env()
-    job = job_from_args(args)
+    try:
+        job = job_from_args(args)
+    except UsageError:
+        if env is not None and env["rank"] != 0:     # every rank finds the same bad flag: rank 0 says it, once
+            return 2
+        raise
     if env is not None:
         return _as_rank(job, env, args)
+    if job.elastic:            # a bad checkpoint is one line here, before any rank starts
+        from .elastic import check_resumable
+        check_resumable(job, len(job.specs))
     from .launch import launch
     store, run_id = _open_run(job)
     seen, lock = [], threading.Lock()
@@ -91,11 +112,21 @@ def train_hybrid(args) -> int:
     result = launch(job, on_record=keep)
     with lock:
         live.close()               # a reader still draining a rank's pipe no longer writes to the store
+    if result.error and _usage_error(result):      # every rank refused the same input: its line, once
+        result.error = next((r["message"] for r in result.of("error")), result.error)
     report = summarize(job, result.records, result.error)
     report["run_id"] = run_id
     _close_run(store, run_id, report, result.error)
     _print(report, args)
+    if result.error and _usage_error(result):
+        return 2
     return 1 if result.error else 0
+
+
+def _usage_error(result) -> bool:
+    """Every rank that failed failed on bad input (exit 2: a checkpoint from another model, ...)."""
+    bad = [c for c in result.exit_codes if c != 0]
+    return bool(bad) and all(c == 2 for c in bad)
 
 
 class _LiveRun:
@@ -143,9 +174,15 @@ class _LiveRun:
 def _as_rank(job, env, args) -> int:
     from .job import mismatch, run_rank
     from .trainer import CollectiveFailed
-    if mismatch(job, env["world_size"]):
-        if env["rank"] == 0:           # one line, once: every rank knows, only rank 0 says it
+    try:
+        if mismatch(job, env["world_size"]):
             raise UsageError(mismatch(job, env["world_size"]))
+        if job.elastic:
+            from .elastic import check_resumable
+            check_resumable(job, env["world_size"])
+    except OpscopeError:
+        if env["rank"] == 0:           # one line, once: every rank knows, only rank 0 says it
+            raise
         return 2
     records = []
     try:
@@ -153,8 +190,21 @@ def _as_rank(job, env, args) -> int:
             records.append(rec)
     except CollectiveFailed as e:
         raise ModelError(f"rank {env['rank']} ({job.specs[env['rank']]}): {e}") from e
+    except UsageError:
+        if env["rank"] == 0:           # a checkpoint of other shapes: every rank finds it, rank 0 says it
+            raise
+        return 2
     if env["rank"] == 0:
-        _print(summarize(job, records, None), args)
+        report = summarize(job, records, None)
+        if job.elastic:                # the job outlived its incarnations: its run (and scale events) goes in the store
+            store, run_id = _open_run(job)
+            if store is not None:
+                for rec in records:
+                    if rec.get("kind") == "step":
+                        store.add_event_columns(run_id, span_events(rec))
+                report["run_id"] = run_id
+                _close_run(store, run_id, report, None)
+        _print(report, args)
     return 0
 
 
@@ -178,9 +228,9 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
             s.setdefault("thermal", {})[r["rank"]] = r["thermal"]
     events, seen = [], set()
     for r in records:
-        ev = r.get("rebalance") if r.get("kind") == "step" else (r if r.get("kind") == "calibrate" else None)
-        if ev and (ev["kind"], ev["step"]) not in seen:      # every rank sends the same decision
-            seen.add((ev["kind"], ev["step"]))
+        ev = r.get("rebalance") if r.get("kind") == "step" else (r if r.get("kind") in ("calibrate", "scale") else None)
+        if ev and (ev["kind"], ev["step"], ev.get("n")) not in seen:      # every rank sends the same decision
+            seen.add((ev["kind"], ev["step"], ev.get("n")))
             events.append({k: v for k, v in ev.items() if k != "rank"})
     ref = next((r for r in records if r.get("kind") == "reference"), None)
     ordered = [steps[k] for k in sorted(steps)]
@@ -214,7 +264,8 @@ def _shares(job, steps: list[dict]) -> dict | None:
 
 
 def _report(job, records, steps, events, error) -> dict:
-    return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs, "world_size": len(job.specs),
+    world = next((r["world_size"] for r in records if r.get("kind") == "start"), len(job.specs))   # elastic: the last
+    return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs[:world], "world_size": world,
             "engine": next((r["engine"] for r in records if r.get("kind") == "start"), None),
             "optimizer": {"name": job.optimizer, "lr": job.lr}, "steps_requested": job.steps,
             "steps": [steps[k] for k in sorted(steps)], "losses": [steps[k]["loss"] for k in sorted(steps)],
@@ -270,6 +321,10 @@ def _print(report: dict, args) -> None:
     out.write(f"{report['model']}: hybrid data-parallel over {report['world_size']} ranks "
               f"({', '.join(report['backends'])}) on {report['engine']}\n")
     for ev in report["events"]:
+        if ev["kind"] == "scale":
+            out.write(f"  {ev['direction']} after step {ev['step']}: {ev['from_ranks']} -> {ev['to_ranks']} ranks "
+                      f"(rows {ev['rows']}): {ev['reason']}\n")
+            continue
         out.write(f"  {ev['kind']} after step {ev['step'] + 1 if ev['kind'] == 'rebalance' else 0}: ratios {ev['old_ratios']} -> {ev['new_ratios']} "
                   f"(rows {ev['rows']}): {ev['reason']}\n")
     out.write(f"  {'step':>4}  {'loss':>10}  {'rows':>10}  {'device ms per rank':>24}  identical\n")

@@ -42,6 +42,10 @@ class DistJob:
     overlap: bool = False                   # all-reduce gradient buckets while backward runs (buckets.py)
     bucket_mb: float = 25.0                 # ... of this many MiB (DDP's default)
     shard: str = ""                         # "optimizer": ZeRO-1, each rank keeps the optimizer state of its shard
+    elastic: bool = False                   # 1..len(specs) ranks, resumed from checkpoint_dir (elastic.py)
+    checkpoint_dir: str = ""
+    checkpoint_every: int = 10              # steps between checkpoints (and one after the last step)
+    max_restarts: int = 3                   # resumes from the checkpoint before the job gives up
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -87,6 +91,17 @@ class DistJob:
             raise UsageError(f"--shard {self.shard}: expected optimizer (each rank keeps its shard's optimizer state)")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1 (got {self.steps})")
+        if self.elastic and not self.checkpoint_dir:
+            raise UsageError("--elastic needs --checkpoint-dir DIR: restarted ranks resume from the last checkpoint "
+                             "there (a folder every node reaches)")
+        if self.checkpoint_dir and not self.elastic:
+            raise UsageError("--checkpoint-dir is for --elastic jobs: add --elastic (or drop --checkpoint-dir)")
+        if self.elastic and self.shard:
+            raise UsageError("--elastic with --shard optimizer is not supported: each rank's optimizer state would "
+                             "have to be gathered into the checkpoint; drop one of them")
+        if self.checkpoint_every < 1 or self.max_restarts < 0:
+            raise UsageError(f"--checkpoint-every must be >= 1 and --max-restarts >= 0 "
+                             f"(got {self.checkpoint_every}, {self.max_restarts})")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise UsageError(f"--timeout must be > 0 seconds (got {self.timeout_s})")
         from .. import backends
@@ -121,9 +136,14 @@ def _threads() -> int:
 
 
 def mismatch(job: DistJob, world_size: int) -> str | None:
-    """The one line for a process count that is not the number of shares (None when they agree)."""
-    if world_size == len(job.specs):
+    """The one line for a process count that is not the number of shares (None when they agree); an elastic
+    job runs on 1 to len(specs) ranks, the first shares of --hybrid."""
+    if world_size == len(job.specs) or (job.elastic and 1 <= world_size <= len(job.specs)):
         return None
+    if job.elastic:
+        return (f"{world_size} processes were started but --hybrid names {len(job.specs)} shares "
+                f"({', '.join(job.specs)}): an elastic job runs 1 to {len(job.specs)} ranks "
+                f"(torchrun --nnodes 1:{len(job.specs)} --nproc-per-node 1)")
     return (f"{world_size} processes were started but --hybrid names {len(job.specs)} shares "
             f"({', '.join(job.specs)}): start one process per share (torchrun --nproc-per-node {len(job.specs)})")
 
@@ -136,22 +156,31 @@ def run_rank(job: DistJob, rank: int, world_size: int):
     from ..comm import destroy_process_group, init_process_group
     from ..train.step import OptimizerSpec
     from .balance import Rebalancer
-    from .trainer import DistTrainer
+    from .trainer import CollectiveFailed, DistTrainer
 
+    specs, asked = job.specs, job.ratios
+    checkpoint = None
+    if job.elastic:           # read before the group forms: a bad file fails every rank alike, at once
+        from . import elastic
+        checkpoint = elastic.check_resumable(job, world_size)
+        specs, asked = elastic.shares_for(job, world_size)
     engine = init_process_group(rank, world_size, "env://", timeout_s=job.timeout_s)
     try:
         model, inputs = models.load_train(job.model)
         length = int(inputs[0].shape[1]) if inputs and getattr(inputs[0], "dim", lambda: 0)() > 1 else 0
-        ratios = job.ratios or [1.0] * world_size
+        ratios = asked or [1.0] * world_size
         if length and length < job.switch_threshold:
             # below the switch threshold the first backend takes (nearly) the whole batch, as a
             # single-process hybrid run does; the others keep one row so every rank still has a share
             ratios = [1.0] + [0.0] * (world_size - 1)
         opt = OptimizerSpec(job.optimizer, lr=job.lr)
-        trainer = DistTrainer(model, inputs, job.specs, ratios, rank, opt, name=job.model,
+        trainer = DistTrainer(model, inputs, specs, ratios, rank, opt, name=job.model,
                               allow_fallback=job.allow_fallback, overlap=job.overlap,
                               bucket_bytes=int(job.bucket_mb * 2 ** 20), shard=job.shard)
-        start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": job.specs[rank],
+        el = elastic.Elastic(job, trainer, rank, world_size, checkpoint) if job.elastic else None
+        if el is not None:
+            el.resume()
+        start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": specs[rank],
                  "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base,
                  "threads": _threads()}
         shared = _SharedRank(job, start)
@@ -159,12 +188,24 @@ def run_rank(job: DistJob, rank: int, world_size: int):
             start["shared"] = str(shared.writer.folder)
         with shared:
             yield start
+            for ev in (el.meta["events"] if el else []):    # this job's scale events so far, the new one last
+                yield shared.keep({**ev, "rank": rank})
             if job.ratios is None:
                 yield shared.keep(trainer.calibrate(job.probe_steps))
             if job.rebalance:
                 trainer.rebalance = Rebalancer(trainer.ratios, tolerance=job.tolerance, patience=job.patience)
-            for _ in range(job.steps):
-                yield shared.keep(trainer.step())
+            while trainer.step_index < job.steps:
+                if el is not None:
+                    elastic.hold(trainer.step_index)
+                try:
+                    rec = trainer.step()
+                except CollectiveFailed as e:
+                    if el is not None:     # the reason of the shrink that follows
+                        elastic.note_left(job, rank, world_size, trainer.step_index, str(e))
+                    raise
+                yield shared.keep(rec)
+                if el is not None:
+                    el.after_step()
             digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
             if rank == 0:
                 yield shared.keep(_reference(job, model, inputs, opt, trainer, shared.records))
@@ -179,10 +220,13 @@ def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -
     data parallelism must equal), and how far the job's loss per step and final parameters are from it."""
     from ..train.compare import _err, _errors, _worst, eager_steps
     ref = eager_steps(model, inputs, opt, job.steps)
-    losses = [r["loss"] for r in records if r.get("kind") == "step"]
+    steps = [r for r in records if r.get("kind") == "step"]
+    losses = [r["loss"] for r in steps]
+    # an elastic job that resumed ran only the steps after its checkpoint: compare those
+    want = [ref["losses"][r["step"]] for r in steps]
     params = _errors(trainer.parameters(), ref["parameters"])
     return {"kind": "reference", "rank": 0, "against": "one process, full batch, eager PyTorch",
-            "losses": ref["losses"], "loss_error": _err(losses, ref["losses"]),
+            "losses": ref["losses"], "loss_error": _err(losses, want),
             "parameter_error": _worst(params), "step_seconds": sorted(ref["step_seconds"])[len(ref["step_seconds"]) // 2]}
 
 
