@@ -9,6 +9,8 @@ Sides, each run once per round (medians over rounds, so load on a shared machine
               on torch.onnx.export of the whole model; OpenVINO: convert_model + compile_model, f32;
               XLA: the same jitted lowering called directly)
   STACK+prof  opscope with the stack's own per-op profiler on (RegionProfile: the step, profile set-up and read-back included)
+  onnxruntime-run  opscope on ONNX Runtime with session.run(feeds) in place of I/O binding (the call before
+              binding: how much the binding saves)
 Ratios: STACK / eager (aim <= 0.7), STACK / native (the abstraction's parity: native / STACK >= 0.95),
 profiled / unprofiled.
 """
@@ -50,6 +52,17 @@ def native_openvino(model, inputs, threads: int):
     req = ov.Core().compile_model(om, "CPU", cfg).create_infer_request()
     arrays = [x.numpy() for x in inputs]
     return lambda: req.infer(arrays)
+
+
+def without_binding(session):
+    """The session's ONNX Runtime regions called through session.run(None, feeds), as before I/O binding."""
+    import numpy as np
+    for st in session.plan.steps:
+        if st.node.op == "region":
+            p = st.kernel
+            p._call = lambda sess, binding, inputs, p=p: sess.run(
+                None, {n: np.ascontiguousarray(x) for n, x in zip(p.names, inputs)})
+    return session.run
 
 
 def native_xla(session):
@@ -97,6 +110,8 @@ def main() -> None:
         sides[stack] = s.run
         sides[f"{stack}-native"] = NATIVE[stack](model, inputs, a.threads) if stack in NATIVE else native_xla(s)
         sides[f"{stack}+prof"] = profiled
+        if stack == "onnxruntime":
+            sides["onnxruntime-run"] = without_binding(open_session(a.model, str(chip), model=model, inputs=inputs))
     times = {k: [] for k in sides}
     with torch.no_grad():
         for r in range(a.warmup + a.repeat):
@@ -113,6 +128,8 @@ def main() -> None:
         print(f"  {stack:<12} vs eager {med[stack] / med['eager']:.2f}x (aim <= 0.7)   parity native/opscope "
               f"{med[stack + '-native'] / med[stack]:.2f} (aim >= 0.95)   profiled/unprofiled "
               f"{med[stack + '+prof'] / med[stack]:.2f}x")
+    if "onnxruntime-run" in med:
+        print(f"  onnxruntime I/O binding: bound/run {med['onnxruntime'] / med['onnxruntime-run']:.3f}x")
 
 
 if __name__ == "__main__":
