@@ -39,7 +39,7 @@ COMMANDS = {
     "migrate": ("migrate", "find CUDA-specific code, rewrite it, predict how a model runs elsewhere"),
     "compile": ("compile", "optimize and place a model once, save the execution plan (.opsplan)"),
     "optimize": ("optimize", "profile, apply the best advice, measure, repeat; keeps what helped"),
-    "simulate": ("simulate", "predict step time, memory per rank and scaling of dp, ZeRO, tp or pp at N ranks from measured op costs"),
+    "simulate": ("simulate", "predict step time, memory per rank and scaling of dp, ZeRO, tp, pp from measured op costs"),
     "monitor": ("monitor", "watch devices (and a live run) against alert rules"),
 }
 
