@@ -56,10 +56,10 @@ def wav2vec2():
 
 
 def distilbert():
-    """Dropout on (nn.Dropout in the embeddings, every FFN and the classifier); attention dropout off: the CPU
-    flash attention's dropout has no numpy kernel."""
+    """Dropout on: nn.Dropout in the embeddings, every FFN and the classifier, and attention's dropout_p (the
+    joint capture makes it ATen's math form with native_dropout over the weights)."""
     cfg = transformers.DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                                        max_position_embeddings=16, dropout=DROPOUT, attention_dropout=0.0,
+                                        max_position_embeddings=16, dropout=DROPOUT, attention_dropout=DROPOUT,
                                         seq_classif_dropout=DROPOUT, num_labels=3)
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 8))
@@ -116,6 +116,10 @@ def test_eager_dropout_under_the_rule_draws_the_numpy_kernels_mask():
         F.dropout(y, 0.3, inplace=True)
         np.testing.assert_allclose(y.numpy(), out, rtol=1e-6)
         assert torch.equal(nn.Dropout(0.3).eval()(x), x) and torch.equal(F.dropout(x, 0.0), x)
+        q, k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 6, 4), torch.randn(2, 2, 6, 3)
+        attention = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1) * torch.from_numpy(seeded_keep((2, 2, 5, 6), 0.3))
+    np.testing.assert_allclose(attention.numpy(), (weights @ v / 0.7).numpy(), rtol=1e-5, atol=1e-6)
     assert rule.drew
 
 

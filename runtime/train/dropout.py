@@ -1,7 +1,8 @@
 """Eager PyTorch with opscope's dropout mask, so a training comparison with dropout on compares like with like.
 
     with seeded_dropout():
-        loss = model(x).loss          # every F.dropout / nn.Dropout keeps where seeded_keep(shape, p)
+        loss = model(x).loss          # every F.dropout / nn.Dropout keeps where seeded_keep(shape, p), and attention
+                                      # with dropout_p drops its weights (..., L, S) by that mask
 
 opscope's `native_dropout` kernel draws its mask from numpy's generator seeded with DROPOUT_SEED, afresh at every
 call (ops/backward.py: seeded_keep), so runs repeat exactly; eager PyTorch draws from torch's stream, so the two
@@ -9,6 +10,8 @@ never agree by value. Under this mode eager's dropout draws opscope's mask inste
 eager runs it: the loss and every parameter then match within float32 rounding, with dropout on.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +37,8 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            return self._attention(*args, **kwargs)
         names = _DROPOUTS.get(func)
         if names is None:
             return func(*args, **kwargs)
@@ -48,3 +53,19 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
             self.drew = True
             out = x.mul_(keep).div_(1.0 - p) if bound["inplace"] else x * keep / (1.0 - p)
         return (out, keep) if func is torch.native_dropout else out
+
+    def _attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False):
+        """Attention with dropout: the joint capture makes it ATen's math form, whose native_dropout over the
+        weights (..., L, S) draws the seeded mask; eager runs that form with the same mask. Without dropout it is
+        the model's own call, untouched."""
+        if not dropout_p:
+            return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                                  enable_gqa=enable_gqa)
+        heads = query.shape[:-2] if enable_gqa else torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        keep = torch.from_numpy(seeded_keep((*heads, query.shape[-2], key.shape[-2]), dropout_p)).to(query.device)
+        self.drew = True
+        with warnings.catch_warnings():     # "dropout mask ... for testing purposes": a comparison is what this is
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.ops.aten._scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal,
+                                                                     keep, scale=scale, enable_gqa=enable_gqa)[0]
