@@ -3,6 +3,7 @@ step takes, which shares it really used; two ranks may run one backend; each ran
 cores; a hung rank is called hung; a process count torchrun and the shares disagree on is one line, once."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,3 +76,7 @@ def test_a_process_count_the_shares_disagree_with_is_one_line_once():
                        capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode != 0
     assert (r.stdout + r.stderr).count("3 processes were started but --hybrid names 2 shares") == 1
+    # bad input: every rank exits 2 (rank 0 after saying it). torchrun itself exits 1 whatever its ranks'
+    # codes; its ChildFailedError names the first rank to exit, and that is where the 2 shows
+    root = (r.stdout + r.stderr).partition("Root Cause")[2]
+    assert re.search(r"rank\s*: \d \(local_rank: \d\)\s*exitcode\s*: 2 ", root), root[-1500:]
