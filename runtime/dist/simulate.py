@@ -259,7 +259,8 @@ def assumptions(m: Measured, cluster: Cluster, strat: Strategy, overlap: bool, b
         f"links: {levels}",
         "ring 2(n-1)/n*B/W + 2(n-1)*a; pipelined double-binary tree 2d(a + B/2kW) + (k-1)(a + V/kW); "
         "reduce-scatter/all-gather (n-1)/n*B/W + (n-1)*a; hierarchical RS(intra) + AR(inter, B/g) + AG(intra)",
-        "per step also: the trainer's host bookkeeping (measured) and 2 latency-bound collectives",
+        "per step also (train --hybrid's trainer): 2 latency-bound collectives, and on wall-clock ranks its host "
+        "bookkeeping (gradient flatten, parameter digest; measured)",
         "links uncontended; no stragglers, no failures",
     ]
     if cores_per_node:
