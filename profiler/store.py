@@ -14,6 +14,8 @@ a stale picture; its next checkpoint then drops committed rows or points at bloc
 ("Could not read enough bytes", "Corrupt database file: computed checksum"). So every connection
 first takes an flock on `runs.duckdb.lock` -- exclusive to write, shared to read -- and lets go only
 after DuckDB has closed the file: no process ever opens the file while another may be writing it.
+Writers go first (`runs.duckdb.turn`, held while a writer waits): readers polling back to back
+would otherwise keep a writer out.
 
 Readers open read-only with DuckDB's extension autoloading and autoinstalling off and no access to
 other files or the network: a store someone sends you can make opscope fetch, load or read nothing.
@@ -735,36 +737,32 @@ def _damaged(store: RunStore, why: str) -> str:
 
 def _take_lock(store: RunStore, exclusive: bool) -> int | None:
     """flock on `<store>.lock`, taken before DuckDB opens the store (the module docstring says why); the
-    fd to give back to _release_lock. Waits up to _LOCK_WAIT_S, then one line naming who holds it."""
-    path = f"{store.path}.lock"
+    fd to give back to _release_lock. Waits up to _LOCK_WAIT_S, then one line naming who holds it.
+
+    Writers go first: a writer holds `<store>.turn` while it waits, and a reader passes through it
+    before taking its shared lock. Without it, readers' shared locks (a served dashboard polling, `runs`,
+    a monitor) overlapped back to back and a writer under load waited the whole bound for a gap."""
     if fcntl is None or str(store.path) == ":memory:":
         return None
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError:
-        if exclusive:
-            raise                  # the store cannot be written either: _store_errors says why, in one line
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None            # a read-only home without a lock file: nobody can be writing it
+    fd = _open_lock(f"{store.path}.lock", exclusive)
+    if fd is None:
+        return None                # a read-only home without a lock file: nobody can be writing it
     deadline = time.monotonic() + _LOCK_WAIT_S
-    delay = 0.002
-    while True:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                holder = _lock_holder(fd)
-                os.close(fd)
-                raise StoreError(f"the run store at {store.path} has been held by another process{holder} for "
-                                 f"over {_LOCK_WAIT_S:g} s; try again when it is done", 1) from None
-            time.sleep(delay * (0.5 + random.random()))    # jitter: two waiters do not stay in step
-            delay = min(delay * 2, 0.05)
-        except BaseException:
-            os.close(fd)
-            raise
+    turn = _open_lock(f"{store.path}.turn", exclusive)
+    try:
+        got = turn is None or _flock_until(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+        got = got and _flock_until(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        if turn is not None:
+            os.close(turn)         # the turnstile is only for the wait
+    if not got:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise StoreError(f"the run store at {store.path} has been held by another process{holder} for "
+                         f"over {_LOCK_WAIT_S:g} s; try again when it is done", 1) from None
     if exclusive:                  # who holds it, for the message another writer may have to print
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
@@ -772,8 +770,34 @@ def _take_lock(store: RunStore, exclusive: bool) -> int | None:
     return fd
 
 
+def _open_lock(path: str, exclusive: bool) -> int | None:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        if exclusive:
+            raise                  # the store cannot be written either: _store_errors says why, in one line
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+
+def _flock_until(fd: int, mode: int, deadline: float) -> bool:
+    delay = 0.002
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(delay * (0.5 + random.random()))    # jitter: two waiters do not stay in step
+            delay = min(delay * 2, 0.05)
+
+
 def _lock_holder(fd: int) -> str:
-    with contextlib.suppress(OSError, ValueError):
+    # the holder truncates the file before it writes its pid: an empty file names nobody
+    with contextlib.suppress(OSError, ValueError, IndexError):
         pid = int(os.pread(fd, 32, 0).split()[0])
         return f" (pid {pid})"
     return ""
