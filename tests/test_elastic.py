@@ -219,3 +219,30 @@ def test_a_checkpoint_round_trips_and_its_reader_refuses_what_opscope_does_not_w
         with pytest.raises(UsageError, match="delete it or pass another folder"):
             read_checkpoint(str(folder))
     assert not trap.exists()
+
+
+def test_an_elastic_job_runs_the_first_shares_of_any_world_up_to_its_shares_and_stops_after_max_restarts(tmp_path):
+    from opscope.runtime.dist.elastic import check_resumable, shares_for
+    from opscope.runtime.dist.job import DistJob, mismatch
+    from opscope.runtime.errors import ModelError
+    job = DistJob.parse("demo:mlp", "torch:cpu=0.6,numpy=0.4", steps=6, elastic=True,
+                        checkpoint_dir=str(tmp_path / "ck"), max_restarts=1)
+    assert shares_for(job, 1) == (["torch:cpu"], [1.0]) and shares_for(job, 2) == (["torch:cpu", "numpy"], [0.6, 0.4])
+    assert mismatch(job, 1) is None and mismatch(job, 2) is None
+    assert "an elastic job runs 1 to 2 ranks" in mismatch(job, 3)
+    assert check_resumable(job, 2) is None                          # no checkpoint yet: a fresh start
+    _mlp_checkpoint(tmp_path / "ck")                                # resumed 0 times: may resume once
+    assert check_resumable(job, 2).step == 2
+    path = tmp_path / "ck" / CHECKPOINT
+    ck = read_checkpoint(str(path.parent))
+    write_checkpoint(str(path.parent), {**ck.meta, "resumes": 1}, ck.parameters, ck.state)
+    with pytest.raises(ModelError, match=r"resumed 1 times \(--max-restarts 1\)"):
+        check_resumable(job, 2)
+    other = DistJob.parse("demo:gpt", "torch:cpu=0.6,numpy=0.4", steps=6, elastic=True,
+                          checkpoint_dir=str(tmp_path / "ck"))
+    with pytest.raises(UsageError, match="is of model 'demo:mlp', not 'demo:gpt'"):
+        check_resumable(other, 2)
+    with pytest.raises(UsageError, match="--elastic with --shard optimizer is not supported"):
+        DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", elastic=True, checkpoint_dir="x", shard="optimizer")
+    with pytest.raises(UsageError, match="--checkpoint-dir is for --elastic"):
+        DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", checkpoint_dir="x")

@@ -1,6 +1,7 @@
 """`--hybrid` for `opscope train` (and `python -m opscope.runtime.dist`): the flags, and the command.
 
-    add_hybrid_arguments(parser)              # --hybrid, --switch-threshold, --rebalance, --timeout, --shared-dir
+    add_hybrid_arguments(parser)              # --hybrid, --switch-threshold, --rebalance, --timeout, --shared-dir,
+                                              # --elastic --checkpoint-dir --checkpoint-every --max-restarts
     if args.hybrid: return train_hybrid(args) # spawns one process per share, or is one rank under torchrun
 
 Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) every process is one rank and rank 0

@@ -4,6 +4,7 @@
     for record in run_rank(job, rank, world_size):  # inside a process group's process
         ...                                         # {"kind": "start"|"step"|"calibrate"|"done"|"error", ...}
     DistJob.parse(..., shared_dir="/mnt/shared")    # every rank also writes its steps there (profiler/shared.py)
+    DistJob.parse(..., elastic=True, checkpoint_dir="/mnt/ck")   # 1..N ranks, resumed from a checkpoint (elastic.py)
 
 The job travels to child processes as JSON in OPSCOPE_DIST_JOB (nothing is unpickled); ranks,
 world size and the rendezvous come from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
