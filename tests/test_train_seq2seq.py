@@ -14,6 +14,7 @@ from torch import nn
 from opscope.runtime import dynamo
 from opscope.runtime.ops import OPS
 from opscope.runtime.ops.backward import seeded_keep
+from opscope.runtime.session import compare, open_session
 from opscope.runtime.train import OptimizerSpec, compare_with_eager, loss_of
 from opscope.runtime.train.dropout import seeded_dropout
 
@@ -77,6 +78,24 @@ def test_t5_with_labels_trains_like_eager(backend, optimizer):
     get_attr nodes: before, capture stopped at 'unexpected node kind get_attr' on every backend, torch:cpu too."""
     model, inputs = t5()
     assert_like_eager(three_steps("t5", model, inputs, backend, optimizer), allow_torch=backend.startswith("torch"))
+
+
+class T5Logits(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, labels):
+        return self.model(ids, labels=labels).logits
+
+
+@pytest.mark.parametrize("backend", ["numpy", _slow("sim:npu-a1")])
+def test_t5_with_labels_runs_like_eager(backend):
+    """Inference through torch.export (its lifted tensor constants): the logits within 1e-4 of eager."""
+    wrapped, inputs = t5()
+    model = T5Logits(wrapped.model).eval()
+    session = open_session("t5", backend, model=model, inputs=inputs, allow_fallback=False)
+    assert compare(session.run_host(), session.eager())["max_abs"] <= 1e-4
 
 
 FAMILIES = {"whisper": whisper, "wav2vec2": wav2vec2, "distilbert": distilbert}
