@@ -246,3 +246,15 @@ def test_an_elastic_job_runs_the_first_shares_of_any_world_up_to_its_shares_and_
         DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", elastic=True, checkpoint_dir="x", shard="optimizer")
     with pytest.raises(UsageError, match="--checkpoint-dir is for --elastic"):
         DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", checkpoint_dir="x")
+
+
+def test_a_checkpoint_entry_that_claims_more_than_it_holds_is_refused_before_numpy_allocates(tmp_path):
+    import zipfile
+    path = _mlp_checkpoint(tmp_path)
+    header = {"descr": "<f4", "fortran_order": False, "shape": (10 ** 12,)}   # 4 TB, from a few bytes
+    with zipfile.ZipFile(path, "a") as z:
+        with z.open("param/huge.npy", "w") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            f.write(b"\0" * 16)
+    with pytest.raises(UsageError, match=r"claims \[1000000000000\] float32 but holds"):
+        read_checkpoint(str(tmp_path))

@@ -66,11 +66,13 @@ def read_checkpoint(folder: str) -> Checkpoint | None:
         with zipfile.ZipFile(path) as z:
             if sum(i.file_size for i in z.infolist()) > MAX_BYTES:
                 raise _bad(folder, f"would inflate past {MAX_BYTES >> 30} GiB")
+            for info in z.infolist():
+                _check_header(folder, z, info)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except UsageError:
         raise
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zipfile.LargeZipFile) as e:
+    except (ValueError, OSError, EOFError, KeyError, MemoryError, zipfile.BadZipFile, zipfile.LargeZipFile) as e:
         raise _bad(folder, f"is damaged or not an opscope checkpoint ({type(e).__name__}: {str(e)[:120]})") from None
     try:
         meta = json.loads(bytes(arrays.pop("meta")).decode())
@@ -90,6 +92,23 @@ def read_checkpoint(folder: str) -> Checkpoint | None:
             raise _bad(folder, f"holds an entry opscope does not write ({key!r}, {value.dtype})")
         (params if group == "param" else state)[name] = value
     return Checkpoint(meta, params, state)
+
+
+def _check_header(folder: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    """An entry's .npy header before numpy allocates for it: numpy sizes the array from the header, so a
+    header that claims more than the entry holds (or an object array: a pickle) stops here."""
+    with z.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise _bad(folder, f"holds an entry of .npy version {version}, which opscope does not write")
+    if dtype.hasobject:
+        raise _bad(folder, f"holds an object array ({info.filename}: a pickle, which opscope never loads)")
+    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > info.file_size:
+        raise _bad(folder, f"entry {info.filename} claims {list(shape)} {dtype} but holds {info.file_size} bytes")
 
 
 def write_checkpoint(folder: str, meta: dict, params: dict, state: dict) -> str:
