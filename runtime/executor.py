@@ -403,6 +403,9 @@ class OpFailed(ModelError):
 
 def _op_failed(st: Step, e: Exception, call=None) -> OpFailed:
     n = st.node
+    if n.op == "region":                 # a compiler stack raised inside its program: name the region's ops
+        from .regions import failure
+        return OpFailed(failure(n, st.backend.name, e), n, call)
     where = f" in {n.module_path}" if n.module_path else ""
     return OpFailed(f"op {n.op} (node {n.name}{where}) failed on {st.backend.name}: {type(e).__name__}: {first_line(e)}",
                     n, call)

@@ -286,6 +286,21 @@ def region_node(region: Region, backend_name: str) -> Node:
                 source=first.source, source_line=first.source_line, multi_output=True)
 
 
+def failure(node: Node, backend_name: str, e: BaseException) -> str:
+    """One line for a region whose stack raised while running it: the region, its first ops, the member the
+    stack's message names (ONNX Runtime and OpenVINO name their nodes by the member's scope, /n<i>/), the
+    backend and the stack's own reason."""
+    from .errors import first_line
+    members, why = node.attrs["members"], first_line(e)
+    ops = list(dict.fromkeys(m.op for m in members))
+    listed = ", ".join(ops[:5]) + (f" and {len(ops) - 5} more ops" if len(ops) > 5 else "")
+    blamed = node.attrs["region"].member_of_scope(why) if "region" in node.attrs else None
+    at = f" at node {blamed.name} ({blamed.op}{' in ' + blamed.module_path if blamed.module_path else ''})" \
+        if blamed is not None else ""
+    return (f"region {node.name} ({len(members)} nodes: {listed}) failed inside {backend_name}{at}: "
+            f"{type(e).__name__}: {why}")
+
+
 def _common_path(paths: list[str]) -> str:
     parts = [p.split(".") for p in paths if p]
     if not parts:
@@ -318,15 +333,14 @@ def to_torch(region: Region):
     own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers."""
     import torch
 
+    from .export_forms import FORMS
+
     class Member(torch.nn.Module):
         def __init__(self, node):
             super().__init__()
             self.node = node
-            # NOTE: a torch.compile graph may view a tensor that is contiguous only in AOTAutograd's own
-            # layout (a transpose's output there, not in the traced module): reshape computes the same values
-            # (OpenVINO's importer has no rule for _unsafe_view either)
-            views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
-            self.target = torch.ops.aten.reshape.default if node.target in views else node.target
+            # an op the exporters have no rule for runs as its torch form (export_forms.py), traced into ops they have
+            self.target = FORMS.get(node.target, node.target)
 
         def forward(self, *args, **kwargs):
             return self.target(*args, **kwargs)

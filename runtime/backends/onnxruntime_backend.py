@@ -22,6 +22,7 @@ import numpy as np
 
 from ..description import Description
 from ..errors import ModelError, first_line
+from ..export_forms import FORMS
 from ..hdi import Backend
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
 from .numpy_backend import NumpyMemory
@@ -89,6 +90,8 @@ def claim(node) -> bool | str:
         return "cumsum of a bool tensor: ONNX Runtime's CumSum takes numbers only"
     name = node.target._schema.name
     exportable = _exportable()
+    if node.target in FORMS:                       # exported as its torch form (export_forms.py)
+        return True
     if exportable is not None and not exportable(name, OPSET):
         return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"
     return True

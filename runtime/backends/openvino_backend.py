@@ -18,15 +18,26 @@ import warnings
 
 from ..description import Description
 from ..errors import ModelError, first_line
+from ..export_forms import FORMS
 from ..hdi import Backend
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
 from .numpy_backend import NumpyMemory
 
 INSTALL = "pip install openvino (or opscope[openvino])"
 CLOCK = "openvino PERF_COUNT (per-layer durations, laid end to end from the region's start)"
-# its dtypes leave float64 out; its importer has no rule for aten::diff (transformers' GPT-2 mask uses it), nor for
-# native_layer_norm and the CPU flash attention that torch.compile's graphs hold
-_TAKES = Claim(refused=frozenset({"diff", "native_layer_norm", "flash_attention"}))
+# its dtypes leave float64 out; its importer has no rule for aten::diff (transformers' GPT-2 mask uses it)
+_TAKES = Claim(refused=frozenset({"diff"}))
+
+
+def claim(node) -> bool | str:
+    """_TAKES, less what OpenVINO's importer has no rule for: backward ops and opscope's own (the optimizers),
+    except those exported as their torch form (export_forms.py: native_layer_norm, the CPU flash attention and
+    the layer-norm, GELU, log-softmax, NLL and embedding backwards)."""
+    ok = _TAKES(node)
+    name = node.target._schema.name if ok is True else ""
+    if ok is True and node.target not in FORMS and ("backward" in name or not name.startswith("aten::")):
+        return f"{node.op}: OpenVINO's PyTorch importer has no rule for {name}"
+    return ok
 
 
 def device(desc: Description) -> str:
@@ -61,7 +72,7 @@ class OpenVinoBackend(Backend):
 def create(desc: Description, name: str) -> OpenVinoBackend:
     backend = OpenVinoBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                               device=f"openvino:{device(desc)}")
-    backend.ops = StackRegistry(_TAKES, lambda region: compile_region(region, desc),
+    backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc),
                                 unsupported=desc.unsupported, supported=desc.supported)
     return backend
 

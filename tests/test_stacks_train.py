@@ -1,0 +1,83 @@
+"""`opscope train` on each compiler stack: demo:gpt's model and transformers' GPT-2, 3 steps, loss and every
+parameter within 1e-4 of eager, with the backward in the stack's regions -- ONNX Runtime and OpenVINO take the
+layer-norm, GELU, log-softmax, NLL and embedding backwards as their torch forms (runtime/export_forms.py), XLA
+every op it lowers (its optimizer and attention backward too) -- and the rest on the fallback, named in the
+placement report: the CPU flash attention's backward at least, which no exporter has."""
+import pytest
+import torch
+
+from train_sweep import assert_like_eager, by_keyword, three_steps
+
+STACKS = ["onnxruntime", "openvino", "xla"]
+# a backward op of each kind the joint graph holds, by opscope's op name: each must run inside a region
+BACKWARD = {"layer_norm_backward", "gelu_backward", "embedding_backward", "nll_loss_backward", "log_softmax_backward"}
+
+
+def need(stack):
+    pytest.importorskip({"xla": "jax"}.get(stack, stack))
+
+
+def small_gpt():
+    """demo:gpt's model (opscope.runtime.demos.gpt.GPT with its next-token loss), a small config."""
+    from opscope.runtime.demos.gpt import GPT
+    from opscope.runtime.demos.losses import NextToken
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    return NextToken(GPT(vocab=64, ctx=8, d=32, layers=1, heads=2)), (tokens[:, :-1].contiguous(),
+                                                                       tokens[:, 1:].contiguous())
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, use_cache=False, bos_token_id=0,
+                     eos_token_id=0, attn_implementation="sdpa", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    return by_keyword(GPT2LMHeadModel(cfg), ids, ids)
+
+
+def region_ops(placement) -> set:
+    return {op for g in placement["regions"] for op in g["ops"]}
+
+
+def fallback_ops(placement) -> set:
+    return {f["op"] for f in placement["fallback_ops"]}
+
+
+def assert_backward_in_regions(r, stack, backward=BACKWARD):
+    p = r["placement"]
+    assert all(g["backend"] == stack for g in p["regions"])
+    assert backward <= region_ops(p), (backward - region_ops(p), p["left_out"])
+    if stack == "xla":               # the attention backward and the optimizer are lowered too
+        assert {"flash_attention_backward", r["optimizer"]["name"]} <= region_ops(p)
+        assert fallback_ops(p) <= {"cumsum"}, p["fallback_ops"]     # GPT-2's mask: XLA's test of a left-out op
+    else:
+        assert "flash_attention_backward" in fallback_ops(p) and not backward & fallback_ops(p)
+        why = {o["op"]: o["reason"] for o in p["left_out"]}
+        assert "flash_attention_backward" in why            # the report says why it stayed out
+
+
+# NOTE: SGD here: demo:gpt's key bias has a gradient that is exactly zero in exact arithmetic (softmax ignores
+# a per-query constant), so eager and the stack both compute rounding noise there, and AdamW turns any noise into
+# a step of lr (1.2e-4 to 1.7e-4 apart after 3 steps on OpenVINO and XLA): a property of AdamW on that parameter,
+# not of the stack. GPT-2 below trains with AdamW on ONNX Runtime and OpenVINO.
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", STACKS)
+def test_demo_gpt_trains_like_eager_with_its_backward_in_the_stacks_regions(stack):
+    need(stack)
+    model, inputs = small_gpt()
+    r = three_steps("demo:gpt", model, inputs, stack, "sgd")
+    assert_like_eager(r, allow_torch=True)          # the stacks' fallback is torch:cpu
+    assert_backward_in_regions(r, stack)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack, optimizer", [("onnxruntime", "adamw"), ("openvino", "adamw"), ("xla", "adamw")])
+def test_transformers_gpt2_trains_like_eager_with_its_backward_in_the_stacks_regions(stack, optimizer):
+    need(stack)
+    pytest.importorskip("transformers")
+    model, inputs = gpt2()
+    r = three_steps("gpt2", model, inputs, stack, optimizer)
+    assert_like_eager(r, allow_torch=True)
+    # GPT-2's GELU is written out with tanh: its backward is tanh_backward (and muls), not gelu_backward
+    assert_backward_in_regions(r, stack, BACKWARD - {"gelu_backward"} | {"tanh_backward"})
