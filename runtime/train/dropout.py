@@ -34,6 +34,21 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.drew = False
+        self._quiet = None
+
+    def __enter__(self):
+        # ATen warns that an explicit attention dropout mask is "for testing purposes": a comparison is what this
+        # is. The warning reaches Python when the model's attention call returns, so the filter spans the mode.
+        self._quiet = warnings.catch_warnings()
+        self._quiet.__enter__()
+        warnings.filterwarnings("ignore", message="Dropout mask should only be used", category=UserWarning)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._quiet.__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -65,7 +80,5 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
         heads = query.shape[:-2] if enable_gqa else torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
         keep = torch.from_numpy(seeded_keep((*heads, query.shape[-2], key.shape[-2]), dropout_p)).to(query.device)
         self.drew = True
-        with warnings.catch_warnings():     # "dropout mask ... for testing purposes": a comparison is what this is
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.ops.aten._scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal,
-                                                                     keep, scale=scale, enable_gqa=enable_gqa)[0]
+        return torch.ops.aten._scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal,
+                                                                 keep, scale=scale, enable_gqa=enable_gqa)[0]
