@@ -173,6 +173,7 @@ class _LiveRun:
 
 
 def _as_rank(job, env, args) -> int:
+    from .elastic import CheckpointError
     from .job import mismatch, run_rank
     from .trainer import CollectiveFailed
     try:
@@ -181,17 +182,17 @@ def _as_rank(job, env, args) -> int:
         if job.elastic:
             from .elastic import check_resumable
             check_resumable(job, env["world_size"])
-    except OpscopeError:
+    except OpscopeError as e:
         if env["rank"] == 0:           # one line, once: every rank knows, only rank 0 says it
             raise
-        return 2
+        return e.exit_code
     records = []
     try:
         for rec in run_rank(job, env["rank"], env["world_size"]):
             records.append(rec)
     except CollectiveFailed as e:
         raise ModelError(f"rank {env['rank']} ({job.specs[env['rank']]}): {e}") from e
-    except UsageError:
+    except CheckpointError:
         if env["rank"] == 0:           # a checkpoint of other shapes: every rank finds it, rank 0 says it
             raise
         return 2

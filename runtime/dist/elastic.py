@@ -35,6 +35,10 @@ MAX_BYTES = 8 * 2 ** 30            # uncompressed: a zip bomb is refused before 
 HOLD_ENV = "OPSCOPE_ELASTIC_HOLD"  # tests and demos: ranks wait before step S while this file holds a number <= S
 
 
+class CheckpointError(UsageError):
+    """A checkpoint opscope will not resume from; every rank finds the same one, so rank 0 alone says it."""
+
+
 @dataclass
 class Checkpoint:
     meta: dict
@@ -46,8 +50,8 @@ class Checkpoint:
         return self.meta["step"]
 
 
-def _bad(folder: str, why: str) -> UsageError:
-    return UsageError(f"--checkpoint-dir {folder}: {CHECKPOINT} {why}; delete it or pass another folder")
+def _bad(folder: str, why: str) -> CheckpointError:
+    return CheckpointError(f"--checkpoint-dir {folder}: {CHECKPOINT} {why}; delete it or pass another folder")
 
 
 def read_checkpoint(folder: str) -> Checkpoint | None:
