@@ -54,21 +54,33 @@ def load(run_id: str, store=None) -> RunData:
 
 def from_frame(run: dict, frame: dict) -> RunData:
     n = len(frame["op"]) if frame else 0
+    # Columns as Python lists once (a numpy element read per field per event cost 28 s of a 1M-event advise),
+    # and a dtype per distinct pair of dtype texts (a run has a handful; json.loads per event cost 22 s)
+    col = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in frame.items()} if n else {}
+    dtypes: dict = {}
+
+    def dtype_of(i):
+        key = (col["input_dtypes"][i], col["output_dtypes"][i])
+        if key not in dtypes:
+            dtypes[key] = _first_float(key[0]) or _first_float(key[1]) or "float32"
+        return dtypes[key]
+    on_device = {}
     events = []
     for i in range(n):
-        dt = _first_float(frame["input_dtypes"][i]) or _first_float(frame["output_dtypes"][i]) or "float32"
+        op, start, end = str(col["op"][i]), int(col["start_ns"][i]), int(col["end_ns"][i])
+        if op not in on_device:
+            on_device[op] = op in DEVICE_OPS
         events.append({
-            "step": int(frame["step"][i]), "seq": int(frame["seq"][i]), "op": str(frame["op"][i]),
-            "node": str(frame["node"][i]), "backend": str(frame["backend"][i]),
-            "start": int(frame["start_ns"][i]), "end": int(frame["end_ns"][i]),
-            "seconds": max(int(frame["end_ns"][i]) - int(frame["start_ns"][i]), 0) / 1e9,
-            "bytes": _int(frame["bytes"][i]), "flops": _int(frame["flops"][i]),
-            "fallback": bool(frame["fallback"][i]), "live_bytes": _int(frame["live_bytes"][i]), "dtype": dt,
-            "depth": _int(frame["depth"][i]) if "depth" in frame else 0,
-            "device": str(frame["device"][i]) if "device" in frame else "",
-            "on_device": str(frame["op"][i]) in DEVICE_OPS,
-            "phase": str(frame["phase"][i]) if "phase" in frame else "forward",
-            "rank": _int(frame["rank"][i]) if "rank" in frame else 0})
+            "step": int(col["step"][i]), "seq": int(col["seq"][i]), "op": op,
+            "node": str(col["node"][i]), "backend": str(col["backend"][i]),
+            "start": start, "end": end, "seconds": max(end - start, 0) / 1e9,
+            "bytes": _int(col["bytes"][i]), "flops": _int(col["flops"][i]),
+            "fallback": bool(col["fallback"][i]), "live_bytes": _int(col["live_bytes"][i]), "dtype": dtype_of(i),
+            "depth": _int(col["depth"][i]) if "depth" in col else 0,
+            "device": str(col["device"][i]) if "device" in col else "",
+            "on_device": on_device[op],
+            "phase": str(col["phase"][i]) if "phase" in col else "forward",
+            "rank": _int(col["rank"][i]) if "rank" in col else 0})
     steps = len({e["step"] for e in events}) or 1
     return RunData(run, events, description_of(run), steps)
 
@@ -199,9 +211,10 @@ def _device(kernels, host, steps) -> dict:
         return {"kernels": 0, "name": "", "busy_seconds": 0.0, "step_seconds": 0.0, "idle_seconds": 0.0,
                 "idle_share": 0.0, "busy_share": 0.0}
     busy = wall = 0
-    for step in sorted({e["step"] for e in kernels}):
-        ks = sorted((e["start"], e["end"]) for e in kernels if e["step"] == step)
-        every = ks + [(e["start"], e["end"]) for e in host if e["step"] == step]
+    kernels_by, host_by = _by_step(kernels), _by_step(host)
+    for step in sorted(kernels_by):
+        ks = sorted((e["start"], e["end"]) for e in kernels_by[step])
+        every = ks + [(e["start"], e["end"]) for e in host_by.get(step, ())]
         wall += max(e for _, e in every) - min(s for s, _ in every)
         end = None
         for s, e in ks:                               # the union: streams may overlap
@@ -232,10 +245,18 @@ def _hw(d: Description) -> dict:
             "host_bandwidth": d.host_bandwidth, "preferred_layout": d.preferred_layout}
 
 
+def _by_step(evs) -> dict[int, list[dict]]:
+    """The events of each step, in their order. A filter of every event per step was steps x events: hours for
+    a 1M-event run of thousands of steps."""
+    out: dict[int, list[dict]] = {}
+    for e in evs:
+        out.setdefault(e["step"], []).append(e)
+    return out
+
+
 def _wall(evs) -> float:
     total = 0
-    for step in {e["step"] for e in evs}:
-        s = [e for e in evs if e["step"] == step]
+    for s in _by_step(evs).values():
         total += max(e["end"] for e in s) - min(e["start"] for e in s)
     return total / 1e9
 
@@ -409,8 +430,9 @@ def _memory(evs, d) -> dict:
 
 def _gaps(evs, busy, steps) -> dict:
     gaps = []
-    for step in sorted({e["step"] for e in evs}):
-        s = sorted((e for e in evs if e["step"] == step), key=lambda e: e["start"])
+    by_step = _by_step(evs)
+    for step in sorted(by_step):
+        s = sorted(by_step[step], key=lambda e: e["start"])
         end = None
         for e in s:
             if end is not None and e["start"] > end:
