@@ -23,3 +23,22 @@ def test_adamw_matches_the_numpy_reference(in_place, layout):
     got = run(p.clone(memory_format=torch.preserve_format), g, m.clone(), v.clone(), step, **hyper)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-6, atol=1e-7)
+
+
+def test_the_host_keeps_no_second_copy_of_parameters_or_optimizer_state():
+    """`opscope train` held both sides (2.3 GB against eager's 1.1 GB on a 30M GPT-2): the zero optimizer state is
+    one broadcast element on the host, and once the plan holds everything on the backend the graph's host copies
+    go; the steps and the parameters read back are unchanged."""
+    from opscope.runtime import backends, models
+    from opscope.runtime.train import OptimizerSpec, Trainer
+    model, inputs = models.load_train("demo:mlp")
+    make = lambda: Trainer.create(model, inputs, backends.resolve("torch:cpu"), OptimizerSpec("adamw"))  # noqa: E731
+    t, kept = make(), make()
+    consts = t.train.graph.constant_slots
+    state = [s for slots in t.train.state_slots.values() for s in slots]
+    assert state and all(consts[s].untyped_storage().nbytes() == consts[s].element_size() for s in state)
+    t.drop_host_copies()
+    assert all(consts[s] is None for s in [*state, *t.train.joint.param_slots.values()])
+    assert [t.step() for _ in range(3)] == [kept.step() for _ in range(3)]
+    a, b = t.parameters(), kept.parameters()
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -47,6 +47,7 @@ def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimiz
         model, inputs = models.load_train(spec)
     reference = eager_steps(model, inputs, opt, steps)
     trainer = Trainer.create(model, inputs, backend, opt, name=spec, allow_fallback=allow_fallback)
+    trainer.drop_host_copies()      # peak memory near one model's: the backend's copy is the only one kept
     losses, times, chip = [], [], []
     clock = StepClock()             # the step on the backend's own clock (a sim chip's: exact, deterministic)
     with trainer.executor.hooked(clock):
