@@ -302,7 +302,8 @@ def main(argv=None) -> int:
         if "ranks" in only:
             shoot_ranks_and_optimize(driver, url, ranks, optimized)
         if "import" in only:        # annotations, ops, Python stacks and live bytes; a step, so ops are wide
-            shoot(driver, f"{url}/timeline?run={imported}&step=1", "timeline-import", click_span)
+            # nothing selected: the page as a user first sees the imported trace (a selection hides the colours)
+            shoot(driver, f"{url}/timeline?run={imported}&step=1", "timeline-import")
         if "region" in only:        # a compiler stack's region with its per-op children beneath it
             shoot(driver, f"{url}/timeline?run={region}&step=1", "timeline-region", click_child(region))
         if "pages" not in only:
