@@ -276,10 +276,11 @@
     var rows = top.label.map(function (k, i) {
       return '<tr data-name="' + esc(d.names[k]) + '" title="search for it"><td><i style="background:' + d.colors[k] +
         '"></i>' + esc(d.names[k]) + '</td><td>' + top.count[i].toLocaleString() + '</td><td>' + fmtDur(top.total[i]) +
-        '</td><td>' + (100 * top.total[i] / Math.max(1, top.window || top.busy)).toFixed(1) + ' %</td></tr>';
+        '</td><td>' + (100 * top.total[i] / Math.max(1, (top.window || top.busy) * ((top.lanes || [])[i] || 1))).toFixed(1) +
+        ' %</td></tr>';
     });
     T.summary.innerHTML = '<div class="tl-sum-head">In this window, by time (nested ops count in their parents too; ' +
-      'share: of the window\u2019s length)</div>' +
+      'share: of the window\u2019s length, per lane the op runs on)</div>' +
       '<table><thead><tr><th>op</th><th>calls</th><th>time</th><th>of window</th></tr></thead><tbody>' + rows.join("") +
       '</tbody></table>';
   }

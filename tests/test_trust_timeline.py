@@ -19,3 +19,12 @@ def test_the_window_is_cut_to_the_run():
     s = lod.build([0], [800], [0], ["cpu"], [0], ["add"], [0], [0])
     top = lod.in_window(s, -100, 1200)
     assert top["window"] == 800.0 and top["total"] == [800.0]
+
+
+def test_an_op_on_two_lanes_reads_its_share_per_lane():
+    # two ranks' communication lanes, each in all_reduce for half the window (one after the other): 50 %, not 100 %
+    s = lod.build([0, 500], [500, 1000], [0, 1], ["rank 0 · communication", "rank 1 · communication"], [0, 0],
+                  ["all_reduce"], [0, 0], [0, 1])
+    top = lod.in_window(s, 0, 1000)
+    assert top["lanes"] == [2] and top["total"] == [1000.0]
+    assert top["total"][0] / (top["window"] * top["lanes"][0]) == 0.5

@@ -171,22 +171,26 @@ def in_window(spans: Spans, t0: int, t1: int, top: int = 12) -> dict:
     Time is inclusive: a nested op's time is also in its parent's, as in every trace viewer's summary.
     Python frames are left out (they are samples of the host, not work). `window` is the window's length
     within the run: the share a row shows is of it (a step's ProfilerStep# reads 100 %), since a share of the
-    rows' sum would count a nested op's time once per level (20 % for the whole step, in issue 27's trace)."""
+    rows' sum would count a nested op's time once per level (20 % for the whole step, in issue 27's trace).
+    `lanes`: how many tracks each row's spans lie on; its share is per lane (two ranks in all_reduce for half
+    the window each read 50 %, not 100 %), so no row passes 100 %."""
     n = len(spans.names)
-    total, count = np.zeros(n), np.zeros(n, np.int64)
+    total, count, lanes = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
     for k in range(len(spans.tracks)):
         idx = _overlapping(spans, k, t0, t1)
         cut = (np.minimum(spans.end[idx], t1) - np.maximum(spans.start[idx], t0)).astype(np.float64)
         inside = (cut > 0) | (spans.start[idx] >= t0)        # not the ones that only touch the window's start
         idx, cut = idx[inside], cut[inside]
         total += np.bincount(spans.label[idx], weights=cut, minlength=n)
-        count += np.bincount(spans.label[idx], minlength=n)
+        here = np.bincount(spans.label[idx], minlength=n)
+        count += here
+        lanes += here > 0
     total[spans.frames_from:] = 0
     count[spans.frames_from:] = 0
     order = [int(i) for i in np.argsort(-total, kind="stable")[:top] if count[i]]
     window = max(0, min(t1, spans.t_max) - max(t0, spans.t_min))
     return {"label": order, "count": count[order].tolist(), "total": total[order].tolist(),
-            "busy": float(total.sum()), "window": float(window)}
+            "busy": float(total.sum()), "window": float(window), "lanes": lanes[order].tolist()}
 
 
 def b64(a, dtype) -> str:
