@@ -122,3 +122,39 @@ def test_a_gpu_stream_is_still_a_device_track():
         kinds = {k for (k,) in con.execute(f"SELECT DISTINCT {stats.kind_sql()} FROM events WHERE run_id = ?",
                                            [rid]).fetchall()}
     assert kinds == {"device"}
+
+
+def test_xla_regions_split_by_a_refused_op_each_map_their_own_spans(tmp_path):
+    """Several XLA regions share jax's one profiler session: each must take only the thunks that ran inside its
+    own calls (their instructions' names -- fusion.1, ... -- repeat from one compiled program to the next)."""
+    pytest.importorskip("jax")
+    from opscope.runtime.backends import BUNDLED
+    from opscope.runtime.regions import RegionProfile
+    from opscope.runtime.session import open_session
+    chip = tmp_path / "xla-nogelu.toml"
+    chip.write_text((BUNDLED / "xla.toml").read_text().replace('name = "xla"', 'name = "xla-nogelu"')
+                    .replace("unsupported = []", 'unsupported = ["gelu"]'))
+    s = open_session("demo:gpt", str(chip))
+    regions = {st.node.name: st.node for st in s.plan.steps if st.node.op == "region"}
+    assert len(regions) >= 2
+
+    class Spans:
+        calls: dict = {}
+
+        def after_op(self, call):
+            self.calls[call.node.name] = (call.start_ns, call.end_ns)
+    prof, spans = RegionProfile(), Spans()
+    with s.executor.hooked(prof, spans):
+        s.run()
+    assert {name for _, name in prof.children} == set(regions)
+    shares = []
+    for (_, name), children in prof.children.items():
+        lo, hi = spans.calls[name]
+        members = {m.name for m in regions[name].attrs["members"]}
+        assert children and all(lo <= c.start_ns <= c.end_ns <= hi and c.region == name for c in children)
+        assert {n for c in children for n in c.nodes} == members          # its own members, all of them
+        assert all(c.clock.startswith("xla profiler") for c in children)
+        shares.append(sum(c.end_ns - c.start_ns for c in children) / (hi - lo))
+    # each region's own thunks fill its call; another region's, moved onto it, would not (the median region: a
+    # host that preempted one call for a second must not decide)
+    assert sorted(shares)[len(shares) // 2] >= 0.5 and max(shares) <= 1.1, shares
