@@ -105,9 +105,21 @@ def _aten_kernel(node):
     target = node.target
     if target is None:
         return None
+    if node.op == "native_dropout":
+        return _seeded_dropout
     if node.op in OPS or isinstance(target, torch._ops.OpOverload):
         return target
     return None
+
+
+def _seeded_dropout(input, p, train=True):
+    """Dropout by opscope's rule (ops/backward.seeded_keep), not torch's generator: a training run on torch
+    repeats exactly and compares with eager by value, as on numpy and the sim chips."""
+    from ..ops.backward import seeded_keep
+    if not train or p == 0:
+        return input.clone(), torch.ones_like(input, dtype=torch.bool)
+    keep = torch.from_numpy(seeded_keep(input.shape, p)).to(input.device)
+    return (input * keep * (1.0 / (1.0 - p)) if p < 1 else torch.zeros_like(input)), keep
 
 
 def available(device: str) -> tuple[bool, str]:

@@ -206,6 +206,8 @@ def native_dropout(input, p, train=True):
     if not train or p == 0:
         return [input.copy(), np.ones(input.shape, dtype=bool)]
     keep = seeded_keep(input.shape, p)
+    if p >= 1:                          # torch's p=1: every value dropped, zeros (not 0/0)
+        return [np.zeros_like(input), keep]
     return [(input * keep / (1.0 - p)).astype(input.dtype), keep]
 
 
