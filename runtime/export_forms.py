@@ -69,8 +69,8 @@ def nll_loss_forward(x, target, weight, reduction, ignore_index):
     onehot, w = _picked(target, x.shape[-1], weight, ignore_index, x.dtype)
     losses = -(x * onehot).sum(-1) * w
     total = w.sum()
-    if reduction == 0:                     # none
-        return losses, total
+    if reduction == 0:                     # none: torch's kernel leaves total_weight 0
+        return losses, total * 0
     return (losses.sum() / total if reduction == 1 else losses.sum()), total
 
 
@@ -94,6 +94,9 @@ def flash_attention_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=N
     """(output, logsumexp) as the CPU flash kernel gives them: its backward (on the fallback) reads both."""
     if dropout_p:
         raise ValueError("attention dropout has no export form (the mask is random)")
+    if k.shape[-3] != q.shape[-3]:         # grouped kv heads: each serves q.heads / kv.heads query heads
+        k, v = (t.unsqueeze(-3).expand(*t.shape[:-2], q.shape[-3] // t.shape[-3], *t.shape[-2:])
+                .reshape(*t.shape[:-3], q.shape[-3], *t.shape[-2:]) for t in (k, v))
     s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     if is_causal:
         s = s.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))

@@ -1,6 +1,6 @@
 """The xla backend's lowerings beyond a plain forward: the views, reductions and masks transformers' models use,
-the ATen ops of a training graph's backward (most as `jax.vjp` of the forward's own lowering, so forward and
-backward cannot disagree), and opscope's optimizer ops -- so a whole training step can be XLA regions.
+the ATen ops of a training graph's backward (GELU's as `jax.vjp` of the forward's own lowering, so the two
+cannot disagree), and opscope's optimizer ops -- so a whole training step can be XLA regions.
 
     lower = more_lowerings(base)           # base: xla_backend's ATen schema name -> jax function table
     lower["aten::gelu_backward"](grad, x, approximate="tanh")
@@ -89,6 +89,7 @@ def _picked(target, classes, weight, ignore_index, dtype):
 def _nll_loss(x, target, weight, reduction, ignore_index):
     onehot, w = _picked(target, x.shape[-1], weight, ignore_index, x.dtype)
     losses, total = -(x * onehot).sum(-1) * w, w.sum()
+    total = total * 0 if reduction == 0 else total          # none: torch's kernel leaves total_weight 0
     return (losses if reduction == 0 else losses.sum() / total if reduction == 1 else losses.sum()), total
 
 
@@ -119,25 +120,40 @@ def _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight
 
 
 def more_lowerings(base: dict) -> dict:
-    """`base` plus the lowerings above; the backward of GELU and of attention are jax.vjp of base's forward."""
+    """`base` plus the lowerings above; GELU's backward is jax.vjp of base's own forward."""
     import jax
     import jax.numpy as jnp
 
     from ..ops.optim import sgd
 
-    sdpa, gelu = base["aten::scaled_dot_product_attention"], base["aten::gelu"]
+    gelu = base["aten::gelu"]
 
-    def flash(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-        s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    def scores(q, k, is_causal, attn_mask, scale):
+        """Grouped kv heads repeated to the query's; scaled, masked q.k (what both directions start from)."""
+        k = jnp.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
+        s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * scale
         if is_causal:
             s = jnp.where(jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), dtype=bool)), s, -jnp.inf)
         if attn_mask is not None:
             s = jnp.where(attn_mask, s, -jnp.inf) if attn_mask.dtype == bool else s + attn_mask
-        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale), jax.nn.logsumexp(s, axis=-1)
+        return s
+
+    def flash(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+        s = scores(q, k, is_causal, attn_mask, scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+        lse = jax.nn.logsumexp(s, axis=-1)
+        return jnp.matmul(jnp.exp(s - lse[..., None]), jnp.repeat(v, q.shape[-3] // v.shape[-3], axis=-3)), lse
 
     def flash_backward(grad, q, k, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-        _, pull = jax.vjp(lambda q, k, v: sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale), q, k, v)
-        return pull(grad)
+        # NOTE: from the op's own out and logsumexp, as ATen's kernel, not recomputed: its contract is its inputs
+        sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        rep = q.shape[-3] // k.shape[-3]
+        p = jnp.exp(scores(q, k, is_causal, attn_mask, sc) - lse[..., None])
+        dv = jnp.matmul(jnp.swapaxes(p, -1, -2), grad)
+        dp = jnp.matmul(grad, jnp.swapaxes(jnp.repeat(v, rep, axis=-3), -1, -2))
+        ds = p * (dp - (grad * out).sum(-1, keepdims=True)) * sc
+        dk = jnp.matmul(jnp.swapaxes(ds, -1, -2), q)
+        per_kv = lambda t: t.reshape(*t.shape[:-3], -1, rep, *t.shape[-2:]).sum(-3)  # noqa: E731
+        return jnp.matmul(ds, jnp.repeat(k, rep, axis=-3)), per_kv(dk), per_kv(dv)
 
     def gelu_backward(grad, x, approximate="none"):
         return jax.vjp(lambda x: gelu(x, approximate), x)[1](grad)[0]
