@@ -1,4 +1,4 @@
-"""The torch:cpu optimizer updates (AdamW through torch's fused kernel) against the numpy reference, on the
+"""The torch:cpu optimizer updates (SGD and AdamW through torch's fused kernels) against the numpy reference, on the
 tensors a joint graph really hands them: a gradient AOTAutograd returns as a transposed view included."""
 import numpy as np
 import pytest
@@ -7,20 +7,26 @@ import torch
 from opscope.runtime.ops import optim
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["functional", "in-place"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed-grad", "transposed-param"])
-def test_adamw_matches_the_numpy_reference(in_place, layout):
+def test_update_matches_the_numpy_reference(optimizer, in_place, layout):
     gen = torch.Generator().manual_seed(0)
     p, m, v = (torch.randn(30, 20, generator=gen) for _ in range(3))
     v = v.abs()
     g = torch.randn(20, 30, generator=gen).t() if layout == "transposed-grad" else torch.randn(30, 20, generator=gen)
     if layout == "transposed-param":
         p = p.t().contiguous().t()          # same values, column-major: the fused kernel's pointers would misread it
-    hyper = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
-    step = torch.tensor(3.0)
-    want = optim.adamw(p.numpy(), g.numpy(), m.numpy(), v.numpy(), step.numpy(), **hyper)
-    run = optim.adamw_in_place if in_place else optim.adamw_torch
-    got = run(p.clone(memory_format=torch.preserve_format), g, m.clone(), v.clone(), step, **hyper)
+    if optimizer == "sgd":
+        hyper, state, numpy_state = dict(lr=1e-1, momentum=0.9, weight_decay=0.01, nesterov=True), [m], [m.numpy()]
+    else:
+        step = torch.tensor(3.0)
+        hyper = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
+        state, numpy_state = [m, v, step], [m.numpy(), v.numpy(), step.numpy()]
+    want = getattr(optim, optimizer)(p.numpy(), g.numpy(), *numpy_state, **hyper)
+    functional = {"sgd": optim.sgd_torch, "adamw": optim.adamw_torch}
+    run = optim.UPDATE_IN_PLACE[optimizer] if in_place else functional[optimizer]
+    got = run(p.clone(memory_format=torch.preserve_format), g, *[t.clone() for t in state], **hyper)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-6, atol=1e-7)
 

@@ -4,8 +4,8 @@ Each op takes a parameter, its gradient and its state, and returns the new param
 state (functional: the executor carries them into the next step on the device). The formulas are
 torch.optim's single-tensor ones (CPU default), in the same order of float32 operations, so a
 run matches eager PyTorch step for step. The torch implementations below are what the torch
-backend runs (AdamW on dense CPU tensors through torch's fused kernel: the same formula in one pass,
-within an ulp or two); the numpy ones are the reference.
+backend runs (on dense CPU tensors through torch's fused SGD / AdamW kernels: the same formulas in
+one pass over memory, SGD bit-identical, AdamW within an ulp or two); the numpy ones are the reference.
 """
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ def _n(n):
 # --- torch implementations: custom ops `opscope::sgd` / `opscope::adamw` (the torch backend
 # runs a node's target, and conformance compares the numpy kernels with these in float64) ---
 def _sgd(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place):
+    state = [momentum_buffer] if momentum else []
+    if all(t is not None for t in state) and _fusable(param, grad, *state):
+        p, buf = (param, momentum_buffer) if in_place else \
+            (param.clone(), momentum_buffer.clone() if momentum else None)
+        # one pass (SGD(fused=True)'s kernel); bit-identical to the ops below here. The buffers start at zero, so
+        # every step is a momentum step (not is_first_step's buf = grad: the same numbers)
+        torch._fused_sgd_([p], [grad.contiguous()], [buf] if momentum else [], weight_decay=weight_decay,
+                          momentum=momentum, lr=lr, dampening=0.0, nesterov=nesterov, maximize=False,
+                          is_first_step=False)
+        return [p, buf] if momentum else [p]
     d = grad.add(param, alpha=weight_decay) if weight_decay else grad
     if momentum:
         buf = (momentum_buffer.mul_(momentum) if in_place else momentum_buffer.mul(momentum)).add_(d)
@@ -56,7 +66,7 @@ def _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight
 
 
 def _fusable(param, grad, *state) -> bool:
-    """torch's fused CPU AdamW reads raw data pointers: every tensor must be dense, of one dtype and shape (a
+    """torch's fused CPU kernels read raw data pointers: every tensor must be dense, of one dtype and shape (a
     gradient AOTAutograd returns as a transposed view is made contiguous first, below)."""
     return param.device.type == "cpu" and param.dtype in _FUSED_DTYPES and \
         all(t.is_contiguous() and t.dtype == param.dtype and t.shape == param.shape for t in (param, *state)) and \
