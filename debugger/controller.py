@@ -452,8 +452,7 @@ class Controller:
         if self.lockstep is not None:
             host_outs = [to_host(o, call.backend) for o in outs]
             diff = self.lockstep.after_op(call, host_outs)
-            if diff is not None:
-                self.report.add(node, diff, seq)
+            self.report.record(node, diff, seq, self.lockstep)
         rec = None
         if self.history.budget:
             rec = Record(seq, call.step, call, diff, self._history_bytes(node))

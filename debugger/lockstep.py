@@ -249,6 +249,8 @@ class Lockstep:
         self._drifted: set[int] = set()  # carried constants that differ between the two sides
         self._graph_inputs = set(g.input_slots)
         self.kernel_calls = 0            # reference kernel calls this run (tests and the benchmark read it)
+        self.members: list = []          # the last region's members: [(node, OpDiff)]
+        self.members_note = ""           # why they are only the region's outputs (a stack that cannot say)
 
     def start(self) -> None:
         g = self.plan.graph
@@ -322,9 +324,11 @@ class Lockstep:
         return OpDiff(math.nan, math.nan, math.nan, math.nan, math.nan, tol, note, received=math.nan)
 
     def after_op(self, call, actual_host: list) -> OpDiff | None:
-        """Run the node on the reference; None for transfers (they move values, nothing to compare)."""
+        """Run the node on the reference; None for transfers (they move values, nothing to compare).
+        A compiler stack's region is compared member by member (`members`: this region's (node, OpDiff))."""
         node = call.node
         st = self.plan.steps[call.seq]
+        self.members = []
         try:
             if self.inputs is None:
                 self._take_inputs(node.args, call.inputs, call.backend)
@@ -336,46 +340,128 @@ class Lockstep:
                     else:
                         self._same.discard(s_out)
                 return None
-            tol = self.tolerance_for(node)
-            kernel = self._kernel(node)
-            if kernel is None:
-                return self._uncompared(node, actual_host, tol, f"{self.reference} has no kernel for {node.op}")
-            kwargs = {k: self._materialize(v) for k, v in node.kwargs.items()}
-            same = all(s in self._same for s in node.inputs)
-            try:
-                ref_out = kernel(*self._materialize(node.args), **kwargs)
-                self.kernel_calls += 1
-                local_out = ref_out
-                if not same:            # the inputs differ: what would this op give on the real ones?
-                    local_out = kernel(*[self._to_ref(t, v, call.backend) for t, v in zip(node.args, call.inputs)],
-                                       **kwargs)
-                    self.kernel_calls += 1
-            except Exception as e:
-                return self._uncompared(node, actual_host, tol, f"reference failed: {type(e).__name__}: {e}"[:120])
-            ref_outs = [to_host(o, self.ref) for o in self._store(node, ref_out)]
-            pairs = [(a, r) for a, r in zip(actual_host, ref_outs) if isinstance(a, np.ndarray) and isinstance(r, np.ndarray)]
-            if not pairs:
-                return None
-            total = compare_arrays([p[0] for p in pairs], [p[1] for p in pairs])
-            received = 0.0
-            if same:
-                local = total
-            else:
-                local_outs = [to_host(o, self.ref) for o in (local_out if node.multi_output else [local_out])]
-                lp = [(a, lo) for a, lo in zip(actual_host, local_outs)
-                      if isinstance(a, np.ndarray) and isinstance(lo, np.ndarray)]
-                local = compare_arrays([p[0] for p in lp], [p[1] for p in lp])
-                # what the inputs' error alone does to this op's output (the reference on both sides)
-                received = compare_arrays([p[1] for p in lp], [p[1] for p in pairs]).err
-            if total.exact and len(pairs) == len(node.outputs):
-                self._same.update(node.outputs)
-            else:
-                self._same.difference_update(node.outputs)
-            dtype = next((m.dtype for m in node.output_meta if m is not None), "float32")
-            return OpDiff(total.max_abs, total.max_rel, total.cosine, total.err, local.err, tol, total.note,
-                          nan_both=total.both_bad, nan_mismatch=total.mismatch, nan_local=local.mismatch,
-                          received=received, significance=significance(dtype, tol),
-                          one_thousandth=total.ratio(total.within_1e3), five_thousandths=total.ratio(total.within_5e3))
+            if node.op == "region":
+                return self._region(call, st.kernel, actual_host)
+            return self._compare(node, call.inputs, call.backend, actual_host)[0]
         finally:
             for s in st.free_after:
                 self.env[s] = None
+
+    def _compare(self, node, actual_args, backend, actual_host: list):
+        """(OpDiff or None, the reference's outputs on the actual inputs): the node on the reference run's
+        inputs (total error) and on the actual ones (local error). An actual output given as None is not
+        compared (a region member whose value the stack did not return)."""
+        tol = self.tolerance_for(node)
+        kernel = self._kernel(node)
+        if kernel is None:
+            return self._uncompared(node, actual_host, tol, f"{self.reference} has no kernel for {node.op}"), None
+        kwargs = {k: self._materialize(v) for k, v in node.kwargs.items()}
+        same = all(s in self._same for s in node.inputs)
+        try:
+            ref_out = kernel(*self._materialize(node.args), **kwargs)
+            self.kernel_calls += 1
+            local_out = ref_out
+            if not same:            # the inputs differ: what would this op give on the real ones?
+                local_out = kernel(*[self._to_ref(t, v, backend) for t, v in zip(node.args, actual_args)],
+                                   **kwargs)
+                self.kernel_calls += 1
+        except Exception as e:
+            return self._uncompared(node, actual_host, tol, f"reference failed: {type(e).__name__}: {e}"[:120]), None
+        ref_outs = [to_host(o, self.ref) for o in self._store(node, ref_out)]
+        local_outs = ref_outs if same else [to_host(o, self.ref) for o in (local_out if node.multi_output else [local_out])]
+        pairs = [(a, r) for a, r in zip(actual_host, ref_outs) if isinstance(a, np.ndarray) and isinstance(r, np.ndarray)]
+        if not pairs:
+            if same and any(a is None for a in actual_host):   # not returned: the reference stands in, still equal
+                self._same.update(node.outputs)
+            else:
+                self._same.difference_update(node.outputs)
+            return None, local_outs
+        total = compare_arrays([p[0] for p in pairs], [p[1] for p in pairs])
+        received = 0.0
+        if same:
+            local = total
+        else:
+            lp = [(a, lo) for a, lo in zip(actual_host, local_outs)
+                  if isinstance(a, np.ndarray) and isinstance(lo, np.ndarray)]
+            local = compare_arrays([p[0] for p in lp], [p[1] for p in lp])
+            # what the inputs' error alone does to this op's output (the reference on both sides)
+            received = compare_arrays([p[1] for p in lp], [p[1] for p in pairs]).err
+        if total.exact and len(pairs) == len(node.outputs):
+            self._same.update(node.outputs)
+        else:
+            self._same.difference_update(node.outputs)
+        dtype = next((m.dtype for m in node.output_meta if m is not None), "float32")
+        return OpDiff(total.max_abs, total.max_rel, total.cosine, total.err, local.err, tol, total.note,
+                      nan_both=total.both_bad, nan_mismatch=total.mismatch, nan_local=local.mismatch,
+                      received=received, significance=significance(dtype, tol),
+                      one_thousandth=total.ratio(total.within_1e3),
+                      five_thousandths=total.ratio(total.within_5e3)), local_outs
+
+    def _region(self, call, program, actual_host: list) -> OpDiff | None:
+        """Every member of a compiler stack's region against the reference, as if each ran on its own: the
+        member's value as the stack computed it (region_numerics.intermediates) against the reference run
+        (total) and against the reference on the stack's own values of its inputs (local). A member whose
+        value the stack cannot return is not compared; the reference on the actual values stands in for
+        it, so the members after it still get their local error. The region's own diff: its outputs,
+        with the most error any member introduced as its local error."""
+        from opscope.runtime.region_numerics import intermediates
+        node = call.node
+        region = node.attrs["region"]
+        actual = {s: to_host(v, call.backend) for s, v in zip(region.inputs, call.inputs)}
+        actual.update({s: to_host(v, self.ref) for s, v in self._constants.items() if s in _slots_read(region)})
+        known = dict(zip(node.outputs, actual_host))
+        self.members_note = ""
+        try:
+            known = {**intermediates(call.backend, program, call.inputs), **known}
+        except Exception as e:       # a stack that cannot return its members: the region's outputs only
+            self.members_note = f"{call.backend.name} could not return the members' values: {type(e).__name__}"
+        inside = {s for m in region.members for s in m.outputs} - set(node.outputs)
+        for m in region.members:
+            args = [_fill(t, actual) for t in m.args]
+            diff, stand_in = self._compare(m, args, _HOST, [known.get(s) for s in m.outputs])
+            for s, k in zip(m.outputs, stand_in or [None] * len(m.outputs)):
+                actual[s] = known[s] if known.get(s) is not None else k
+            if diff is not None:
+                self.members.append((m, diff))
+        for s in inside:             # the plan frees the region's outputs; its inner values go with it
+            self.env[s] = None
+            self._same.discard(s)
+        if not self.members:
+            return None
+        outs = [(a, to_host(self.env[s], self.ref)) for s, a in zip(node.outputs, actual_host)]
+        pairs = [(a, r) for a, r in outs if isinstance(a, np.ndarray) and isinstance(r, np.ndarray)]
+        total = compare_arrays([p[0] for p in pairs], [p[1] for p in pairs])
+        worst = max((d for _, d in self.members), key=lambda d: d.local if d.local == d.local else -1.0)
+        tol = self.tolerance_for(node)
+        return OpDiff(total.max_abs, total.max_rel, total.cosine, total.err, worst.local, tol, total.note,
+                      nan_both=total.both_bad, nan_mismatch=total.mismatch, nan_local=worst.nan_local,
+                      received=0.0, significance=min(d.significance for _, d in self.members),
+                      one_thousandth=total.ratio(total.within_1e3), five_thousandths=total.ratio(total.within_5e3))
+
+
+class _HostMemory:
+    @staticmethod
+    def to_host(v):
+        return v
+
+
+class _Host:
+    """The 'backend' of a region member's actual inputs: host arrays already."""
+    name = "host"
+    memory = _HostMemory()
+
+
+_HOST = _Host()
+
+
+def _slots_read(region) -> set:
+    return {s for m in region.members for s in m.inputs}
+
+
+def _fill(template, env):
+    """A member's argument with its Refs replaced by the actual values (host arrays)."""
+    if isinstance(template, Ref):
+        return env.get(template.slot)
+    if isinstance(template, (list, tuple)):
+        return type(template)(_fill(t, env) for t in template)
+    return template

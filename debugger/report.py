@@ -25,7 +25,7 @@ from .stats import to_host
 # seq is the op's number as the TUI (#N/total) and `diff` (#N) show it: from 1, one numbering everywhere
 COLUMNS = ("seq", "node", "op", "module", "source", "dtype", "shape", "cosine", "max_abs", "max_rel",
            "err", "local_err", "received_err", "significant", "tolerance", "error_from", "nan_both", "nan_mismatch",
-           "one_thousandth_ratio", "five_thousandths_ratio", "status", "verdict")
+           "one_thousandth_ratio", "five_thousandths_ratio", "status", "verdict", "region", "member")
 
 
 @dataclass
@@ -52,6 +52,13 @@ class Row:
     significant: bool = False  # added more error than rounding to its dtype explains, under tolerance too
     one_thousandth_ratio: float = float("nan")      # msprobe: share of values with relative error < 0.001
     five_thousandths_ratio: float = float("nan")    # ... < 0.005
+    region: str = ""           # a member of a compiler stack's region: the region (its seq is the region's)
+    member: int = 0            # ... and its number inside it, from 1
+
+    @property
+    def number(self) -> str:
+        """#N as the TUI and `diff` show it; a region's member is #N.M (the region is one step, N)."""
+        return f"{self.seq + 1}.{self.member}" if self.region else str(self.seq + 1)
 
 
 def _num(x: float) -> float | None:
@@ -66,6 +73,24 @@ class AccuracyReport:
     tolerance: str = "per dtype"
     rows: list[Row] = field(default_factory=list)
     complete: bool = False          # a whole run (else: the ops run so far)
+    notes: list[str] = field(default_factory=list)   # what could not be compared op by op, and why
+
+    def record(self, node, diff: OpDiff | None, seq: int, lockstep: Lockstep) -> None:
+        """The lockstep's answer for one executed op: a row, or for a region one row per compared member."""
+        if node.op == "region":
+            number = {id(m): i + 1 for i, m in enumerate(node.attrs["members"])}
+            for m, d in lockstep.members:
+                row = self.add(m, d, seq)
+                row.region, row.member = node.name, number[id(m)]
+            if lockstep.members_note and lockstep.members_note not in self.notes:
+                self.notes.append(lockstep.members_note)
+        elif diff is not None:
+            self.add(node, diff, seq)
+
+    def region_rows(self, name: str, seq: int) -> "AccuracyReport":
+        """The rows of one region's members at one step (the TUI's per-op diff of a region)."""
+        return AccuracyReport(self.model, self.backend, self.reference, self.tolerance,
+                              [r for r in self.rows if r.region == name and r.seq == seq], self.complete, list(self.notes))
 
     def add(self, node, diff: OpDiff, seq: int) -> Row:
         meta = next((m for m in node.output_meta if m is not None), None)
@@ -101,20 +126,24 @@ class AccuracyReport:
 
         def name(r):
             return None if r is None else {"seq": r.seq + 1, "node": r.node, "op": r.op, "module": r.module,
-                                           "source": r.source, "err": _num(r.err), "local_err": _num(r.local_err)}
+                                           "source": r.source, "err": _num(r.err), "local_err": _num(r.local_err),
+                                           "region": r.region, "member": r.member}
         if fail is None:
             line = f"all {len(self.rows)} compared ops within tolerance of {self.reference}"
             if nan is not None:
-                line += f"; NaN/Inf on both sides from op #{nan.seq + 1} {nan.node} ({nan.op})"
+                line += f"; NaN/Inf on both sides from op #{nan.number} {nan.node} ({nan.op})"
         else:
             where = f" in {fail.module}" if fail.module else ""
-            line = (f"first failing op: #{fail.seq + 1} {fail.node} ({fail.op}{where}), err {fail.err:.3g} > "
+            where += f" inside {fail.region}" if fail.region else ""
+            line = (f"first failing op: #{fail.number} {fail.node} ({fail.op}{where}), err {fail.err:.3g} > "
                     f"tol {fail.tolerance:.3g}, error from {fail.error_from or 'inputs'}")
             if made is not None and made is not fail:
-                line += f"; first op that introduced error: #{made.seq + 1} {made.node} ({made.op})"
+                line += f"; first op that introduced error: #{made.number} {made.node} ({made.op})"
         if origin is not None and origin is not made and (fail is None or origin.seq <= fail.seq):
-            line += (f"; error began at #{origin.seq + 1} {origin.node} ({origin.op}): it adds "
+            line += (f"; error began at #{origin.number} {origin.node} ({origin.op}): it adds "
                      f"{origin.local_err:.3g} itself, under tol {origin.tolerance:.3g} but more than rounding explains")
+        for note in self.notes:
+            line += f"; {note} (only the region's outputs compared)"
         return {"ops": len(self.rows), "counts": counts, "first_failing": name(fail),
                 "first_introduced": name(made), "first_significant": name(self.first(lambda r: r.significant)),
                 "error_origin": name(origin), "first_nan": name(nan), "complete": self.complete, "line": line}
@@ -171,8 +200,7 @@ class ReportHook:
     def after_op(self, call) -> None:
         outs = call.outputs if call.node.multi_output else [call.outputs]
         diff = self.lockstep.after_op(call, [to_host(o, call.backend) for o in outs])
-        if diff is not None:
-            self.report.add(call.node, diff, call.seq)
+        self.report.record(call.node, diff, call.seq, self.lockstep)
 
 
 def run_report(session, reference: str, tolerance: float | None = None) -> AccuracyReport:

@@ -161,7 +161,7 @@ def report_text(report) -> Content:
     lines.append(Content(head).stylize("bold"))
     for r in report.rows:
         cos = f"{r.cosine:.6f}" if r.cosine == r.cosine else "-"
-        text = (f"{r.seq + 1:>5} {r.node[:24]:<24} {r.op[:14]:<14} {r.status:<6} {fmt(r.err):>10} "
+        text = (f"{r.number:>5} {r.node[:24]:<24} {r.op[:14]:<14} {r.status:<6} {fmt(r.err):>10} "
                 f"{fmt(r.local_err):>10} {cos:>9} {fmt(r.max_abs):>10}  {r.module}")
         style = _STATUS.get(r.status, "")
         lines.append(Content(text).stylize(style) if r.status != "pass" and style else Content(text))

@@ -65,7 +65,7 @@ def _print(report, every: bool) -> None:
     if rows:
         console.print(table("ops" if every else "ops that fail or hold NaN/Inf",
                             ["#", "node", "op", "status", "err", "this op", "cosine", "max abs", "error from", "module"],
-                            [[r.seq + 1, r.node, r.op, r.status, fmt(r.err), fmt(r.local_err),
+                            [[r.number, r.node, r.op, r.status, fmt(r.err), fmt(r.local_err),
                               "-" if r.cosine != r.cosine else f"{r.cosine:.6f}", fmt(r.max_abs), r.error_from,
                               r.module] for r in rows],
                             justify_right={"#", "err", "this op", "cosine", "max abs"}))
@@ -75,7 +75,7 @@ def _print(report, every: bool) -> None:
     if ranked:       # where the error came from, under tolerance too: what each op added itself
         console.print(table("ops ranked by the error they introduced themselves",
                             ["#", "node", "op", "this op", "from inputs", "tol", "significant", "module"],
-                            [[r.seq + 1, r.node, r.op, fmt(r.local_err), fmt(r.received_err), fmt(r.tolerance),
+                            [[r.number, r.node, r.op, fmt(r.local_err), fmt(r.received_err), fmt(r.tolerance),
                               "yes" if r.significant else "", r.module] for r in ranked],
                             justify_right={"#", "this op", "from inputs", "tol"}))
     console.print(say("{}", s["line"]))
