@@ -599,6 +599,11 @@
     c.font = "11px Inter, 'Segoe UI', system-ui, sans-serif";
     for (var i = 0; i < s.n && drawn < 600; i++) {
       var a = Math.max(0, toPx(s.start[i])), z = Math.min(T.px, toPx(s.end[i]));
+      // a label stops where the next span of its lane starts: steps of ranks that overlap drew 'step 0' and
+      // 'step 1' on top of each other
+      if (i + 1 < s.n && s.track[i + 1] === s.track[i] && s.start[i + 1] > s.start[i]) {
+        z = Math.min(z, toPx(s.start[i + 1]));
+      }
       if (z - a < LABEL_MIN_PX || d.find && !d.hit[s.label[i]]) continue;
       var rgb = d.rgb[s.label[i]], dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 150;
       c.fillStyle = dark ? "#ffffff" : INK;
