@@ -81,3 +81,23 @@ def test_transformers_gpt2_trains_like_eager_with_its_backward_in_the_stacks_reg
     assert_like_eager(r, allow_torch=True)
     # GPT-2's GELU is written out with tanh: its backward is tanh_backward (and muls), not gelu_backward
     assert_backward_in_regions(r, stack, BACKWARD - {"gelu_backward"} | {"tanh_backward"})
+
+
+# the ops a training step's regions now hold, each checked alone (a region of one) against ATen on the
+# conformance samples: ignore_index, class weights, reduction none, grouped kv heads, a padding index
+FORM_OPS = ["layer_norm_backward", "gelu_backward", "tanh_backward", "embedding_backward", "nll_loss",
+            "nll_loss_backward", "log_softmax", "log_softmax_backward", "native_layer_norm", "flash_attention"]
+
+
+# NOTE: not OpenVINO: the forms are the same torch code ONNX Runtime checks here, OpenVINO converting them is
+# what the training tests above run, and a region per conformance case costs it ~100 s (a convert and compile each)
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["onnxruntime", "xla"])
+def test_the_backward_ops_a_stack_now_takes_pass_conformance_alone(stack):
+    need(stack)
+    from opscope.runtime import backends
+    from opscope.runtime.conformance import check
+    ops = FORM_OPS + (["flash_attention_backward", "sgd", "adamw"] if stack == "xla" else [])
+    report = check(backends.resolve(stack), ops=ops, dtypes=("float32",))
+    assert {c.op for c in report.cells if c.status == "pass"} == set(ops), [c.as_dict() for c in report.cells
+                                                                             if c.status != "pass"]
