@@ -105,6 +105,7 @@ class DebuggerApp(App):
         Binding("b", "toggle_breakpoint", "break here"),
         Binding("x", "delete", "delete"),
         Binding("R", "report", "report"),
+        Binding("m", "region_diff", "region ops", show=False),
         Binding("A", "advisor", "advisor"),
         Binding("r", "restart", "restart"),
         Binding("l", "live", "live", show=False),
@@ -603,6 +604,19 @@ class DebuggerApp(App):
             self.log_line(say("[yellow]the accuracy report needs --reference (e.g. --reference numpy)[/]"))
             return
         self.push_screen(ReportScreen(self.ctl.report))
+
+    def action_region_diff(self) -> None:
+        """m: the stopped region's members, each against the reference (a region is one step on a stack)."""
+        stop = self.last_event if isinstance(self.last_event, Stop) else None
+        if stop is None or stop.node.op != "region":
+            self.log_line(say("[yellow]m shows a region's ops: stop at a region (a compiler stack's, e.g. -b onnxruntime)[/]"))
+            return
+        if self.ctl.lockstep is None:
+            self.log_line(say("[yellow]a region's per-op diff needs --reference (e.g. --reference numpy)[/]"))
+            return
+        rows = self.ctl.report.region_rows(stop.node.name, stop.seq)
+        self.push_screen(ReportScreen(rows, f"{stop.node.name}: {len(stop.node.attrs['members'])} ops inside, "
+                                            f"each vs $reference"))
 
     def _write_report(self) -> None:
         if self.report_path and self.ctl is not None and self.ctl.lockstep is not None:

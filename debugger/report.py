@@ -89,8 +89,9 @@ class AccuracyReport:
 
     def region_rows(self, name: str, seq: int) -> "AccuracyReport":
         """The rows of one region's members at one step (the TUI's per-op diff of a region)."""
+        latest = {r.member: r for r in self.rows if r.region == name and r.seq == seq}   # this run's, not earlier steps'
         return AccuracyReport(self.model, self.backend, self.reference, self.tolerance,
-                              [r for r in self.rows if r.region == name and r.seq == seq], self.complete, list(self.notes))
+                              [latest[k] for k in sorted(latest)], self.complete, list(self.notes))
 
     def add(self, node, diff: OpDiff, seq: int) -> Row:
         meta = next((m for m in node.output_meta if m is not None), None)

@@ -24,6 +24,7 @@ HELP = """\
   [b]w[/]  add a watch: out.mean() | inputs[0].std() | np.abs(out).max()
   [b]x[/]  delete: the breakpoint under the cursor (breakpoints table), else a watch by number
   [b]R[/]  the accuracy report (with --reference)    [b]A[/]  the advisor
+  [b]m[/]  a region's ops, each against the reference (a compiler stack's region, with --reference)
   [b]\\[[/] and [b]][/]  page up / page down through the selected tensor's values
   [b]g[/]  show the graph on a narrow terminal         [b]tab[/]  next panel
   [b]ctrl+p[/]  command palette      [b]?[/]  this help      [b]q[/]  quit
@@ -125,16 +126,18 @@ class AdvisorScreen(ModalScreen):
 class ReportScreen(ModalScreen):
     """The accuracy report so far: one line per compared op, failing ones first in colour."""
 
-    BINDINGS = [("escape", "dismiss", "close"), ("R", "dismiss", "close"), ("q", "dismiss", "close")]
+    BINDINGS = [("escape", "dismiss", "close"), ("R", "dismiss", "close"), ("m", "dismiss", "close"),
+                ("q", "dismiss", "close")]
     DEFAULT_CSS = """
     ReportScreen { align: center middle; }
     ReportScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; padding: 0 1;
                                     background: $surface; }
     """
 
-    def __init__(self, report):
+    def __init__(self, report, title: str = ""):
         super().__init__()
         self.report = report
+        self.title_text = title
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report-box"):
@@ -142,7 +145,7 @@ class ReportScreen(ModalScreen):
 
     def on_mount(self) -> None:
         box = self.query_one("#report-box")
-        box.border_title = say("accuracy vs $reference", reference=self.report.reference)
+        box.border_title = say(self.title_text or "accuracy vs $reference", reference=self.report.reference)
         box.border_subtitle = "escape closes; --report FILE.csv|.json writes it"
 
 

@@ -90,6 +90,11 @@ def op_panel(stop, total_ops: int, compact: bool = False) -> Content:
                                                  ("magenta" if d.nan_both else "green"))
             lines.append(say(f"[b {colour}]$verdict[/]", verdict=d.verdict()))
             lines.append(say("[dim]vs reference[/] $summary", summary=d.summary()))
+    if n.op == "region":         # one step on a compiler stack: its members' diff is a key away
+        ops = list(dict.fromkeys(m.op for m in n.attrs["members"]))
+        lines.append(say("[b]region[/] of $count nodes on $backend: $ops [dim](m: each op's diff)[/]",
+                         count=len(n.attrs["members"]), backend=n.attrs.get("backend", stop.backend),
+                         ops=", ".join(ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")))
     if stop.nan_origin:
         lines.append(say("[b red]NaN/Inf:[/] $origin", origin=stop.nan_origin))
     if stop.backward_of:
