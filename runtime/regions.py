@@ -84,6 +84,13 @@ class RegionProgram:
     def __call__(self, *inputs):
         return self.run(*inputs)
 
+    from_plan = False                 # loaded from a plan's saved program, not compiled in this process
+
+    def artifact(self) -> bytes | None:
+        """The compiled program as bytes a plan can hold (ONNX model, OpenVINO IR, serialized StableHLO), or
+        None when the stack has no such form: `opscope compile` saves it, `run --plan` loads it back."""
+        return None
+
     def start_profile(self) -> None:
         """Get the stack's profiler ready (a stack without one records nothing)."""
 
@@ -170,11 +177,14 @@ class StackRegistry:
     reference_kernels = False
 
     def __init__(self, claim: Callable[[Node], bool | str], compile: Callable[[Region], RegionProgram], *,
-                 unsupported=(), supported=None):
-        self._claim, self._compile = claim, compile
+                 unsupported=(), supported=None, load: Callable[[Region, bytes], RegionProgram] | None = None,
+                 version: str = ""):
+        self._claim, self._compile, self._load = claim, compile, load
         self.unsupported = set(unsupported)
         self.supported = set(supported) if supported is not None else None
         self.dtypes = None
+        self.version = version            # the stack's own version: a plan's saved programs are for this one
+        self.saved: dict[str, SavedRegion] = {}     # region name -> a plan's program for it (bind_plan sets it)
 
     def supports(self, node: Node) -> bool | str:
         if node.op == "region":
@@ -187,7 +197,12 @@ class StackRegistry:
 
     def kernel_for(self, node: Node) -> Callable:
         region = node.attrs["region"] if node.op == "region" else single(node)
-        program = _real_tensors(self._compile, region)
+        saved = self.saved.pop(region.name, None) if node.op == "region" else None
+        if saved is not None and self._load is not None and saved.fits(region):
+            program = _real_tensors(self._load, region, saved.blob)
+            program.from_plan = True
+        else:                             # none saved, or the weights changed since: compiled again
+            program = _real_tensors(self._compile, region)
         if node.op == "region":
             return program
 
@@ -200,6 +215,36 @@ class StackRegistry:
         from .ops import OPS
         return sorted(n for n in OPS if n not in self.unsupported and n not in ("region", "transfer")
                       and (self.supported is None or n in self.supported))
+
+
+@dataclass
+class SavedRegion:
+    """A region's compiled program from a plan, and what it was compiled from: the members (by name) and
+    a digest of the constants the stack folded into it -- the model's weights, which a plan names but
+    does not hold: a plan run with other weights of the same shapes compiles the region again."""
+
+    blob: bytes
+    members: list[str]
+    constants: str
+
+    def fits(self, region: Region) -> bool:
+        return self.members == [m.name for m in region.members] and self.constants == constants_digest(region)
+
+
+def constants_digest(region: Region) -> str:
+    import hashlib
+
+    import torch
+    h = hashlib.sha256()
+    for s in sorted(region.constants):
+        v = region.constants[s]
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            h.update(f"{s}:{t.dtype}:{tuple(t.shape)}:".encode())
+            h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes())
+        else:
+            h.update(f"{s}:{v!r}:".encode())
+    return h.hexdigest()
 
 
 def _real_tensors(fn, *args):

@@ -71,8 +71,11 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     chosen = providers(desc)
     backend = OnnxRuntimeBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                                  device=f"onnxruntime:{chosen[0]}")
+    import onnxruntime as ort
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
-                                unsupported=desc.unsupported, supported=desc.supported)
+                                unsupported=desc.unsupported, supported=desc.supported,
+                                load=lambda region, blob: load_region(region, blob, desc, chosen),
+                                version=f"onnxruntime {ort.__version__}")
     return backend
 
 
@@ -113,6 +116,9 @@ def _exportable():
 def export(region: Region) -> bytes:
     """The region as an ONNX model (inputs i0.., outputs o0.., members scoped /n<i>/)."""
     import torch
+    # NOTE: on a graph it cannot take, the exporter dumps the whole TorchScript graph to stdout (C++
+    # std::cout, whatever Python's sys.stdout is), which breaks --json; stderr it is
+    torch._C._jit_set_onnx_log_output_stream("stderr")
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")            # the TorchScript exporter's deprecation notice, tracer warnings
@@ -131,11 +137,15 @@ class OrtProgram(RegionProgram):
         self.names = [i.name for i in self.session.get_inputs()]
         self.outs = [o.name for o in self.session.get_outputs()]
 
+    def artifact(self) -> bytes:
+        return self.model                  # the exported ONNX model: a plan saves it (passes/plan_regions.py)
+
     def _session(self, model: bytes, profile_dir: str | None = None, optimized: bool = False):
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = int(self.desc.options.get("threads", 0))
-        so.log_severity_level = 3
+        so.log_severity_level = 4
+        ort.set_default_logger_severity(4)    # a run's own errors: opscope reports them, once (ORT logged each)
         if profile_dir:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(profile_dir, "ort")
@@ -254,3 +264,23 @@ def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtP
         raise ModelError(f"onnxruntime could not compile {region.name} ({len(region.members)} nodes: {ops}): "
                          f"{type(e).__name__}: {first_line(e)[:200]}") from e
 
+
+def load_region(region: Region, blob: bytes, desc: Description, chosen: list[str]) -> OrtProgram:
+    """A plan's saved ONNX model for the region. Refused unless it is plain data: every initializer inside
+    the model (external data would make ONNX Runtime read a file the plan names) and only the ONNX
+    domains torch's exporter writes (a custom domain would ask for a library's kernels)."""
+    import onnx
+    model = onnx.load_from_string(blob)
+    graphs = [model.graph]
+    while graphs:                          # the graph and every subgraph (If / Loop bodies) in it
+        g = graphs.pop()
+        for t in list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.HasField("t")]:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                raise ValueError(f"tensor {t.name[:40]} keeps its values in an external file")
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx"):
+                raise ValueError(f"node {n.name[:40]} is in the custom domain {n.domain[:40]}")
+            graphs += [a.g for a in n.attribute if a.HasField("g")] + [x for a in n.attribute for x in a.graphs]
+    if len(model.graph.input) != len(region.inputs) or len(model.graph.output) != len(region.outputs):
+        raise ValueError(f"the saved model does not have {region.name}'s inputs and outputs")
+    return OrtProgram(region, blob, desc, chosen)

@@ -13,6 +13,8 @@ Per-op spans: PERF_COUNT's per-layer times, mapped back through the layers' orig
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 import warnings
 
@@ -72,8 +74,11 @@ class OpenVinoBackend(Backend):
 def create(desc: Description, name: str) -> OpenVinoBackend:
     backend = OpenVinoBackend(name=name, description=desc, ops=None, memory=NumpyMemory(),
                               device=f"openvino:{device(desc)}")
+    import openvino as ov
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc),
-                                unsupported=desc.unsupported, supported=desc.supported)
+                                unsupported=desc.unsupported, supported=desc.supported,
+                                load=lambda region, blob: load_region(region, blob, desc),
+                                version=f"openvino {ov.__version__}")
     return backend
 
 
@@ -95,6 +100,14 @@ class OpenVinoProgram(RegionProgram):
         self.request = self.compiled.create_infer_request()
         self._profiled = None             # a second compiled model with PERF_COUNT, made on first use
         self._active = None
+
+    def artifact(self) -> bytes:
+        """The region as OpenVINO IR (xml and weights, full precision), one blob: 8-byte xml length, xml, bin."""
+        import openvino as ov
+        with tempfile.TemporaryDirectory() as d:
+            ov.save_model(self.model, os.path.join(d, "r.xml"), compress_to_fp16=False)
+            xml, weights = (open(os.path.join(d, f"r.{x}"), "rb").read() for x in ("xml", "bin"))
+        return len(xml).to_bytes(8, "little") + xml + weights
 
     def _run(self, *inputs):
         request = self._active or self.request
@@ -146,3 +159,21 @@ def compile_region(region: Region, desc: Description) -> OpenVinoProgram:
     except Exception as e:       # the converter or the plugin may raise anything on a graph it cannot take
         raise ModelError(f"openvino could not compile {region.name} ({len(region.members)} nodes: {ops}): "
                          f"{type(e).__name__}: {first_line(e)[:200]}") from e
+
+
+def load_region(region: Region, blob: bytes, desc: Description) -> OpenVinoProgram:
+    """A plan's saved IR for the region; only OpenVINO's standard opsets (an extension's op would need its
+    library, which opscope never loads), with the region's inputs and outputs."""
+    import numpy as np
+    import openvino as ov
+    n = int.from_bytes(blob[:8], "little")
+    if not 0 < n <= len(blob) - 8:
+        raise ValueError("the saved IR's length prefix is out of range")
+    model = ov.Core().read_model(model=blob[8:8 + n].decode("utf-8"),
+                                 weights=ov.Tensor(np.frombuffer(blob, np.uint8, offset=8 + n).copy()))
+    for op in model.get_ordered_ops():
+        if not op.get_type_info().version_id.startswith("opset"):
+            raise ValueError(f"op {op.get_type_info().name[:40]} is not from an OpenVINO opset")
+    if len(model.inputs) != len(region.inputs) or len(model.outputs) != len(region.outputs):
+        raise ValueError(f"the saved IR does not have {region.name}'s inputs and outputs")
+    return OpenVinoProgram(region, model, desc)
