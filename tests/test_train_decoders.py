@@ -55,10 +55,9 @@ def _training(family):
     return by_keyword(model, ids, ids)
 
 
-# 3 steps of SGD and AdamW on numpy, AdamW on the sim chip (it runs the same kernels under its own placement:
-# one optimizer there is the existing sweep's CI-time choice); Llama with its cache on torch:cpu too
+# 3 steps of SGD and AdamW on numpy and on the sim chip; Llama with its cache on torch:cpu too
 CASES = [(f, b, o) for f in ("qwen2", "mistral", "mixtral") for b, o in
-         [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "adamw")]]
+         [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "sgd"), ("sim:npu-a1", "adamw")]]
 CASES += [("llama_with_cache", b, "adamw") for b in ("numpy", "torch:cpu", "sim:npu-a1")]
 FAST = {("mixtral", "numpy", "adamw"), ("llama_with_cache", "numpy", "adamw")}     # the two fixes, in every CI run
 

@@ -179,11 +179,12 @@ def test_mobilenet_v3_style_trains_on_numpy_like_eager(optimizer):
     _assert_like_eager(_three_steps(mobilenet_v3, "numpy", optimizer))
 
 
-# the sim chip runs the reference kernels under its own placement: one optimizer there is enough (CI time)
+# SGD and AdamW on numpy and on the sim chip (issue 26's sweep)
 @pytest.mark.slow
 @pytest.mark.parametrize("factory", [llama, vit, roberta, mobilenet_v3, convnext],
                          ids=["llama", "vit", "roberta", "mobilenet_v3", "convnext"])
-@pytest.mark.parametrize("backend,optimizer", [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "adamw")])
+@pytest.mark.parametrize("backend,optimizer", [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "sgd"),
+                                               ("sim:npu-a1", "adamw")])
 def test_architecture_trains_three_steps_like_eager(factory, backend, optimizer):
     if factory is mobilenet_v3 and backend == "numpy":
         pytest.skip("the fast test above")
