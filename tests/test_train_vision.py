@@ -1,6 +1,6 @@
 """Vision and recurrent families train on the reference backends like eager PyTorch (issue 26): DeiT, Swin (window
 attention, relative position bias, patch merging), a UNet (transposed-convolution and bilinear up paths), an LSTM
-language model and a bidirectional GRU -- 3 steps of SGD and AdamW on numpy, AdamW on sim:npu-a1, the loss and
+language model and a bidirectional GRU -- 3 steps of SGD and of AdamW on numpy and on sim:npu-a1, the loss and
 every parameter within 1e-4 of eager float32, nothing sent to torch (tests/train_sweep.py holds the rule)."""
 import pytest
 import torch
@@ -69,8 +69,9 @@ def gru():
 
 
 FAMILIES = {"deit": deit, "swin": swin, "unet": unet, "lstm": lstm, "gru": gru}
-RUNS = [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "adamw")]
-HEAVY = {("swin", "numpy", "sgd"), ("swin", "sim:npu-a1", "adamw"), ("lstm", "sim:npu-a1", "adamw"),
+RUNS = [("numpy", "sgd"), ("numpy", "adamw"), ("sim:npu-a1", "sgd"), ("sim:npu-a1", "adamw")]
+HEAVY = {("swin", "numpy", "sgd"), ("swin", "sim:npu-a1", "sgd"), ("swin", "sim:npu-a1", "adamw"),
+         ("lstm", "sim:npu-a1", "sgd"), ("lstm", "sim:npu-a1", "adamw"), ("gru", "sim:npu-a1", "sgd"),
          ("gru", "sim:npu-a1", "adamw")}
 
 
