@@ -408,13 +408,16 @@ class Lockstep:
         node = call.node
         region = node.attrs["region"]
         actual = {s: to_host(v, call.backend) for s, v in zip(region.inputs, call.inputs)}
-        actual.update({s: to_host(v, self.ref) for s, v in self._constants.items() if s in _slots_read(region)})
+        read = _slots_read(region)
+        actual.update({s: to_host(v, self.ref) for s, v in self._constants.items() if s in read})
         known = dict(zip(node.outputs, actual_host))
         self.members_note = ""
         try:
             known = {**intermediates(call.backend, program, call.inputs), **known}
         except Exception as e:       # a stack that cannot return its members: the region's outputs only
-            self.members_note = f"{call.backend.name} could not return the members' values: {type(e).__name__}"
+            from opscope.runtime.errors import first_line
+            self.members_note = (f"{call.backend.name} could not return the values inside {node.name}: "
+                                 f"{type(e).__name__}: {first_line(e)[:120]}")
         inside = {s for m in region.members for s in m.outputs} - set(node.outputs)
         for m in region.members:
             args = [_fill(t, actual) for t in m.args]
