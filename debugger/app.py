@@ -609,7 +609,8 @@ class DebuggerApp(App):
         """m: the stopped region's members, each against the reference (a region is one step on a stack)."""
         stop = self.last_event if isinstance(self.last_event, Stop) else None
         if stop is None or stop.node.op != "region":
-            self.log_line(say("[yellow]m shows a region's ops: stop at a region (a compiler stack's, e.g. -b onnxruntime)[/]"))
+            self.log_line(say("[yellow]m shows a region's ops: stop at a region (a compiler stack's, "
+                              "e.g. -b onnxruntime)[/]"))
             return
         if self.ctl.lockstep is None:
             self.log_line(say("[yellow]a region's per-op diff needs --reference (e.g. --reference numpy)[/]"))
