@@ -158,7 +158,14 @@ def compile_region(region: Region, desc: Description) -> OpenVinoProgram:
         return OpenVinoProgram(region, model, desc)
     except Exception as e:       # the converter or the plugin may raise anything on a graph it cannot take
         raise ModelError(f"openvino could not compile {region.name} ({len(region.members)} nodes: {ops}): "
-                         f"{type(e).__name__}: {first_line(e)[:200]}") from e
+                         f"{type(e).__name__}: {_why(e)[:200]}") from e
+
+
+def _why(e: BaseException) -> str:
+    """OpenVINO's first line says where a C++ check failed; what failed is its last line (`No conversion rule
+    found for operations: aten::trunc`)."""
+    lines = [ln.strip(" -") for ln in str(e).splitlines() if ln.strip(" -")]
+    return lines[-1] if len(lines) > 1 and lines[0].startswith("Check ") else first_line(e)
 
 
 def load_region(region: Region, blob: bytes, desc: Description) -> OpenVinoProgram:
