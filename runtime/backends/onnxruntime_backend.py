@@ -187,7 +187,8 @@ class OrtProgram(RegionProgram):
         for n in self.outs:
             binding.bind_output(n, "cpu")
         session.run_with_iobinding(binding)
-        return [o.numpy() for o in binding.get_outputs()]
+        # NOTE: the TorchScript exporter gives a 0-d result shape (1,) (82 OpInfos came back wrong): the region's own shape
+        return [_shaped(o.numpy(), self.region.slot_meta.get(s)) for o, s in zip(binding.get_outputs(), self.region.outputs)]
 
     def _run(self, *inputs):
         if self._profiled is None:
@@ -245,6 +246,10 @@ class OrtProgram(RegionProgram):
                                                t0 + int((e["ts"] - lo + e["dur"]) * 1000 * scale), CLOCK,
                                                self._cover_map.get(name)))
         return children
+
+
+def _shaped(a, meta):
+    return a.reshape(()) if meta is not None and tuple(meta.shape) == () and a.shape == (1,) else a
 
 
 def _onnx():
