@@ -44,6 +44,7 @@ ATEN: dict[str, str] = {
     'aten._upsample_nearest_exact3d': 'upsample_nearest_exact3d',
     'aten._weight_norm': 'weight_norm',
     'aten._weight_norm_interface': 'weight_norm_interface',
+    'aten._weight_norm_interface_backward': 'weight_norm_interface_backward',
     'aten.abs': 'abs',
     'aten.abs_': 'abs',
     'aten.acos': 'acos',
@@ -397,4 +398,6 @@ ATEN: dict[str, str] = {
     'aten.where': 'where',
     'aten.zeros': 'zeros',
     'aten.zeros_like': 'zeros_like',
+    'transformers.grouped_mm_fallback': 'grouped_mm',
+    'transformers.grouped_mm_fallback_backward': 'grouped_mm_backward',
 }

@@ -146,8 +146,11 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
             fb = fwd + bwd
             fwd, bwd = (fwd / fb * grad_wall, bwd / fb * grad_wall) if fb > 0 else (grad_wall / 3, 2 * grad_wall / 3)
             optim = opt_wall
+        # a sim chip's step in integer ns, exactly what `train` and `profile --train` print (one StepClock)
+        exact = sum(runs[0][0].values()) if clock == "simulated" else None
         shares.append({"backend": spec, "rows": n, "forward_seconds": fwd, "backward_seconds": bwd,
                        "optimizer_seconds": optim, "compute_seconds": fwd + bwd + optim,
+                       "compute_ns": int(exact) if exact is not None else round((fwd + bwd + optim) * 1e9),
                        "host_seconds": statistics.median(r[3] for r in runs), "clock": clock,
                        "ops": len(train.graph.nodes)})
     s0 = shapes[0]
