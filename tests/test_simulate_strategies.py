@@ -251,3 +251,15 @@ def test_ranks_past_the_cores_stretch_compute_host_work_and_the_loopback_link():
     assert close(alone["step_seconds"], 0.034 + 0.005 + all_reduce_seconds(P, 4, LINK) + control(LINK))
     assert close(crowded["step_seconds"], 2 * 0.034 + 2 * 0.005 + all_reduce_seconds(P, 4, slow) + control(slow))
     assert "cores shared 2x" in crowded["cluster"][0]["source"]
+
+
+@pytest.mark.parametrize("entry", [{"bandwidth": -1.0, "latency": 1e-5}, {"bandwidth": float("nan"), "latency": 0.0},
+                                   {"bandwidth": True, "latency": 0.0}, {"bandwidth": 1e9, "latency": -1e-6}, "x"])
+def test_a_damaged_stored_link_reads_as_never_measured(opscope_home, entry):
+    import socket
+
+    from opscope.runtime.dist import linkbench
+    (opscope_home / "links.json").write_text(json.dumps({socket.gethostname(): entry}))
+    assert linkbench.stored_link() is None
+    (opscope_home / "links.json").write_text(" " * (linkbench.MAX_LINKS + 1))      # past the bound: not parsed
+    assert linkbench.stored_link() is None

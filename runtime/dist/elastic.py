@@ -161,13 +161,20 @@ def note_left(job, rank: int, world: int, step: int, message: str) -> None:
         pass
 
 
+MAX_LEFT = 64 << 10
+
+
 def _read_left(folder: str) -> dict | None:
+    # the checkpoint folder is shared: what another node wrote there is read bounded, its message cut short
     try:
-        with open(os.path.join(folder, LEFT)) as f:
-            left = json.load(f)
-    except (OSError, ValueError):
+        with open(os.path.join(folder, LEFT), "rb") as f:
+            text = f.read(MAX_LEFT + 1)
+        left = json.loads(text) if len(text) <= MAX_LEFT else None
+    except (OSError, ValueError, RecursionError):
         return None
-    return left if isinstance(left, dict) and isinstance(left.get("message"), str) else None
+    if not (isinstance(left, dict) and isinstance(left.get("message"), str)):
+        return None
+    return {**left, "message": left["message"][:500]}
 
 
 def hold(step: int) -> None:

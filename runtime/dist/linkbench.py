@@ -13,6 +13,7 @@ time, so a reader sees how well the line holds.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -74,6 +75,9 @@ def fit_ring(points: list[list[float]], ranks: int = 2) -> dict:
                        for x, y, m in zip(b, t, model)]}
 
 
+MAX_LINKS = 1 << 20            # links.json holds one small entry per host
+
+
 def _links_file():
     return opscope_home() / "links.json"
 
@@ -83,7 +87,7 @@ def save_link(fit: dict) -> str:
     path = _links_file()
     try:
         private_folder(path.parent)
-        data = json.loads(path.read_text()) if path.exists() else {}
+        data = json.loads(path.read_text()) if path.exists() and path.stat().st_size <= MAX_LINKS else {}
         data = data if isinstance(data, dict) else {}
         data[fit["host"]] = fit
         tmp = path.with_suffix(".tmp")
@@ -98,11 +102,15 @@ def save_link(fit: dict) -> str:
 def stored_link() -> dict | None:
     """This host's last measured link, or None (never measured, or an unreadable file)."""
     try:
-        entry = json.loads(_links_file().read_text()).get(socket.gethostname())
-    except (OSError, ValueError, AttributeError):
+        with open(_links_file(), "rb") as f:
+            text = f.read(MAX_LINKS + 1)
+        entry = json.loads(text).get(socket.gethostname()) if len(text) <= MAX_LINKS else None
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
-    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) for k in ("bandwidth", "latency"))
-    return entry if ok else None
+    # a hand-edited or damaged entry reads as never measured, not as a link of bandwidth -1 or NaN
+    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) and not isinstance(entry[k], bool)
+                                         and math.isfinite(entry[k]) for k in ("bandwidth", "latency"))
+    return entry if ok and entry["bandwidth"] > 0 and entry["latency"] >= 0 else None
 
 
 def _rank_main() -> None:
