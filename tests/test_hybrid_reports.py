@@ -80,3 +80,30 @@ def test_a_process_count_the_shares_disagree_with_is_one_line_once():
     # codes; its ChildFailedError names the first rank to exit, and that is where the 2 shows
     root = (r.stdout + r.stderr).partition("Root Cause")[2]
     assert re.search(r"rank\s*: \d \(local_rank: \d\)\s*exitcode\s*: 2 ", root), root[-1500:]
+
+
+def _stderr_lines(r) -> list[str]:
+    """What the user reads on stderr, without torchrun's own OMP_NUM_THREADS banner (W... run.py lines)."""
+    return [line for line in r.stderr.splitlines() if line.strip() and "distributed/run.py" not in line]
+
+
+def test_opscope_torchrun_gives_the_ranks_exit_2_and_their_one_line_alone(tmp_path):
+    r = subprocess.run([*CLI, "torchrun", "--standalone", "--nproc-per-node", "3", "-m", "opscope.app", "train",
+                        "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5"],
+                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert _stderr_lines(r) == ["opscope: error: 3 processes were started but --hybrid names 2 shares (torch:cpu, "
+                                "torch:cpu): start one process per share (torchrun --nproc-per-node 2)"], r.stderr
+    # any other failure: one line naming the rank and how it ended, exit 1; torchrun's dump is not printed
+    killer = tmp_path / "kill_rank_1.py"
+    killer.write_text("import os, signal\nif os.environ['RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = subprocess.run([*CLI, "torchrun", "--standalone", "--nproc-per-node", "2", str(killer)],
+                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1 and "Root Cause" not in r.stderr, r.stderr
+    assert len(_stderr_lines(r)) == 1 and re.match(r"opscope: error: rank 1 \(local rank 1, pid \d+\) of .*"
+                                                   r"kill_rank_1.py died \(SIGKILL\)$", _stderr_lines(r)[0]), r.stderr
+    # launcher arguments torchrun rejects, a script that is not there: one line, exit 2, no rank started
+    for argv in (["--nproc-per-node"], ["--nproc-per-node", "2", str(tmp_path / "missing.py")]):
+        r = subprocess.run([*CLI, "torchrun", *argv], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and len(_stderr_lines(r)) == 1, r.stderr
+        assert _stderr_lines(r)[0].startswith("opscope: error: torchrun: "), r.stderr

@@ -41,6 +41,7 @@ COMMANDS = {
     "optimize": ("optimize", "profile, apply the best advice, measure, repeat; keeps what helped"),
     "simulate": ("simulate", "predict step time, memory per rank and scaling of dp, ZeRO, tp, pp from measured op costs"),
     "monitor": ("monitor", "watch devices (and a live run) against alert rules"),
+    "torchrun": ("torchrun", "torchrun with opscope's exit codes: a rank's bad input exits 2, any failure is one line"),
 }
 
 # command -> the examples its --help ends with (a command's own epilog wins). Every command named
@@ -63,6 +64,8 @@ EXAMPLES = {
     "diff": ["opscope diff demo:gpt --backend sim:npu-a1 --reference numpy"],
     "advise": ["opscope advise RUN", "opscope advise RUN --apply 1"],
     "tune": ["opscope tune demo:gpt --backend torch:cpu", "opscope tune demo:mlp --backend numpy --budget 4 --json"],
+    "torchrun": ["opscope torchrun --standalone --nproc-per-node 2 -m opscope.app train demo:gpt "
+                 "--hybrid torch:cpu=0.5,torch:cpu=0.5"],
     "migrate": ["opscope migrate scan path/to/project", "opscope migrate apply path/to/project --diff",
                 "opscope migrate check model.py:factory --backend sim:npu-a1"],
 }
@@ -132,7 +135,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
 
 # commands that never need torch; every other one imports it, so it is imported first, whole (below)
-_NO_TORCH = {"migrate", "runs", "show", "compare", "trace", "serve", "ops", "backends", "advise", "monitor"}
+# (torchrun imports it itself, after its --help)
+_NO_TORCH = {"migrate", "runs", "show", "compare", "trace", "serve", "ops", "backends", "advise", "monitor", "torchrun"}
 
 
 def _import_torch_uninterrupted() -> None:
