@@ -10,6 +10,12 @@ towards the inputs, so the last layers' gradients come first). Each one, scaled 
 the rows as the unbucketed path scales them, joins the open bucket; a full bucket is handed to gloo as
 an async all-reduce (torch.distributed's work handle) and backward carries on while gloo's threads send
 it. The sums are the same elementwise float32 sums as one flat all-reduce, so results do not change.
+
+    GradientBuckets(gradient_step, weight, cap_bytes, sizes, shards=shards, rank=rank)   # --shard gradients
+
+With shards (ZeRO-2) each full bucket is reduce-scattered instead: split by the shards' owners (pack_shards'
+layout), each rank receives the sum of only its own parameters' gradients, and the bucket's other gradients
+are dropped once the bucket is handed to gloo (DeepSpeed's stage 2 reduces its buckets the same way).
 """
 from __future__ import annotations
 
@@ -17,12 +23,42 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ..comm import all_reduce_async
+from .split import pack_shards
+
+
+class PendingScatter:
+    """A reduce-scatter in flight: wait() returns this rank's part of the sum (a CPU tensor). The send buffer
+    is held until then (gloo reads it from its own threads) and let go after."""
+
+    def __init__(self, work, out: torch.Tensor, send: torch.Tensor):
+        self.work, self.out, self.send = work, out, send
+
+    def wait(self) -> torch.Tensor:
+        self.work.wait()
+        self.send = None
+        return self.out if self.out.device.type == "cpu" else self.out.cpu()
+
+
+def reduce_scatter_async(buf: np.ndarray, part: int) -> PendingScatter:
+    """Start a sum reduce-scatter of a flat float32 buffer of world parts of `part` elements (pack_shards'
+    layout); rank r receives part r. torch 2.x's gloo has reduce_scatter (checked on 2.13: gloo runs it
+    natively, async included), so this is the real collective, (n-1)/n of the buffer on the wire per rank,
+    not an all-reduce and a slice."""
+    send = torch.from_numpy(buf)
+    if dist.get_backend() == "nccl":        # nccl takes device tensors only
+        send = send.to(torch.device("cuda", torch.cuda.current_device()))
+    out = torch.empty(part, dtype=send.dtype, device=send.device)
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor   # renamed in torch 2.12
+    return PendingScatter(scatter(out, send, dist.ReduceOp.SUM, async_op=True), out, send)
 
 
 class GradientBuckets:
-    def __init__(self, gs, weight: float, cap_bytes: int, sizes: dict[str, int]):
+    def __init__(self, gs, weight: float, cap_bytes: int, sizes: dict[str, int], *,
+                 shards: list[list[str]] | None = None, rank: int = 0):
+        """shards: every rank's parameter names (--shard gradients); the buckets are then reduce-scattered."""
         refs = gs.plan.output_refs
         self.slot_name = {refs[1 + i].slot: n for i, n in enumerate(gs.names)}
         self.names = list(gs.names)
@@ -38,24 +74,36 @@ class GradientBuckets:
                 filled = 0
             self.plan[-1].append(name)
             filled += 4 * int(sizes[name])
-        self.ready: dict[str, np.ndarray] = {}
-        self.flights: list[tuple] = []            # (PendingReduce, [(name, size)]) in bucket order
+        self.shards, self.rank = shards, rank
+        self.owner = {n: r for r, shard in enumerate(shards or []) for n in shard}
+        self.ready: dict[str, np.ndarray] = {}     # scaled copies of the gradients not yet sent
+        self.seen: set[str] = set()
+        self.flights: list[tuple] = []            # (PendingReduce | PendingScatter, [(name, size)]) in bucket order
 
     def after_op(self, call) -> None:
         node = call.node
         values = call.outputs if node.multi_output else [call.outputs]
         for slot, value in zip(node.outputs, values):
             name = self.slot_name.get(slot)
-            if name is not None and name not in self.ready:
+            if name is not None and name not in self.seen:
                 self._add(name, np.asarray(call.backend.memory.to_host(value)))
 
     def _add(self, name: str, grad: np.ndarray) -> None:
         # a copy, scaled as the unbucketed path scales it: the op's buffer may be reused by a later op
         self.ready[name] = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1) * self.weight
-        while len(self.flights) < len(self.plan) and all(n in self.ready for n in self.plan[len(self.flights)]):
+        self.seen.add(name)
+        while len(self.flights) < len(self.plan) and all(n in self.seen for n in self.plan[len(self.flights)]):
             names = self.plan[len(self.flights)]
-            flat = torch.from_numpy(np.concatenate([self.ready[n] for n in names]))
-            self.flights.append((all_reduce_async(flat), [(n, self.ready[n].size) for n in names]))
+            if self.shards is None:
+                flat = torch.from_numpy(np.concatenate([self.ready[n] for n in names]))
+                self.flights.append((all_reduce_async(flat), [(n, self.ready[n].size) for n in names]))
+            else:
+                parts = [[n for n in names if self.owner[n] == r] for r in range(len(self.shards))]
+                buf, part = pack_shards(parts, self.ready)
+                mine = [(n, self.ready[n].size) for n in parts[self.rank]]
+                self.flights.append((reduce_scatter_async(buf, part), mine))
+            for n in names:          # copied into the send buffer: this rank keeps none of them
+                del self.ready[n]
 
     @property
     def buckets(self) -> int:
@@ -63,9 +111,10 @@ class GradientBuckets:
 
     def finish(self, grads: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
         """Send what is left (gradients no op wrote, e.g. outputs that are graph inputs), wait for every
-        bucket; (name -> reduced gradient shaped like grads[name], seconds spent waiting)."""
+        bucket; (name -> reduced gradient shaped like grads[name], seconds spent waiting). With shards,
+        only this rank's parameters are in it."""
         for name in self.names:
-            if name not in self.ready:
+            if name not in self.seen:
                 self._add(name, grads[name])
         t0 = time.perf_counter()
         out = {}

@@ -36,9 +36,10 @@ def add_hybrid_arguments(p) -> None:
                    help="all-reduce the gradients in buckets while backward runs (as DDP does)")
     p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB",
                    help="--overlap: bucket size in MiB (default 25, DDP's)")
-    p.add_argument("--shard", choices=["optimizer"], default=None,
+    p.add_argument("--shard", choices=["optimizer", "gradients"], default=None,
                    help="optimizer: ZeRO-1, each rank updates and keeps the optimizer state of its shard of the "
-                        "parameters, then the ranks all-gather them")
+                        "parameters, then the ranks all-gather them; gradients: ZeRO-2, the gradients are "
+                        "reduce-scattered too, each rank keeps only its shard's (with --overlap, bucket by bucket)")
     p.add_argument("--elastic", action="store_true",
                    help="under torchrun --nnodes MIN:MAX (c10d rendezvous): when a node leaves or joins, the ranks "
                         "resume from the last checkpoint with the first WORLD shares of --hybrid; needs --checkpoint-dir")
@@ -224,8 +225,9 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
         if r["rank"] == 0:
             s["comm_seconds"], s["step_seconds"] = r["comm_seconds"], r["step_seconds"]
             s["exposed_gradient_comm_seconds"], s["buckets"] = r.get("exposed_gradient_comm_seconds"), r.get("buckets")
-        if "optimizer_state_bytes" in r:
-            s.setdefault("optimizer_state_bytes", {})[str(r["rank"])] = r["optimizer_state_bytes"]
+        for key in ("optimizer_state_bytes", "gradient_bytes"):     # per-rank memory: what --shard divides
+            if key in r:
+                s.setdefault(key, {})[str(r["rank"])] = r[key]
         if "thermal" in r:
             s.setdefault("thermal", {})[r["rank"]] = r["thermal"]
     events, seen = [], set()

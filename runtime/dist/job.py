@@ -42,7 +42,8 @@ class DistJob:
     shared_dir: str = ""                    # each rank also writes its events here (profiler/shared.py)
     overlap: bool = False                   # all-reduce gradient buckets while backward runs (buckets.py)
     bucket_mb: float = 25.0                 # ... of this many MiB (DDP's default)
-    shard: str = ""                         # "optimizer": ZeRO-1, each rank keeps the optimizer state of its shard
+    shard: str = ""                         # "optimizer": ZeRO-1, each rank keeps the optimizer state of its shard;
+                                            # "gradients": ZeRO-2, its shard's reduced gradients too (reduce-scatter)
     elastic: bool = False                   # 1..len(specs) ranks, resumed from checkpoint_dir (elastic.py)
     checkpoint_dir: str = ""
     checkpoint_every: int = 10              # steps between checkpoints (and one after the last step)
@@ -88,8 +89,9 @@ class DistJob:
     def check(self) -> None:
         if not (math.isfinite(self.bucket_mb) and self.bucket_mb > 0):
             raise UsageError(f"--bucket-mb must be > 0 (got {self.bucket_mb})")
-        if self.shard not in ("", "optimizer"):
-            raise UsageError(f"--shard {self.shard}: expected optimizer (each rank keeps its shard's optimizer state)")
+        if self.shard not in ("", "optimizer", "gradients"):
+            raise UsageError(f"--shard {self.shard}: expected optimizer (ZeRO-1: each rank keeps its shard's optimizer "
+                             "state) or gradients (ZeRO-2: its shard's gradients too)")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1 (got {self.steps})")
         if self.elastic and not self.checkpoint_dir:
@@ -98,7 +100,7 @@ class DistJob:
         if self.checkpoint_dir and not self.elastic:
             raise UsageError("--checkpoint-dir is for --elastic jobs: add --elastic (or drop --checkpoint-dir)")
         if self.elastic and self.shard:
-            raise UsageError("--elastic with --shard optimizer is not supported: each rank's optimizer state would "
+            raise UsageError(f"--elastic with --shard {self.shard} is not supported: each rank's optimizer state would "
                              "have to be gathered into the checkpoint; drop one of them")
         if self.checkpoint_every < 1 or self.max_restarts < 0:
             raise UsageError(f"--checkpoint-every must be >= 1 and --max-restarts >= 0 "

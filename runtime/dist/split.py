@@ -1,9 +1,11 @@
-"""A training step split at the optimizer, so gradients can be all-reduced in between.
+"""A training step split at the optimizer, so gradients can be all-reduced (or reduce-scattered) in between.
 
     grads = GradientStep(train_graph, backend)           # forward + loss + backward on the rank's backend
     loss, g = grads.run(inputs)                           # host arrays, keyed by parameter name
     opt = OptimizerStep(train_graph)                     # the optimizer nodes, on the host (numpy)
     new = opt.run(reduced_g); grads.set_parameters(new)
+    buf, part = pack_shards(shards, flat)                # ZeRO: rank r's parameters in part r of one buffer
+    unpack_shard(buf[r * part:(r + 1) * part], shards[r], shapes)
 
 Both halves come from one `build_train_graph` (runtime/train/step.py): its nodes carry a phase, and
 everything before the first 'optimizer' node is the joint forward/backward. Parameters travel between
@@ -115,6 +117,31 @@ class OptimizerStep:
         """Apply the (all-reduced) gradients; returns the new parameters."""
         self.executor.run(*[grads[n] for n in self.names])
         return self.parameters()
+
+
+def pack_shards(shards: list[list[str]], flat: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+    """(one float32 buffer of len(shards) equal parts, the part's length): part r holds shard r's arrays in
+    order, zero-padded to the longest shard. The layout of a reduce-scatter (rank r receives the sum of part r)
+    and of an all-gather (every rank sends its own part)."""
+    sizes = [sum(flat[n].size for n in names) for names in shards]
+    part = max(sizes + [1])
+    buf = np.zeros(part * len(shards), np.float32)
+    for r, names in enumerate(shards):
+        at = r * part
+        for n in names:
+            buf[at:at + flat[n].size] = flat[n].reshape(-1)
+            at += flat[n].size
+    return buf, part
+
+
+def unpack_shard(part: np.ndarray, names: list[str], shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """One part of pack_shards' buffer back into its arrays (name -> array of its shape)."""
+    out, at = {}, 0
+    for n in names:
+        size = int(np.prod(shapes[n], dtype=np.int64))
+        out[n] = part[at:at + size].reshape(shapes[n])
+        at += size
+    return out
 
 
 def _host(value) -> np.ndarray:

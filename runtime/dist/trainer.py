@@ -9,6 +9,12 @@ Each step: the rank's rows (split by ratio) run forward+backward on its backend;
 scaled by the rank's share of the rows, are summed over ranks through the backend's Communicator
 (so the sum is the full-batch gradient of a mean loss); every rank applies the same optimizer to the
 same sum. A digest of the parameters is compared across ranks after every step.
+
+    DistTrainer(..., shard="optimizer")    # ZeRO-1: gradients all-reduced, each rank updates its shard, all-gather
+    DistTrainer(..., shard="gradients")    # ZeRO-2: gradients reduce-scattered, each rank keeps only its shard's
+
+The shards are whole parameters (shard_parameters); rec["gradient_bytes"] and rec["optimizer_state_bytes"]
+are what the rank holds of each from the reduction through the optimizer (ZeRO-2 divides both by ~world).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from ..hybrid import _Timer
 from ..train.joint import capture_joint
 from ..train.step import OptimizerSpec, build_train_graph
 from .balance import Rebalancer, split_rows
-from .split import GradientStep, OptimizerStep
+from .split import GradientStep, OptimizerStep, pack_shards, unpack_shard
 from .thermal import ThermalModel
 
 
@@ -45,7 +51,7 @@ class DistTrainer:
         self.opt_spec = opt
         self.allow_fallback = allow_fallback
         self.overlap, self.bucket_bytes = overlap, bucket_bytes     # --overlap: buckets.py
-        self.shard = shard                                          # "optimizer": ZeRO-1
+        self.shard = shard                                  # "optimizer": ZeRO-1, "gradients": ZeRO-2
         self.shards: list[list[str]] | None = None
         self.ratios = [r / sum(ratios) for r in ratios]
         self.rows = split_rows(self.ratios, int(self.inputs[0].shape[0]))
@@ -113,22 +119,27 @@ class DistTrainer:
 
     def _gather_shards(self, params: dict) -> dict:
         """All-gather the shards' new values (padded to the largest shard) into every parameter."""
-        size = {n: params[n].size for n in params}
-        longest = max(sum(size[n] for n in names) for names in self.shards)
-        mine = np.zeros(longest, np.float32)
-        flat = [params[n].reshape(-1) for n in self.shards[self.rank]]
-        if flat:
-            cat = np.concatenate(flat).astype(np.float32)
-            mine[:cat.size] = cat
+        buf, part = pack_shards(self.shards, {n: params[n] for n in params})
+        mine = buf[self.rank * part:(self.rank + 1) * part]
         parts = self._collective("all-gather of the parameter shards", self.comm.all_gather,
                                  self.backend.memory.to_device(mine))
+        shapes = {n: params[n].shape for n in params}
         out = dict(params)
         for r, names in enumerate(self.shards):
-            host, at = np.asarray(self.backend.memory.to_host(parts[r])), 0
-            for n in names:
-                out[n] = host[at:at + size[n]].reshape(params[n].shape).astype(params[n].dtype)
-                at += size[n]
+            for n, v in unpack_shard(np.asarray(self.backend.memory.to_host(parts[r])), names, shapes).items():
+                out[n] = v.astype(params[n].dtype)
         return out
+
+    def _reduce_scatter(self, grads: dict, weight: float) -> dict:
+        """ZeRO-2 without buckets: every rank's scaled gradients in one buffer laid out by shard; each rank
+        receives the sum of its own shard only (name -> reduced gradient)."""
+        from .buckets import reduce_scatter_async
+        shapes = {n: grads[n].shape for n in grads}
+        buf, part = pack_shards(self.shards, grads)
+        buf *= np.float32(weight)
+        pending = self._collective("reduce-scatter of the gradients", reduce_scatter_async, buf, part)
+        mine = self._collective("reduce-scatter of the gradients", pending.wait).numpy()
+        return unpack_shard(mine, self.shards[self.rank], shapes)
 
     def _all_reduce(self, what: str, host: np.ndarray) -> np.ndarray:
         native = self.backend.memory.to_device(host)
@@ -179,20 +190,32 @@ class DistTrainer:
         gs = self._gradient_step(rows[self.rank])
         names = gs.names
         buckets = None
+        scatter = self.shard == "gradients"
         if self.overlap:
             from .buckets import GradientBuckets
-            buckets = GradientBuckets(gs, weight, self.bucket_bytes, {n: self.params[n].size for n in names})
+            buckets = GradientBuckets(gs, weight, self.bucket_bytes, {n: self.params[n].size for n in names},
+                                      shards=self.shards if scatter else None, rank=self.rank)
         loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch),
                                                                *([buckets] if buckets else []))
         t_comm = time.perf_counter()
         marks.append(self.now())
+        # full: name -> reduced gradient of every parameter this rank receives (ZeRO-2: its shard's only)
         if buckets is not None:      # most buckets went out during backward: wait for the rest
-            full, exposed = self._collective("all-reduce of the gradient buckets", buckets.finish, grads)
-            reduced = np.concatenate([full[n].reshape(-1) for n in names])
+            full, exposed = self._collective("reduction of the gradient buckets", buckets.finish, grads)
+        elif scatter:
+            full = self._reduce_scatter(grads, weight)
+            exposed = time.perf_counter() - t_comm
         else:
             bucket = np.concatenate([grads[n].reshape(-1) for n in names]).astype(np.float32) * np.float32(weight)
             reduced = self._all_reduce("all-reduce of the gradients", bucket)
             exposed = time.perf_counter() - t_comm
+            full, at = {}, 0
+            for n in names:
+                full[n] = reduced[at:at + grads[n].size].reshape(grads[n].shape)
+                at += grads[n].size
+        # NOTE: the local gradients are sent: drop them (ZeRO-2 keeps no gradient outside its shard)
+        del grads
+        gradient_bytes = sum(int(v.nbytes) for v in full.values())
         # loss, and every rank's time, slowdown and temperature in one small float64 sum: each rank
         # fills its own slots, so every rank learns them all and takes the same re-balancing decision
         w = self.world
@@ -202,10 +225,6 @@ class DistTrainer:
         info = self._all_reduce("all-reduce of the loss", info)
         comm_s = time.perf_counter() - t_comm
         marks.append(self.now())
-        full, at = {}, 0
-        for n in names:
-            full[n] = reduced[at:at + grads[n].size].reshape(grads[n].shape)
-            at += grads[n].size
         self.params = self.optimizer.run(full)
         if self.shards:              # each rank updated its shard: everyone gets everyone's
             self.params = self._gather_shards(self.params)
@@ -217,14 +236,15 @@ class DistTrainer:
         digests = [f"{int(np.asarray(self.backend.memory.to_host(d))[0]) & (2 ** 64 - 1):016x}" for d in digests]
         identical = len(set(digests)) == 1
         marks.append(self.now())
-        spans = _spans(marks, device_s)
+        spans = _spans(marks, device_s, "reduce_scatter" if scatter else "all_reduce")
         times = [float(t) for t in info[1:1 + w]]
         record = {"kind": "step", "step": self.step_index, "rank": self.rank, "world_size": self.world,
                   "backend": self.specs[self.rank], "loss": float(info[0]), "local_loss": loss, "rows": rows,
                   "ratios": [round(r, 4) for r in self.ratios], "device_seconds": times,
                   "comm_seconds": comm_s, "exposed_gradient_comm_seconds": exposed,
                   "buckets": buckets.buckets if buckets else 1,
-                  "optimizer_state_bytes": self.optimizer.state_bytes(), "step_seconds": time.perf_counter() - t_start,
+                  "optimizer_state_bytes": self.optimizer.state_bytes(), "gradient_bytes": gradient_bytes,
+                  "step_seconds": time.perf_counter() - t_start,
                   "digest": digests[self.rank], "digests": digests, "identical": identical, "spans": spans}
         if self.thermal:
             record["thermal"] = {**self.thermal.sample(), "slowdown": slowdown}
@@ -253,7 +273,7 @@ class DistTrainer:
 
 
 def shard_parameters(train, world: int) -> list[list[str]]:
-    """ZeRO-1's partition: parameters to ranks, largest first onto the least loaded rank (the same on every
+    """ZeRO's partition (stages 1 and 2): parameters to ranks, largest first onto the least loaded rank (the same on every
     rank: it depends only on the graph)."""
     joint = train.joint
     names = [n for n in joint.param_slots if n in joint.grad_slots]
@@ -267,12 +287,12 @@ def shard_parameters(train, world: int) -> list[list[str]]:
     return [[n for n in names if n in set(s)] for s in shards]
 
 
-def _spans(marks: list[int], device_s: float) -> list[list]:
+def _spans(marks: list[int], device_s: float, reduction: str = "all_reduce") -> list[list]:
     """The step's phases on the aligned clock. The compute span lasts the device's time (a sim chip's
     simulated time, not the host's numpy time); each later span keeps its measured length and starts
     no earlier than the one before ends, as a rank does its phases one after another."""
     out, end = [], marks[0]
-    for i, name in enumerate(("forward_backward", "all_reduce", "optimizer", "all_gather")):
+    for i, name in enumerate(("forward_backward", reduction, "optimizer", "all_gather")):
         length = int(device_s * 1e9) if i == 0 else marks[i + 1] - marks[i]
         start = max(marks[i], end)
         out.append([name, start, start + length])

@@ -1,0 +1,91 @@
+"""ZeRO-2 (`train --hybrid ... --shard gradients`): gradients reduce-scattered, each rank keeps and updates only its
+shard (gradients and optimizer state), the parameters all-gathered; still equal to one process on the full batch."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from opscope.runtime.dist.split import pack_shards, unpack_shard
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _opscope(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "opscope.app", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def _zero2(model, hybrid, *extra):
+    r = _opscope("train", model, "--hybrid", hybrid, "--steps", "2", "--json", "--shard", "gradients", *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    ref = doc["single_process"]
+    assert ref["loss_error"]["max_abs"] <= 1e-4 and ref["parameter_error"]["max_abs"] <= 1e-4, ref
+    assert doc["identical_parameters"]
+    return doc
+
+
+def _gradient_bytes(model: str) -> int:
+    """Unsharded: every trainable parameter's float32 gradient, from the model itself."""
+    from opscope.runtime import models
+    module, _ = models.load_train(model)
+    return sum(4 * p.numel() for p in module.parameters() if p.requires_grad)
+
+
+@pytest.mark.multiprocess
+def test_gpt_adamw_reduce_scatter_keeps_about_half_the_gradients_and_state_per_rank():
+    doc = _zero2("demo:gpt", "torch:cpu=0.5,torch:cpu=0.5", "--optimizer", "adamw")
+    full = _gradient_bytes("demo:gpt")
+    last = doc["steps"][-1]
+    grads, state = last["gradient_bytes"], last["optimizer_state_bytes"]
+    assert sum(grads.values()) == full                    # every parameter's gradient, on exactly one rank
+    assert all(0.4 * full <= b <= 0.6 * full for b in grads.values()), (grads, full)
+    # AdamW: two moments per parameter, divided the same way
+    assert sum(state.values()) == 2 * full
+    assert all(0.4 * 2 * full <= b <= 0.6 * 2 * full for b in state.values()), (state, full)
+
+
+@pytest.mark.multiprocess
+def test_unequal_shares_weight_the_reduce_scatter_by_rows():
+    doc = _zero2("demo:mlp", "torch:cpu=0.7,torch:cpu=0.3")        # sgd: momentum is the state
+    last = doc["steps"][-1]
+    assert last["rows"] == [22, 10]        # unequal: an unweighted sum would be far from one process's gradient
+    full = _gradient_bytes("demo:mlp")
+    assert sum(last["gradient_bytes"].values()) == full
+    assert all(b < full for b in last["gradient_bytes"].values())
+
+
+@pytest.mark.multiprocess
+def test_overlapped_buckets_reduce_scatter_during_backward_with_unequal_shares():
+    doc = _zero2("demo:mlp", "torch:cpu=0.7,torch:cpu=0.3", "--optimizer", "adamw", "--overlap",
+                 "--bucket-mb", "0.05")
+    last = doc["steps"][-1]
+    assert last["buckets"] >= 2
+    full = _gradient_bytes("demo:mlp")
+    assert sum(last["gradient_bytes"].values()) == full     # each bucket left every rank only its own shard's part
+    assert all(b < full for b in last["gradient_bytes"].values())
+
+
+@pytest.mark.multiprocess
+def test_sharded_gradients_with_elastic_is_one_line_exit_2(tmp_path):
+    r = _opscope("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--shard", "gradients",
+                 "--elastic", "--checkpoint-dir", str(tmp_path / "ck"), timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--elastic with --shard gradients is not supported" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_shard_layout_puts_each_ranks_parameters_in_its_own_equal_part():
+    shapes = {"a": (3, 2), "b": (5,), "c": (1,), "d": (2, 2)}
+    flat = {n: np.arange(np.prod(s), dtype=np.float32).reshape(s) + 10 * i for i, (n, s) in enumerate(shapes.items())}
+    shards = [["a", "c"], ["b"], ["d"]]
+    buf, part = pack_shards(shards, flat)
+    assert part == 7 and buf.shape == (21,)                # the longest shard (6 + 1), every part padded to it
+    assert not buf[7 + 5:14].any() and not buf[14 + 4:].any()
+    for r, names in enumerate(shards):
+        back = unpack_shard(buf[r * part:(r + 1) * part], names, shapes)
+        assert list(back) == names and all(np.array_equal(back[n], flat[n]) for n in names)
