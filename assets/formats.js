@@ -22,3 +22,18 @@ dagfuncs.ratio = function (x) {
   // Python's exponent has two digits at least (1.2e-05): the same text on the page as in the CLI
   return (a >= 1e-4 ? String(Number(v.toPrecision(2))) : v.toExponential(1).replace(/e([+-])(\d)$/, "e$10$2")) + "x";
 };
+
+// A rate with an SI prefix, three significant digits: 11.4 T, 19.1 G, 812 M (a column header names the unit,
+// "achieved FLOP/s"). `scale` turns the stored value into units (GFLOP/s stored: 1e9). "11375.9" GFLOP/s was seven
+// digits wide and was what a narrow card cut in half.
+dagfuncs.si = function (x, scale) {
+  if (x === null || x === undefined || x === "") return "";
+  var v = Number(x) * (scale || 1), a = Math.abs(v);
+  if (!isFinite(v)) return String(v);
+  var units = [[1e15, " P"], [1e12, " T"], [1e9, " G"], [1e6, " M"], [1e3, " k"]];
+  for (var i = 0; i < units.length; i++) {
+    // the prefix chosen after rounding: 999.96 G reads 1.00 T
+    if (Math.abs(Number(v.toPrecision(3))) >= units[i][0]) return (v / units[i][0]).toPrecision(3) + units[i][1];
+  }
+  return v === 0 ? "0" : v.toPrecision(3);
+};

@@ -16,8 +16,8 @@ NAME = "Operators"
 _F1 = ui.num(".1f")
 _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_ns", "total", ui.DURATION),
             ("self_ns", "self", ui.DURATION), ("per_step_ns", "total / step", ui.DURATION), ("total_pct", "total %", _F1), ("self_pct", "self %", _F1),
-            ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved GFLOP/s", _F1),
-            ("pct_peak", "% of peak", _F1), ("bytes_text", "bytes", ui.RIGHT), ("gbps", "achieved GB/s", _F1),
+            ("mean_ns", "mean", ui.DURATION), ("p95_ns", "p95", ui.DURATION), ("gflops", "achieved FLOP/s", ui.si(1e9)),
+            ("pct_peak", "% of peak", _F1), ("bytes_text", "bytes", ui.RIGHT), ("gbps", "achieved bytes/s", ui.si(1e9)),
             ("pct_bw", "% of peak BW", _F1), ("fallback", "fell back")]
 _SORT = ("self_ns", "desc")
 GROUPS = inputs.GROUP_BY

@@ -14,7 +14,7 @@ from . import theme
 
 __all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "run_badge", "alert_banner", "run_title",
            "duration", "bar_figure",
-           "table", "column_defs", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num"]
+           "table", "column_defs", "header_min_width", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num", "si"]
 
 
 def fmt_ns(ns) -> str:
@@ -127,6 +127,12 @@ DURATION = {"type": "numericColumn", "valueFormatter": {"function": "duration(pa
 RATIO = {"type": "numericColumn", "valueFormatter": {"function": "ratio(params.value)"}}
 
 
+def si(scale: float = 1.0) -> dict:
+    """A rate with an SI prefix (11.4 T, 19.1 G: assets/formats.js `si`), the header naming the unit; scale turns the
+    stored value into units (1e9 for a value stored in GFLOP/s). Sorted as a number."""
+    return {"type": "numericColumn", "valueFormatter": {"function": f"si(params.value, {scale!r})"}}
+
+
 def num(d3_format: str) -> dict:
     """A number column shown with d3-format: ".3f" fixed, ".2e" exponent, ".4g" significant digits."""
     return {"type": "numericColumn", "valueFormatter": {
@@ -148,18 +154,27 @@ def table(id, columns, rows, *, sort=True, page_size=25, select=None, row_classe
     sort_by: (field, "asc" | "desc"), the order before the user clicks a header.
     """
     options = {"theme": _GRID_THEME, "domLayout": "autoHeight", "pagination": True, "paginationPageSize": page_size,
-               "paginationPageSizeSelector": False, "autoSizeStrategy": _FIT, "enableBrowserTooltips": True}
+               "paginationPageSizeSelector": False, "autoSizeStrategy": _FIT, "skipHeaderOnAutoSize": True, "enableBrowserTooltips": True}
     if select == "rows":
         options["rowSelection"] = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False,
                                    "enableClickSelection": False}
+        options["selectionColumnDef"] = {"pinned": "left"}    # the tick boxes stay beside the pinned first column
     elif select == "row":
         options["rowSelection"] = {"mode": "singleRow", "checkboxes": False, "enableClickSelection": True}
     return dag.AgGrid(
         id=id, columnDefs=column_defs(columns, sort_by), rowData=rows, getRowId="params.data.id",
         defaultColDef={"sortable": sort, "resizable": True, "suppressMovable": True, "cellDataType": False,
-                       "minWidth": 60},
+                       "minWidth": 60, "wrapHeaderText": True, "autoHeaderHeight": True},
         rowClassRules=row_classes or {}, dashGridOptions=options, eventListeners=_REFIT_ON, className="grid",
         style={"width": "100%"})
+
+
+def header_min_width(header: str) -> int:
+    """The narrowest a column may get: its header's longest word on one line, with the cell padding and the sort
+    arrow. Columns are sized to their values alone (skipHeaderOnAutoSize) and headers wrap, so a long header
+    ("communication under compute") over short values ("0%") takes three lines instead of 200 px of the card."""
+    longest = max((len(w) for w in str(header).split()), default=0)
+    return max(60, round(longest * 7.4) + 2 * 10 + 18)
 
 
 def column_defs(columns, sort_by=None) -> list[dict]:
@@ -167,9 +182,11 @@ def column_defs(columns, sort_by=None) -> list[dict]:
     defs = []
     for c in columns:
         extra = c[2] if len(c) > 2 else {}
-        d = {"field": c[0], "headerName": c[1], **extra}
+        d = {"field": c[0], "headerName": c[1], "minWidth": header_min_width(c[1]), **extra}
         if "type" not in extra:
             d["tooltipField"] = c[0]      # a text cut short (a narrow card) shows itself whole on hover
+        if not defs:
+            d["pinned"] = "left"          # a table wider than its card scrolls under its first column, never it
         if sort_by and sort_by[0] == c[0]:
             d["initialSort"] = sort_by[1]      # initial: a later columnDefs update keeps the user's sort
         defs.append(d)
