@@ -19,7 +19,9 @@ two-sample Kolmogorov-Smirnov test (a permutation: the same multiset of values).
 A node the backend refuses runs on its fallback (torch:cpu when the backend names none), so a
 "fallback" result is a correct answer with some nodes refused; "crash" is a kernel that was
 claimed and then raised, or opscope's capture raising on what torch exported -- the things that must
-never happen.
+never happen. On a compiler stack (`check_opinfo(backend, spec=SPEC)`, what `backend check --opinfo` does) each
+OpInfo runs in a worker process (runtime/opinfo_worker.py): a stack dying by a signal or hanging inside its own
+C++ is a "crash" of that OpInfo, naming the signal, and the check goes on.
 """
 from __future__ import annotations
 
@@ -111,11 +113,23 @@ def select(names=None, dtype: str = "float32") -> list:
 
 
 def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPLES_PER_OP,
-                 dtype: str = "float32") -> OpInfoReport:
-    """Run the OpInfo samples (of `dtype`) of every selected OpInfo on `backend`; `progress(name)` before each."""
+                 dtype: str = "float32", *, spec: str | None = None, timeout: float | None = None,
+                 on_result=None) -> OpInfoReport:
+    """Run the OpInfo samples (of `dtype`) of every selected OpInfo on `backend`; `progress(name)` before each,
+    `on_result(result)` after each.
+
+    `spec`: what `backend` was resolved from. Given, and the backend runs code opscope does not own (a compiler
+    stack), the OpInfos run in worker processes (runtime/opinfo_worker.py), so a stack that dies by a signal or
+    hangs (more than `timeout` s on one OpInfo) is that OpInfo's crash, not the end of the check."""
     import time
 
     from .backends import resolve
+    if spec is not None:
+        from . import opinfo_worker
+        if opinfo_worker.runs_foreign_code(backend):
+            return opinfo_worker.check_in_workers(
+                spec, [_full_name(o) for o in select(names, dtype)], backend_name=backend.name, progress=progress,
+                samples_per_op=samples_per_op, dtype=dtype, timeout=timeout or opinfo_worker.TIMEOUT_S)
     if backend.fallback is None and not backend.name.startswith("torch"):
         backend.fallback = resolve("torch:cpu")      # refused nodes still run, so their answer is checked
     report = OpInfoReport(backend.name)
@@ -128,6 +142,8 @@ def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPL
             result = _check_one(backend, info, samples_per_op, to_torch(dtype))
             result.seconds = time.perf_counter() - t
             report.results.append(result)
+            if on_result:
+                on_result(result)
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -24,6 +24,9 @@ def register(sub) -> None:
                    help="run PyTorch's OpInfo samples (float32, first 3 per OpInfo) instead of opscope's own")
     c.add_argument("--opinfos", default="", metavar="NAMES",
                    help="with --opinfo: comma-separated OpInfo names (default: every OpInfo)")
+    c.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --opinfo on a compiler stack: seconds one OpInfo may take before it counts as a crash "
+                        "(default 300; each runs in a worker process, so a stack that dies or hangs ends only its own)")
     add_json(c)
     c.set_defaults(func=main)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -91,13 +94,17 @@ def _main_opinfo(args) -> int:
     from opscope.runtime.backends import resolve
     from opscope.runtime.opinfo import check_opinfo, select
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
+    if args.timeout is not None and not args.timeout > 0:      # also NaN
+        raise UsageError(f"--timeout {args.timeout:g}: give the seconds one OpInfo may take, above 0 (e.g. 300)")
     backend = resolve(args.backend)
     total = len(select(names))
     err = Console(stderr=True)
     with Progress(TextColumn("OpInfo {task.fields[cell]:<40}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("opinfo", total=total, cell="")
-        report = check_opinfo(backend, names, progress=lambda name: bar.update(task, advance=1, cell=name))
+        # the spec: a compiler stack is checked in worker processes that start from it (runtime/opinfo_worker.py)
+        report = check_opinfo(backend, names, progress=lambda name: bar.update(task, advance=1, cell=name),
+                              spec=args.backend, timeout=args.timeout)
     if args.json:
         emit_json(report.as_dict())
     else:
