@@ -123,8 +123,10 @@ def click_backward(run_id, op="gelu_backward"):
 
 
 def chromium(width=1500, height=1000):
+    # NOTE: no --hide-scrollbars: it hides every scrollbar, so a table that scrolls sideways (the Operators page's)
+    # showed no way to its other columns; the window is as tall as the page, so no page scrollbar shows anyway
     from opscope.app.web.browser import headless_chromium
-    return headless_chromium(width=width, height=height, extra=("--hide-scrollbars", "--force-device-scale-factor=1"))
+    return headless_chromium(width=width, height=height, extra=("--force-device-scale-factor=1",))
 
 
 def settle(driver, timeout=30):

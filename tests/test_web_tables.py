@@ -33,17 +33,15 @@ def runs(tmp_path_factory):
     home = tmp_path_factory.mktemp("tables-home")
     env = dict(os.environ, OPSCOPE_HOME=str(home), OMP_NUM_THREADS="1")
     cli = [sys.executable, "-m", "opscope.app"]
-    procs = {"ranks": subprocess.Popen(cli + ["train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps",
-                                              "2", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True)}
-    store = RunStore(home / "runs.duckdb")
+    commands = {"ranks": ["train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--steps", "2"],
+                "optimized": ["optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "2", "--steps", "1", "-o",
+                              str(home / "gpt.opsplan")]}
+    procs = {name: subprocess.Popen(cli + args + ["--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for name, args in commands.items()}
+    store = RunStore(home / "runs.duckdb")      # one writer at a time by the store's own lock: the three share it
     model, inputs = load("demo:gpt")
     ids = {"npu": profile("demo:gpt", "sim:npu-a1", steps=1, values=True, store=store, model=model, inputs=inputs),
            "cpu": profile("demo:gpt", "torch:cpu", steps=1, values=True, store=store, model=model, inputs=inputs)}
-    # after the in-process runs: the optimizer's runs and the store are one process's at a time
-    procs["optimized"] = subprocess.Popen(cli + ["optimize", "demo:gpt", "-b", "sim:npu-a1", "--cycles", "2", "--steps",
-                                                 "1", "-o", str(home / "gpt.opsplan"), "--json"], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for name, p in procs.items():
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
@@ -116,15 +114,20 @@ def settled(d, tables):
         if now == last:
             return now
         last = now
-        time.sleep(0.5)
+        time.sleep(0.3)
     raise AssertionError(f"the tables kept changing: {last}")
 
 
 def problems_of(d, tables) -> list[str]:
     found, before = [], settled(d, tables)
     d.execute_script(SCROLL_RIGHT)
-    time.sleep(0.6)                       # AG Grid draws the columns scrolled into view on its next frame
-    after = {t["id"]: t for t in d.execute_script(MEASURE) if not t.get("plain")}
+    # AG Grid draws the columns scrolled into view on a later frame: wait (bounded) for each wide table's last one
+    wide, t0 = [t for t in before if t["outside"] and t["scrolls"] and not t.get("plain")], time.time()
+    while True:
+        after = {t["id"]: t for t in d.execute_script(MEASURE) if not t.get("plain")}
+        if all(t["last"] in after[t["id"]]["shown"] for t in wide) or time.time() - t0 > 10:
+            break
+        time.sleep(0.2)
     for t in before:
         if not t["outside"]:
             continue

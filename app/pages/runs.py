@@ -17,11 +17,15 @@ _PAGES = [("Timeline", "/timeline"), ("Operators", "/operators"), ("Memory", "/m
           ("Hardware", "/hardware"), ("Advisor", "/advisor")]
 
 
+_LONG = {"maxWidth": 260}
+
+
 def layout(**_query):
     return html.Div([
         ui.card("Runs", html.P("Click a run to open it; tick two to compare them.", className="muted"),
                 ui.table(ids.RUNS_TABLE, [
-                    ("run_id", "run"), ("model", "model"), ("backend", "backend"), ("engine", "engine"),
+                    # a model path or a hybrid spec is cut at 260 px (whole on hover), not the table's last columns
+                    ("run_id", "run"), ("model", "model", _LONG), ("backend", "backend", _LONG), ("engine", "engine"),
                     ("status", "status", {"cellClassRules": {"cell-failed": "params.value === 'failed'",
                                                              "cell-running": "params.value === 'running'"}}),
                     ("started", "started"), ("duration", "duration", ui.DURATION), ("steps", "steps", ui.NUM),
