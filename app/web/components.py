@@ -110,8 +110,9 @@ _GRID_THEME = {"function": "themeQuartz.withParams(" + json.dumps({
     "rowHoverColor": "#f3f6fa", "selectedRowBackgroundColor": "#e8f0fe", "headerColumnResizeHandleColor": "#dfe4ea"})
     + ")"}
 
-# Columns as wide as what they show, widened to fill the card when there is room (a narrower card scrolls
-# sideways): AG Grid does it for the first rows; these listeners redo it for new rows (a live run, another
+# Columns as wide as the values they show (headers wrap above them: header_min_width), widened to fill the card
+# when there is room (a narrower card scrolls sideways under the pinned first column, its scrollbar drawn always:
+# opscope.css): AG Grid does it for the first rows; these listeners redo it for new rows (a live run, another
 # grouping) and when the card changes width.
 _FIT = {"type": "fitCellContents", "scaleUpToFitGridWidth": True}
 _REFIT = ["params.api.autoSizeAllColumns({scaleUpToFitGridWidth: true})"]
@@ -154,7 +155,8 @@ def table(id, columns, rows, *, sort=True, page_size=25, select=None, row_classe
     sort_by: (field, "asc" | "desc"), the order before the user clicks a header.
     """
     options = {"theme": _GRID_THEME, "domLayout": "autoHeight", "pagination": True, "paginationPageSize": page_size,
-               "paginationPageSizeSelector": False, "autoSizeStrategy": _FIT, "skipHeaderOnAutoSize": True, "enableBrowserTooltips": True}
+               "paginationPageSizeSelector": False, "autoSizeStrategy": _FIT, "skipHeaderOnAutoSize": True,
+               "enableBrowserTooltips": True}
     if select == "rows":
         options["rowSelection"] = {"mode": "multiRow", "checkboxes": True, "headerCheckbox": False,
                                    "enableClickSelection": False}
