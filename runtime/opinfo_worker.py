@@ -95,6 +95,9 @@ class _Worker:
             self.proc.stdin.close()
         except BrokenPipeError:            # it died already: the read below says how
             pass
+        except BaseException:              # Ctrl-C here: nobody else would end it
+            self.close()
+            raise
 
     def read(self, timeout: float):
         """The next message, None at the end of the pipe; TimeoutError after `timeout` s of silence."""
@@ -112,17 +115,16 @@ class _Worker:
         line, self.buf = self.buf.split(b"\n", 1)
         return parse_line(line)
 
-    def ended(self) -> str:
-        """How the worker ended, in words for the crash message (waiting a moment for it, then killing it)."""
+    def ended(self) -> tuple[str, bool]:
+        """(how the worker ended, whether a signal ended it), waiting a moment for it, then killing it."""
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.close()
-            return "the worker closed its answers and went silent (it was killed)"
+            return "it closed its answers and went silent (it was killed)", False
         if code >= 0:
-            return f"the worker ended (exit code {code})"
-        sig = signal.Signals(-code).name if -code in {s.value for s in signal.Signals} else f"signal {-code}"
-        return f"{sig} inside the stack ({self.backend}); the check went on in a fresh process"
+            return f"exit code {code}", False
+        return (signal.Signals(-code).name if -code in {s.value for s in signal.Signals} else f"signal {-code}"), True
 
     def close(self) -> None:
         # the whole group: what the stack (or an OpInfo's sample) forked from the worker goes with it
@@ -158,7 +160,9 @@ def check_in_workers(spec: str, names: list[str], *, backend_name: str, progress
                     why = f"the worker sent {e} (it was killed)"
                     break
                 if message is None:
-                    why = worker.ended()
+                    how, signalled = worker.ended()
+                    why = (f"{how} inside the stack ({backend_name}); the check went on in a fresh process" if signalled
+                           and running else f"the worker died ({how})" if signalled else f"the worker ended ({how})")
                     break
                 kind, value = message
                 if kind == "error":
@@ -173,7 +177,8 @@ def check_in_workers(spec: str, names: list[str], *, backend_name: str, progress
                     todo.pop(0)
                     running = None
                 else:
-                    why = f"the worker sent {kind} {str(getattr(value, 'name', value))[:80]!r} out of turn (it was killed)"
+                    said = str(getattr(value, "name", value))[:80]
+                    why = f"the worker sent {kind} {said!r} out of turn (it was killed)"
                     break
         finally:
             worker.close()

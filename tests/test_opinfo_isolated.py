@@ -58,8 +58,8 @@ def test_openvino_sigsegv_opinfo_is_a_crash_in_the_table(cli):
 
 
 # --- a broken or hostile worker: real processes speaking the protocol wrong ----------------------------------
-_SAY = (f"import json, os, signal, sys, time\nnames = json.loads(sys.stdin.readline())\nfd = int(os.environ[{FD_ENV!r}])\n"
-        "say = lambda b: os.write(fd, b)\n")
+_SAY = ("import json, os, signal, sys, time\nnames = json.loads(sys.stdin.readline())\n"
+        f"fd = int(os.environ[{FD_ENV!r}])\nsay = lambda b: os.write(fd, b)\n")
 _RUNNING = "say(json.dumps({'running': names[0]}).encode() + b'\\n')\n"
 BROKEN = {   # what the worker does after announcing its first OpInfo -> what that OpInfo's crash says
     "garbage": ("say(b'{not json\\n'); time.sleep(60)", "a line that is not JSON"),
@@ -83,7 +83,7 @@ def test_a_broken_worker_is_a_crash_of_its_opinfo_never_an_exception(case):
 
 
 def test_a_worker_that_dies_before_its_first_opinfo_is_one_clean_error():
-    with pytest.raises(ModelError, match=r"worker for fake failed before checking add: SIGKILL"):
+    with pytest.raises(ModelError, match=r"worker for fake failed before checking add: the worker died \(SIGKILL\)"):
         check_in_workers("fake", ["add"], backend_name="fake",
                          argv=[sys.executable, "-c", _SAY + "os.kill(os.getpid(), signal.SIGKILL)"])
 
@@ -94,7 +94,8 @@ def test_a_line_over_the_limit_is_refused_unread():
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                 max_size=5),
                      max_leaves=10)
 _FIELDS = st.fixed_dictionaries({}, optional={"opinfo": _JSON | st.text(), "status": _JSON | st.sampled_from(STATUSES),
                                               "ops": _JSON | st.lists(st.text(max_size=8)), "samples": _JSON,
