@@ -3,7 +3,8 @@ inside its own C++ is that OpInfo's crash, named by the signal, and the check go
 
 Before, one process ran them all: ONNX Runtime died with SIGFPE on nn.functional.unfold and
 nn.functional.pixel_unshuffle, OpenVINO with SIGSEGV on expand_as and linspace.tensor_overload -- exit 136 / 139,
-no report for any OpInfo. The worker answers in JSON lines the parent parses bounded; a broken or hostile one ends as a crash of the
+no report for any OpInfo.
+The worker answers in JSON lines the parent parses bounded; a broken or hostile one ends as a crash of the
 OpInfo it was on, never as an exception in the parent."""
 import json
 import os
