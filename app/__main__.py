@@ -1,3 +1,3 @@
-from opscope.app.cli import main
+from opscope.app.entry import main
 
 main()

@@ -169,9 +169,10 @@ def threading_main() -> bool:
 def main(argv=None) -> int:
     """The console script. Never returns: exits with the command's code."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    if argv is None:
-        sys.unraisablehook = _redeliver_interrupt(sys.unraisablehook)
     try:
+        if argv is None:
+            sys.unraisablehook = _redeliver_interrupt(sys.unraisablehook)
+            _take_over_ctrl_c()
         code = _run(argv, debug)
         if argv is None:                     # the process's own entry point, not a test calling main()
             _no_more_interrupts()
@@ -180,6 +181,15 @@ def main(argv=None) -> int:
     if code == 130:
         _interrupted(announce=False)         # the command said it was interrupted; end the same way
     sys.exit(code)
+
+
+def _take_over_ctrl_c() -> None:
+    """From here Ctrl-C is a KeyboardInterrupt again (app/entry.py answered it while the CLI was imported)."""
+    import signal
+
+    from opscope.app import entry
+    if threading_main() and signal.getsignal(signal.SIGINT) is entry._interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _redeliver_interrupt(default):
