@@ -101,15 +101,14 @@ class Communicator:
     def reduce_scatter(self, value, op: str = "sum"):
         """Reduce `value` over ranks and return this rank's slice of dim 0 (size must divide evenly).
 
-        NOTE: gloo runs the real collective in torch 2.x (checked on 2.13), as nccl does: 1/world of the
-        traffic of an all-reduce. torch 2.12 renamed reduce_scatter_tensor to reduce_scatter_single."""
+        NOTE: gloo runs the real collective in torch 2.x (checked on 2.13, async too), as nccl does: 1/world
+        of the traffic of an all-reduce."""
         t = self._tensor(value)
         n = self.world_size
         if t.shape[0] % n:
             raise UsageError(f"reduce_scatter: dim 0 ({t.shape[0]}) is not divisible by world size {n}")
         out = torch.empty((t.shape[0] // n,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        scatter(out, t, self._op(op), group=self.group)
+        _reduce_scatter()(out, t, self._op(op), group=self.group)
         return self._native(out, value)
 
     def broadcast(self, value, src: int = 0):
@@ -137,18 +136,39 @@ class Communicator:
 
 
 class PendingReduce:
-    """An all-reduce in flight (torch.distributed's async work handle): wait() returns the sum as a tensor."""
+    """A collective in flight (torch.distributed's async work handle): wait() returns its result as a CPU
+    tensor. `send`: the buffer gloo reads from its own threads until then, held so long and let go after."""
 
-    def __init__(self, work, tensor: torch.Tensor):
-        self.work, self.tensor = work, tensor
+    def __init__(self, work, tensor: torch.Tensor, send: torch.Tensor | None = None):
+        self.work, self.tensor, self.send = work, tensor, send
 
     def wait(self) -> torch.Tensor:
         self.work.wait()
-        return self.tensor
+        self.send = None
+        return self.tensor if self.tensor.device.type == "cpu" else self.tensor.cpu()
+
+
+def _group_ready() -> None:
+    if not dist.is_initialized():
+        raise UsageError("collectives need a process group: call opscope.runtime.comm.init_process_group first")
+
+
+def _reduce_scatter():
+    # torch 2.12 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns)
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def all_reduce_async(tensor: torch.Tensor, group=None) -> PendingReduce:
     """Start a sum all-reduce of a CPU tensor and return at once (what DDP's reducer does per bucket)."""
-    if not dist.is_initialized():
-        raise UsageError("collectives need a process group: call opscope.runtime.comm.init_process_group first")
+    _group_ready()
     return PendingReduce(dist.all_reduce(tensor, dist.ReduceOp.SUM, group=group, async_op=True), tensor)
+
+
+def reduce_scatter_async(flat: torch.Tensor, group=None) -> PendingReduce:
+    """Start a sum reduce-scatter of a flat CPU tensor of world equal parts and return at once; rank r's
+    wait() gives the sum of part r (ZeRO-2's bucket reduction). nccl takes device tensors: sent from one."""
+    _group_ready()
+    if dist.get_backend(group) == "nccl":
+        flat = flat.to(torch.device("cuda", torch.cuda.current_device()))
+    out = torch.empty(flat.shape[0] // dist.get_world_size(group), dtype=flat.dtype, device=flat.device)
+    return PendingReduce(_reduce_scatter()(out, flat, dist.ReduceOp.SUM, group=group, async_op=True), out, flat)

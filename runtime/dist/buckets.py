@@ -23,36 +23,9 @@ import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from ..comm import all_reduce_async
+from ..comm import all_reduce_async, reduce_scatter_async
 from .split import pack_shards
-
-
-class PendingScatter:
-    """A reduce-scatter in flight: wait() returns this rank's part of the sum (a CPU tensor). The send buffer
-    is held until then (gloo reads it from its own threads) and let go after."""
-
-    def __init__(self, work, out: torch.Tensor, send: torch.Tensor):
-        self.work, self.out, self.send = work, out, send
-
-    def wait(self) -> torch.Tensor:
-        self.work.wait()
-        self.send = None
-        return self.out if self.out.device.type == "cpu" else self.out.cpu()
-
-
-def reduce_scatter_async(buf: np.ndarray, part: int) -> PendingScatter:
-    """Start a sum reduce-scatter of a flat float32 buffer of world parts of `part` elements (pack_shards'
-    layout); rank r receives part r. torch 2.x's gloo has reduce_scatter (checked on 2.13: gloo runs it
-    natively, async included), so this is the real collective, (n-1)/n of the buffer on the wire per rank,
-    not an all-reduce and a slice."""
-    send = torch.from_numpy(buf)
-    if dist.get_backend() == "nccl":        # nccl takes device tensors only
-        send = send.to(torch.device("cuda", torch.cuda.current_device()))
-    out = torch.empty(part, dtype=send.dtype, device=send.device)
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor   # renamed in torch 2.12
-    return PendingScatter(scatter(out, send, dist.ReduceOp.SUM, async_op=True), out, send)
 
 
 class GradientBuckets:
@@ -78,7 +51,7 @@ class GradientBuckets:
         self.owner = {n: r for r, shard in enumerate(shards or []) for n in shard}
         self.ready: dict[str, np.ndarray] = {}     # scaled copies of the gradients not yet sent
         self.seen: set[str] = set()
-        self.flights: list[tuple] = []            # (PendingReduce | PendingScatter, [(name, size)]) in bucket order
+        self.flights: list[tuple] = []            # (PendingReduce, [(name, size)]) in bucket order
 
     def after_op(self, call) -> None:
         node = call.node
@@ -99,9 +72,9 @@ class GradientBuckets:
                 self.flights.append((all_reduce_async(flat), [(n, self.ready[n].size) for n in names]))
             else:
                 parts = [[n for n in names if self.owner[n] == r] for r in range(len(self.shards))]
-                buf, part = pack_shards(parts, self.ready)
+                buf, _ = pack_shards(parts, self.ready)
                 mine = [(n, self.ready[n].size) for n in parts[self.rank]]
-                self.flights.append((reduce_scatter_async(buf, part), mine))
+                self.flights.append((reduce_scatter_async(torch.from_numpy(buf)), mine))
             for n in names:          # copied into the send buffer: this rank keeps none of them
                 del self.ready[n]
 

@@ -133,13 +133,12 @@ class DistTrainer:
     def _reduce_scatter(self, grads: dict, weight: float) -> dict:
         """ZeRO-2 without buckets: every rank's scaled gradients in one buffer laid out by shard; each rank
         receives the sum of its own shard only (name -> reduced gradient)."""
-        from .buckets import reduce_scatter_async
-        shapes = {n: grads[n].shape for n in grads}
-        buf, part = pack_shards(self.shards, grads)
+        buf, _ = pack_shards(self.shards, grads)
         buf *= np.float32(weight)
-        pending = self._collective("reduce-scatter of the gradients", reduce_scatter_async, buf, part)
-        mine = self._collective("reduce-scatter of the gradients", pending.wait).numpy()
-        return unpack_shard(mine, self.shards[self.rank], shapes)
+        mine = self._collective("reduce-scatter of the gradients", self.comm.reduce_scatter,
+                                self.backend.memory.to_device(buf))
+        return unpack_shard(np.asarray(self.backend.memory.to_host(mine)), self.shards[self.rank],
+                            {n: grads[n].shape for n in grads})
 
     def _all_reduce(self, what: str, host: np.ndarray) -> np.ndarray:
         native = self.backend.memory.to_device(host)
