@@ -22,7 +22,7 @@ import threading
 import weakref
 from pathlib import Path
 
-from opscope.runtime.errors import ModelError, UsageError
+from opscope.runtime.errors import ModelError, UsageError, signal_name
 
 # NOTE: runner.py is imported where it is used: the package must not import it, or `python -m
 # opscope.profiler.runner` warns (into a profiled script's output) that it ran a module already imported.
@@ -347,11 +347,7 @@ def start_script(command: list[str], backend_spec: str = "torch:cpu", *, values:
 
 def _death(code: int | None) -> str:
     if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"the runner process was killed by {name} before the model finished"
+        return f"the runner process was killed by {signal_name(-code)} before the model finished"
     return f"the runner process exited with code {code} without reporting the end of the run"
 
 

@@ -12,6 +12,16 @@ def first_line(e: BaseException) -> str:
     return next((ln for ln in lines if not _WHERE_ONLY.match(ln)), lines[0] if lines else "")
 
 
+def signal_name(signum: int) -> str:
+    """How a child that died by signal `signum` is named in a message: SIGKILL, or "signal 99" for a number this
+    platform has no name for (a negative exit code past the table must not raise while an error is reported)."""
+    import signal
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 class OpscopeError(Exception):
     """Base class: the message is one line that says what, where, and what to do."""
 

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from .errors import ModelError, first_line
+from .errors import ModelError, first_line, signal_name
 
 MAX_LINE = 64 * 1024                # a result is a few hundred bytes; more is a broken (or hostile) worker
 TIMEOUT_S = 300.0                   # one OpInfo (three samples, or up to 500 draws of a random op) on a stack
@@ -81,9 +81,10 @@ class _Worker:
         read, write = os.pipe()
         env = dict(os.environ, **{FD_ENV: str(write), PARENT_ENV: str(os.getpid())})
         try:
-            # its own process group: a terminal's Ctrl-C reaches the parent, which ends the worker (no second
+            # its own session and process group (Python 3.10 has no process_group=): a terminal's Ctrl-C reaches the parent, which ends the worker (no second
             # traceback from it); stdin carries the names, as JSON
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write,), process_group=0)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write,),
+                                         start_new_session=True)
         except BaseException:
             os.close(read)
             raise
@@ -124,7 +125,7 @@ class _Worker:
             return "it closed its answers and went silent (it was killed)", False
         if code >= 0:
             return f"exit code {code}", False
-        return (signal.Signals(-code).name if -code in {s.value for s in signal.Signals} else f"signal {-code}"), True
+        return signal_name(-code), True
 
     def close(self) -> None:
         # the whole group: what the stack (or an OpInfo's sample) forked from the worker goes with it

@@ -70,6 +70,8 @@ BROKEN = {   # what the worker does after announcing its first OpInfo -> what th
     "silent": ("time.sleep(60)", "no answer in 1 s"),
     "sigsegv": ("os.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV inside the stack (fake)"),
     "exits": ("sys.exit(3)", "the worker ended (exit code 3)"),
+    # a real-time signal has no name in Python's table: the message must still be made, not raise
+    "unnamed signal": ("os.kill(os.getpid(), signal.SIGRTMIN + 6)", "signal 40 inside the stack (fake)"),
 }
 
 

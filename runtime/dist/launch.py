@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..errors import signal_name
 from .job import ENV_JOB, DistJob
 
 MARK = "@opscope-dist "
@@ -164,7 +165,7 @@ def _diagnose(job: DistJob, result: DistResult, timed_out: bool) -> str | None:
                     f"({how}); opscope killed it")
         last = (result.stderr[rank].strip().splitlines() or ["no message"])[-1][:300]
         if c is not None and c < 0:
-            return (f"{who} died ({signal.Signals(-c).name}) after step {steps.get(rank, -1) + 1} of {job.steps}"
+            return (f"{who} died ({signal_name(-c)}) after step {steps.get(rank, -1) + 1} of {job.steps}"
                     + (f" ({last})" if result.stderr[rank].strip() else ""))
         return f"{who} exited with code {c}: {last}"
 
