@@ -45,3 +45,16 @@ def private_file(path: Path) -> None:
         return
     if st.st_uid == os.geteuid() and st.st_mode & 0o077 and stat.S_ISREG(st.st_mode):
         os.chmod(path, 0o600)
+
+
+def read_small_json(path, limit: int):
+    """The JSON in a small file opscope keeps (or a shared folder holds), or None when it is missing,
+    unreadable, over `limit` bytes or not JSON: such a file reads as never written, and at most
+    `limit` + 1 bytes of it are read."""
+    import json
+    try:
+        with open(path, "rb") as f:
+            text = f.read(limit + 1)
+        return json.loads(text) if len(text) <= limit else None
+    except (OSError, ValueError, RecursionError):
+        return None

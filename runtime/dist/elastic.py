@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelError, UsageError
+from ..home import read_small_json
 
 CHECKPOINT = "checkpoint.npz"
 LEFT = "left.json"                 # a rank's last words when a peer went away: the reason of the shrink
@@ -166,12 +167,7 @@ MAX_LEFT = 64 << 10
 
 def _read_left(folder: str) -> dict | None:
     # the checkpoint folder is shared: what another node wrote there is read bounded, its message cut short
-    try:
-        with open(os.path.join(folder, LEFT), "rb") as f:
-            text = f.read(MAX_LEFT + 1)
-        left = json.loads(text) if len(text) <= MAX_LEFT else None
-    except (OSError, ValueError, RecursionError):
-        return None
+    left = read_small_json(os.path.join(folder, LEFT), MAX_LEFT)
     if not (isinstance(left, dict) and isinstance(left.get("message"), str)):
         return None
     return {**left, "message": left["message"][:500]}

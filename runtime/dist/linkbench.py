@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from ..errors import ModelError, UsageError
-from ..home import opscope_home
+from ..home import opscope_home, read_small_json
 
 SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)
 REPEATS = 7
@@ -101,12 +101,8 @@ def save_link(fit: dict) -> str:
 
 def stored_link() -> dict | None:
     """This host's last measured link, or None (never measured, or an unreadable file)."""
-    try:
-        with open(_links_file(), "rb") as f:
-            text = f.read(MAX_LINKS + 1)
-        entry = json.loads(text).get(socket.gethostname()) if len(text) <= MAX_LINKS else None
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
+    links = read_small_json(_links_file(), MAX_LINKS)
+    entry = links.get(socket.gethostname()) if isinstance(links, dict) else None
     # a hand-edited or damaged entry reads as never measured, not as a link of bandwidth -1 or NaN
     ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) and not isinstance(entry[k], bool)
                                          and math.isfinite(entry[k]) for k in ("bandwidth", "latency"))
