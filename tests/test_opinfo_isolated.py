@@ -176,3 +176,12 @@ def test_ctrl_c_during_the_check_exits_130_with_one_line_and_ends_the_worker(tmp
             break
         time.sleep(0.25)
     assert not alive, f"worker {alive} outlived the command"
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf", "1e300"])
+def test_a_timeout_no_worker_can_wait_is_one_line_exit_2(cli, seconds):
+    """inf and 1e300 passed the old check (> 0) and ended in select()'s OverflowError."""
+    r = cli("backend", "check", "numpy", "--opinfo", "--opinfos", "add", "--timeout", seconds)
+    _no_traceback(r)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--timeout" in r.stderr and "at most 604800" in r.stderr, r.stderr

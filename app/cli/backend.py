@@ -87,6 +87,9 @@ def _print(report, dtypes) -> None:
         console.print(say("[red]FAIL[/] {} {}: {}", c.op, c.dtype, c.message))
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
 def _main_opinfo(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -94,8 +97,10 @@ def _main_opinfo(args) -> int:
     from opscope.runtime.backends import resolve
     from opscope.runtime.opinfo import check_opinfo, select
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
-    if args.timeout is not None and not args.timeout > 0:      # also NaN
-        raise UsageError(f"--timeout {args.timeout:g}: give the seconds one OpInfo may take, above 0 (e.g. 300)")
+    # also NaN and inf: select() cannot wait past time_t, and a week is more than any OpInfo needs
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {args.timeout:g}: give the seconds one OpInfo may take, above 0 and at most "
+                         f"{MAX_TIMEOUT_S} (e.g. 300)")
     backend = resolve(args.backend)
     total = len(select(names))
     err = Console(stderr=True)
