@@ -103,7 +103,10 @@ def test_opscope_torchrun_gives_the_ranks_exit_2_and_their_one_line_alone(tmp_pa
     assert len(_stderr_lines(r)) == 1 and re.match(r"opscope: error: rank 1 \(local rank 1, pid \d+\) of .*"
                                                    r"kill_rank_1.py died \(SIGKILL\)$", _stderr_lines(r)[0]), r.stderr
     # launcher arguments torchrun rejects, a script that is not there: one line, exit 2, no rank started
-    for argv in (["--nproc-per-node"], ["--nproc-per-node", "2", str(tmp_path / "missing.py")]):
+    # (the last three torchrun itself checks only after argparse: they were tracebacks' last lines and exit 1)
+    for argv in (["--nproc-per-node"], ["--nproc-per-node", "2", str(tmp_path / "missing.py")],
+                 ["--nproc-per-node", "abc", str(killer)], ["--nnodes", "3:1", str(killer)],
+                 ["--rdzv-backend", "nosuch", "--nproc-per-node", "1", str(killer)]):
         r = subprocess.run([*CLI, "torchrun", *argv], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(_stderr_lines(r)) == 1, r.stderr
         assert _stderr_lines(r)[0].startswith("opscope: error: torchrun: "), r.stderr

@@ -59,6 +59,10 @@ def main(args) -> int:
             return 2
         print(f"opscope: error: {_failure_line(e.name, rank, failure)}", file=sys.stderr, flush=True)
         return 1
+    except (ValueError, AssertionError) as e:
+        # torchrun checks most launcher values only when it builds its config or rendezvous, after argparse
+        # (--nproc-per-node abc, --nnodes 3:1, an unknown --rdzv-backend); a rank's own errors never reach here
+        raise UsageError(f"torchrun: {first_line(e)} (see `opscope torchrun --help`)") from None
     return 0
 
 
