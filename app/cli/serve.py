@@ -38,6 +38,9 @@ def add_token_options(p) -> None:
     p.add_argument("--token", default=None,
                    help="the access token on the command line (other users can see it in `ps`: prefer "
                         "OPSCOPE_TOKEN or --token-file)")
+    p.add_argument("--show-token", action="store_true",
+                   help="print the URL with the token even when it came from OPSCOPE_TOKEN or --token-file (by "
+                        "default it is left out of the output then: a container's log is read by more people)")
     p.add_argument("--no-token", action="store_true",
                    help="no token at all, for a machine no one else logs in to: any local user can then read every "
                         "run. Loopback only; OPSCOPE_TOKEN is then ignored")
@@ -55,6 +58,15 @@ def token_from(args) -> str | None:
         print("opscope: note: --token is visible to other users in `ps`; prefer OPSCOPE_TOKEN or --token-file",
               file=sys.stderr)
     return token
+
+
+def token_in_url(args) -> bool:
+    """Whether the printed URL may carry the token: yes when opscope made it (the URL is the only way to learn it)
+    or it is on the command line anyway; not when it came from OPSCOPE_TOKEN or a file (a deployment's secret,
+    and a container's log is read by more people than the secret), unless --show-token."""
+    from opscope.app.web.gate import TOKEN_ENV
+    from_secret = args.token is None and (args.token_file is not None or bool(os.environ.get(TOKEN_ENV)))
+    return args.show_token or not from_secret
 
 
 def main(args) -> int:
@@ -99,6 +111,7 @@ def _serve(args, token) -> int:
         run_id = RunStore().get_run(args.run)["run_id"]     # unknown ids fail here, with a message
     try:
         serve(run_id=run_id, host=args.host, port=args.port, token=token, open_browser=args.open,
+              token_in_url=token_in_url(args),
               allow_hosts=args.allow_host, no_token=args.no_token)
     except OSError as e:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}; pick another --port")

@@ -106,6 +106,9 @@ def _checked(token: str, what: str) -> str:
     return token
 
 
+HEALTH_PATH = "/healthz"
+
+
 # --- the checks --------------------------------------------------------------------------------
 
 def install(app, host: str = "127.0.0.1", token: str | None = None, allow_hosts=()) -> None:
@@ -124,6 +127,10 @@ def install(app, host: str = "127.0.0.1", token: str | None = None, allow_hosts=
         if given is not None and not host_allowed(given, hosts, any_ip):
             return refusal(403, f"Host {given[:100]!r} is not a name this server answers to ({host_list(hosts)}); "
                                 "open it by one of those, or start it with --allow-host NAME")
+        if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
+            # A liveness answer carries nothing a token protects, so a probe that does not know the token
+            # (the server made its own) still tells a dead server from a live one -- and a 403 stays a failure.
+            return "ok\n", 200, {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"}
         if token:
             port = request.environ.get("SERVER_PORT", "")
             if not _has_token(request, token, port):

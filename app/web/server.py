@@ -292,7 +292,7 @@ def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
 
 def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: int = 8050,
           token: str | None = None, open_browser: bool = False, store=None, block: bool = True,
-          token_file=None, allow_hosts=(), no_token: bool = False):
+          token_file=None, allow_hosts=(), no_token: bool = False, token_in_url: bool = True):
     """Run the web analyzer. Every request needs a token (loopback too: every local user can reach 127.0.0.1):
     `token`, else `token_file`, else $OPSCOPE_TOKEN, else a new one (gate.server_token); the URL printed carries it.
     no_token: no token at all, on loopback only (a single-user machine); a warning says so.
@@ -300,6 +300,7 @@ def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: i
     live: the run streaming in, as a run id or the profiler's LiveRun (`profile --web`); with a LiveRun
     the server says on stdout when the run ends, and keeps serving until Ctrl-C.
     allow_hosts: names besides `host` (and loopback) that browsers may use to reach it (a DNS name, a proxy).
+    token_in_url: False leaves the token out of the URL printed (a token the deployment gave, kept out of logs).
     With block=False, returns (server, url) with the server running in a thread."""
     live_id = getattr(live, "run_id", live)
     token = gate.server_token(host, token, token_file, no_token)
@@ -313,9 +314,11 @@ def serve(run_id: str | None = None, live=None, host: str = "127.0.0.1", port: i
     try:                            # from here on, Ctrl-C (even this early) stops the server quietly
         focus = run_id or live_id
         query = "&".join(x for x in (f"run={quote(focus)}" if focus else "",
-                                     f"token={quote(token, safe='')}" if token else "") if x)
+                                     f"token={quote(token, safe='')}" if token and token_in_url else "") if x)
         url = f"{base}/{'timeline' if focus else ''}{'?' + query if query else ''}"
-        print(f"opscope web analyzer: {url}", flush=True)
+        hidden = (" (add ?token= with the token from OPSCOPE_TOKEN or the token file; --show-token prints it)"
+                  if token and not token_in_url else "")
+        print(f"opscope web analyzer: {url}{hidden}", flush=True)
         if hasattr(live, "wait"):
             threading.Thread(target=_say_when_done, args=(live, stopping), name="opscope-live-end",
                              daemon=True).start()
