@@ -27,6 +27,13 @@ SAMPLE_GAUGES = {
 }
 
 
+DESCRIBED_GAUGES = {
+    "tdp": ("opscope_device_tdp_watts", "the device's thermal design power from its description (0: unknown)"),
+    "throttle_temperature": ("opscope_device_throttle_temperature_celsius",
+                             "where the device starts to throttle, from its description (0: unknown)"),
+}
+
+
 class Metrics:
     """One registry of opscope's gauges; the methods are safe to call from the sampling loop while a
     scrape reads (prometheus-client's metrics are thread-safe; `_lock` guards the firing set)."""
@@ -35,6 +42,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.device = {m: Gauge(name, doc, DEVICE, registry=r) for m, (name, doc) in SAMPLE_GAUGES.items()}
+        # the description's numbers a rule compares with, as series: Prometheus evaluates the exported rules alone
+        self.described = {key: Gauge(name, doc, DEVICE, registry=r) for key, (name, doc) in DESCRIBED_GAUGES.items()}
         self.rank_step = Gauge("opscope_rank_step_seconds", "a rank's last step time in a multi-rank run",
                                ("run", "rank", "backend"), registry=r)
         self.events = Gauge("opscope_run_events_received", "events the run has stored so far", ("run", "model"),
@@ -65,6 +74,11 @@ class Metrics:
             value = sample.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 gauge.labels(subject, device.get("kind", "")).set(value)
+        if device.get("kind") not in (None, "rank"):
+            for key, gauge in self.described.items():
+                value = device.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    gauge.labels(subject, device.get("kind", "")).set(value)
 
     def alerts(self, engine) -> list[tuple[str, str]]:
         """Set opscope_alert_firing from the engine's episodes; returns the (rule, subject) alerts that stopped
@@ -166,20 +180,31 @@ def metrics_app(metrics: Metrics, host: str, token: str | None, allow_hosts=()):
 def prometheus_rules(rules, group: str = "opscope") -> str:
     """The alert rules as a Prometheus rule file (YAML), for `opscope monitor --export-rules prometheus`.
 
-    NOTE: each rule fires on opscope_alert_firing{rule=ID}, not on a PromQL copy of its condition: the
-    conditions read the device's description (throttle point, TDP) and the ranks' median, which are not
-    series, and one evaluator keeps the monitor's terminal, webhook and Prometheus in agreement. The TOML
-    stays the one place a rule is written; Prometheus adds routing (Alertmanager), silences and history."""
+    Each rule's condition becomes PromQL over the exported series (alerts/promql.py), with its duration as `for:`,
+    so Prometheus evaluates it from what any exporter of those series wrote -- the monitor need not run. The ranks'
+    median is a recording rule. A condition PromQL cannot say (`held`, `over_median`, ...) fires on
+    opscope_alert_firing{rule=ID}, which the monitor sets, and the rule says why in an annotation."""
     import json
+
+    from opscope.profiler.alerts.promql import RECORDING_RULES, promql, subject
     q = json.dumps          # a JSON string is a YAML double-quoted scalar: no YAML library needed
-    lines = ["# Prometheus alerting rules from opscope's alert rules (opscope monitor --export-rules prometheus).",
-             "# Scrape `opscope monitor --metrics-port 9464`; the monitor evaluates each rule, these route it.",
-             "groups:", f"  - name: {q(group)}", "    rules:"]
+    lines = ["# Prometheus rules from opscope's alert rules (opscope monitor --export-rules prometheus).",
+             "# Each condition is PromQL over the series opscope exports (monitor's and serve's /metrics);",
+             "# a condition with no PromQL form fires on opscope_alert_firing, set by `opscope monitor`.",
+             "groups:", f"  - name: {q(group + ':recording')}", "    rules:"]
+    for name, expr in RECORDING_RULES.items():
+        lines += [f"      - record: {q(name)}", f"        expr: {q(expr)}"]
+    lines += [f"  - name: {q(group)}", "    rules:"]
     for r in rules:
+        expr, why = promql(r.condition.tree, r.metric)
         lines += [f"      - alert: {q(r.id)}",
-                  f"        expr: {q(f'opscope_alert_firing{{rule={q(r.id)}}} == 1')}",
-                  "        labels:", f"          severity: {q(r.severity)}", f"          metric: {q(r.metric)}",
+                  f"        expr: {q(expr or f'opscope_alert_firing{{rule={q(r.id)}}} == 1')}"]
+        if expr and r.duration > 0:
+            lines.append(f"        for: {q(f'{r.duration:g}s')}")
+        lines += ["        labels:", f"          severity: {q(r.severity)}", f"          metric: {q(r.metric)}",
                   "        annotations:",
-                  f"          summary: {q(f'opscope alert {r.id} on {{{{ $labels.subject }}}}')}",
+                  f"          summary: {q(f'opscope alert {r.id} on ' + (subject(r.metric) if expr else '{{ $labels.subject }}'))}",
                   f"          description: {q(f'{r.metric}: {r.condition.text} for {r.duration:g} s')}"]
+        if not expr:
+            lines.append(f"          evaluated_by: {q(f'opscope monitor ({why})')}")
     return "\n".join(lines) + "\n"
