@@ -97,6 +97,14 @@ def main(args) -> int:
     finally:
         if server is not None:
             server.shutdown()
+    if args.webhook:
+        # The monitor stops watching: an alert it leaves firing would stay open in Alertmanager (and page
+        # someone) with nobody left to resolve it, so every one still firing is resolved as the monitor ends.
+        try:
+            for alert in fired.values():
+                _webhook(args.webhook, alert, "resolved")
+        except KeyboardInterrupt:       # a second Ctrl-C: stop now
+            pass
     doc = {"run_id": live.run_id if live else None, "samples": samples, "rules": [r.id for r in engine.rules],
            "last": last, "alerts": engine.alerts}
     if args.json:
