@@ -222,3 +222,24 @@ def test_a_multi_rank_runs_step_times_and_slow_rank_alert_are_series():
     assert metrics.alerts(engine) == [("rank-slow", "rank 1 (sim:b)")]     # it ended: resolved, the gauge 0
     assert metrics.registry.get_sample_value("opscope_alert_firing", {"rule": "rank-slow", "subject": "rank 1 (sim:b)",
                                                                      "severity": "warning"}) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_an_alert_still_firing_when_the_monitor_stops_is_posted_resolved(tmp_path, receiver):
+    """Alertmanager keeps an alert open until told otherwise: a monitor that ends (--duration, Ctrl-C, the run
+    finished) resolves what it leaves firing, or the page stays up with nobody watching."""
+    chip, rules = tmp_path / "warm.toml", tmp_path / "hot.toml"
+    chip.write_text(WARM)
+    rules.write_text(HOT_RULE)
+    hook = f"http://127.0.0.1:{receiver.server_port}/hook"
+    proc, _, err = _start(["monitor", "--device", chip, "--rules", rules, "--interval", "0.1", "--duration", "4",
+                           "--webhook", hook], tmp_path, "monitor")
+    assert proc.wait(timeout=WAIT) == 0, err.read_text()
+    posts = []
+    while not receiver.got.empty():
+        posts.append(receiver.got.get_nowait()[2])
+    hot = [(p["status"], a["status"]) for p in posts for a in p["alerts"] if a["labels"]["alertname"] == "hot-test"]
+    assert hot == [("firing", "firing"), ("resolved", "resolved")], hot
+    resolved = [a for p in posts for a in p["alerts"] if a["status"] == "resolved"]
+    assert resolved[0]["endsAt"] != "0001-01-01T00:00:00Z"
