@@ -53,6 +53,8 @@ class Metrics:
         self.step = Gauge("opscope_run_step", "the last step the run has stored (0-based)", ("run", "model"),
                           registry=r)
         self.steps = Gauge("opscope_run_steps_planned", "steps the run was asked for", ("run", "model"), registry=r)
+        self.progress = Gauge("opscope_run_progress_ratio", "steps stored over steps planned, 0..1",
+                              ("run", "model"), registry=r)
         self.running = Gauge("opscope_run_running", "1 while the run is running, 0 once it ended", ("run", "model"),
                              registry=r)
         self.firing = Gauge("opscope_alert_firing", "1 while the alert's condition holds past its duration",
@@ -104,6 +106,8 @@ class Metrics:
             self.step.labels(*labels).set(progress["step"])
         if run.get("steps") is not None:
             self.steps.labels(*labels).set(run["steps"])
+            if run["steps"] and progress.get("step") is not None:
+                self.progress.labels(*labels).set(min(1.0, (progress["step"] + 1) / run["steps"]))
         self.running.labels(*labels).set(1 if run.get("status") == "running" else 0)
 
     def exposition(self) -> tuple[bytes, str]:
@@ -126,11 +130,27 @@ def run_progress(store, run: dict) -> dict:
     return progress
 
 
+def rank_step_seconds(store, run_id: str) -> list[tuple[int, str, float]]:
+    """Each rank's last finished step of a run, as (rank, backend, seconds from its first op's start to its last
+    op's end, wall clock). A rank's newest step may still be running, so it is the one before, where there is one."""
+    rows = store.query(
+        "WITH s AS (SELECT rank, step, any_value(backend) AS backend, max(end_ns) - min(start_ns) AS ns, "
+        "row_number() OVER (PARTITION BY rank ORDER BY step DESC) AS newest "
+        "FROM events WHERE run_id = ? GROUP BY rank, step) "
+        "SELECT rank, backend, ns, newest FROM s WHERE newest <= 2 ORDER BY rank, newest", [run_id])
+    out = {}
+    for rank, backend, ns, newest in rows:
+        if newest == 2 or rank not in out:          # the step before the newest wins when there is one
+            out[rank] = (int(rank), str(backend or ""), max(0, int(ns)) / 1e9)
+    return list(out.values())
+
+
 def from_store(metrics: Metrics, store, live=None) -> None:
     """`opscope serve`'s view, refreshed on each scrape: every running run's progress and last host sample,
     each stored alert of those runs, and the live run (`profile --web`) from its collector's counters.
     A run that has ended drops out (its series end), as a finished job's do in Prometheus."""
-    for gauge in (metrics.events, metrics.dropped, metrics.step, metrics.steps, metrics.running, metrics.firing):
+    for gauge in (metrics.events, metrics.dropped, metrics.step, metrics.steps, metrics.progress, metrics.running,
+                  metrics.firing, metrics.rank_step):
         gauge.clear()
     for run in store.list_runs():
         if run.get("status") != "running" and run["run_id"] != getattr(live, "run_id", live):
@@ -140,6 +160,8 @@ def from_store(metrics: Metrics, store, live=None) -> None:
             progress["events"] = max(progress["events"], int(live.events_received))
             progress["dropped"] = max(progress["dropped"], int(live.dropped))
         metrics.run(run, progress)
+        for rank, backend, seconds in rank_step_seconds(store, run["run_id"]):
+            metrics.rank_step.labels(run["run_id"], str(rank), backend).set(seconds)
         if "host" in progress:
             metrics.sample(f"run {run['run_id']}", progress["host"], {"kind": "host"})
         for alert in (run.get("config") or {}).get("alerts") or []:

@@ -35,6 +35,10 @@ def _scrape(url: str, token: str | None = TOKEN) -> dict:
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.headers["Content-Type"].startswith("text/plain; version=")
         text = r.read().decode()
+    return _parse(text)
+
+
+def _parse(text: str) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
@@ -243,3 +247,40 @@ def test_an_alert_still_firing_when_the_monitor_stops_is_posted_resolved(tmp_pat
     assert hot == [("firing", "firing"), ("resolved", "resolved")], hot
     resolved = [a for p in posts for a in p["alerts"] if a["status"] == "resolved"]
     assert resolved[0]["endsAt"] != "0001-01-01T00:00:00Z"
+
+
+def test_serves_metrics_show_each_ranks_step_time_and_the_runs_progress(opscope_home):
+    """`opscope serve`'s /metrics for a running multi-rank run: each rank's last finished step (wall seconds) and
+    how far the run is (issue 39: /metrics had neither, so Prometheus could not see a slow rank)."""
+    import numpy as np
+
+    from opscope.profiler.metrics import from_store
+    from opscope.profiler.store import RunStore
+    store = RunStore()
+    rid = store.create_run(model="demo:mlp", backend="hybrid", steps=10)
+    step_ns = {0: 10_000_000, 1: 25_000_000}                 # rank 1 is the slow one
+    for rank, ns in step_ns.items():
+        n = 3 * 4                                            # 3 steps of 4 ops; step 2 still running (2 ops)
+        step = np.repeat(np.arange(3), 4)[:n - 2]
+        seq = np.arange(len(step))
+        start = step * 100_000_000 + (seq % 4) * (ns // 4)
+        k = len(step)
+        cols = {c: [""] * k for c in ("node", "module", "source", "device", "input_shapes", "input_dtypes",
+                                       "output_shapes", "output_dtypes", "phase", "fwd_node", "parent", "clock")}
+        cols.update({"step": step, "seq": seq, "op": ["linear"] * k, "backend": [f"sim:{rank}"] * k,
+                     "thread": np.zeros(k, int), "depth": np.zeros(k, int), "start_ns": start,
+                     "end_ns": start + ns // 4, "bytes": np.zeros(k, int), "flops": np.zeros(k, int),
+                     "fallback": np.zeros(k, bool), "live_bytes": np.zeros(k, int), "rank": np.full(k, rank),
+                     "world_size": np.full(k, 2)})
+        store.add_event_columns(rid, cols)
+    m = Metrics()
+    from_store(m, store)
+    found = _parse(m.exposition()[0].decode())
+    assert _series(found, "opscope_rank_step_seconds", run=rid, rank="0", backend="sim:0") == [0.010]
+    assert _series(found, "opscope_rank_step_seconds", run=rid, rank="1", backend="sim:1") == [0.025]
+    assert _series(found, "opscope_run_progress_ratio", run=rid) == [0.3]
+    assert _series(found, "opscope_run_step", run=rid) == [2.0]
+    store.finish_run(rid)
+    m2 = Metrics()
+    from_store(m2, store)                                    # an ended run's series end
+    assert not _series(_parse(m2.exposition()[0].decode()), "opscope_rank_step_seconds", run=rid)
