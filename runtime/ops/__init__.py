@@ -4,6 +4,7 @@ from . import (convolution as _convolution, dynamic as _dynamic, fft as _fft, in
                sorting as _sorting)
 from . import backward as _backward, optim as _optim, view_backward as _view_backward  # noqa: F401,E402  (training ops: after the forward ones)
 from . import grouped_mm as _grouped_mm  # noqa: F401,E402  (a library's MoE op: transformers' grouped experts)
+from . import quantum as _quantum  # noqa: F401,E402  (parameterised circuits: the seed's quantum-op interface)
 from .registry import OPS, OpDef, bytes_of, flops_of, op_for_target
 from .user import operator
 
