@@ -31,13 +31,15 @@ from pathlib import Path
 import duckdb
 
 from opscope.runtime.errors import UsageError, first_line
+from opscope.runtime.safe_read import MAX_NS, MAX_RANKS, MAX_STEPS, checked_int, read_json
 
 from .schema import DDL
 
 RUN_FILE = "run.json"
+_NOT_OURS = "it is not a file of a shared run (`opscope train --hybrid ... --shared-dir` writes them)"
+EVENT_BYTES = 256                      # what one event costs the import (its row in the store, DuckDB's buffers)
 MAX_JSON_BYTES = 4 * 1024 ** 2         # run.json holds a report of every step; more than this is not ours
 MAX_FILES = 200_000                    # Parquet files per import (one per rank and step)
-MAX_RANKS = 65_536
 _RANK_FILE = re.compile(r"^rank-(\d{1,6})\.json$")
 _RANK_DIR = re.compile(r"^rank-(\d{1,6})$")
 _STEP_FILE = re.compile(r"^step-(\d{1,9})\.parquet$")
@@ -171,19 +173,9 @@ def import_shared(folder, store=None, max_bytes: int | None = None) -> list[str]
 
 
 def _read_object(path: Path) -> dict:
-    from .importers.common import read_bounded
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-    if size > MAX_JSON_BYTES:
-        raise UsageError(f"cannot import {path}: {size} bytes is more than opscope ever writes there "
-                         f"({MAX_JSON_BYTES} at most); it is not a file of a shared run")
-    data = read_bounded(path, MAX_JSON_BYTES)        # and only regular files (a FIFO would block)
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise UsageError(f"cannot import {path}: not valid JSON ({first_line(e)})") from None
+    # the bounded reader: a regular file, its size checked before reading, nesting bounded (a run.json nested
+    # 100,000 deep is one line, not a RecursionError)
+    doc = read_json(path, MAX_JSON_BYTES, f"cannot import {path.parent}: {path.name}", _NOT_OURS)
     if not isinstance(doc, dict):
         raise UsageError(f"cannot import {path}: expected a JSON object, got {type(doc).__name__}")
     return doc
@@ -215,32 +207,52 @@ def _plan(job: Path, limit: int) -> dict:
                 if size > limit:
                     raise UsageError(f"cannot import {job}: its step files are over the import limit of {limit} "
                                      "bytes; raise it with --max-bytes or OPSCOPE_IMPORT_MAX_BYTES")
+    where = f"cannot import {job}: {RUN_FILE}"
+    # numbers that reach SQL and arithmetic, range-checked first ("steps": 1e30 was a DuckDB INT32 error)
     world = run.get("world_size")
-    if world is not None and not (isinstance(world, int) and 0 < world <= MAX_RANKS):
-        raise UsageError(f"cannot import {job / RUN_FILE}: world_size must be an integer 1..{MAX_RANKS}, "
-                         f"got {world!r}")
+    if world is not None:
+        checked_int(world, where, "world_size", 1, MAX_RANKS, _NOT_OURS)
+    if run.get("steps") is not None:
+        checked_int(run["steps"], where, "steps", 1, MAX_STEPS, _NOT_OURS)
+    started = run.get("started")
+    if started is not None and not (isinstance(started, (int, float)) and not isinstance(started, bool)
+                                    and 0 <= started < 2 ** 40):
+        raise UsageError(f"{where} has started = {str(started)[:40]}, expected seconds since 1970; {_NOT_OURS}")
     world = world or (max(ranks) + 1 if ranks else 0)
     if not files:
         raise UsageError(f"cannot import {job}: no step files (rank-<r>/step-<n>.parquet) in it")
     if max(ranks) >= world:
         raise UsageError(f"cannot import {job}: rank {max(ranks)} is beyond its world_size {world}")
     files.sort()
-    _check_files(job, [f for _, _, f in files])
+    _check_files(job, [f for _, _, f in files], limit)
     return {"job": job, "run": run, "ranks": ranks, "world": world, "files": files}
 
 
-def _check_files(job: Path, files: list[Path]) -> None:
-    """Every file has exactly the events columns, with their types; or one line naming the file."""
+def _check_files(job: Path, files: list[Path], limit: int) -> None:
+    """Every file has exactly the events columns, with their types, and the rows its footer declares fit the
+    import limit -- all read from the footers, before any row is; or one line naming the file."""
     want = event_types()
     con = duckdb.connect(":memory:")
     try:
         try:
+            names = [str(f) for f in files]
             rows = con.execute("SELECT file_name, name, type, converted_type, num_children FROM parquet_schema(?)",
-                               [[str(f) for f in files]]).fetchall()
+                               [names]).fetchall()
+            # every row group's rows, as the reader will read them (a 50 KB file may hold 10,000,000 rows)
+            counts = con.execute("SELECT file_name, sum(n) FROM (SELECT DISTINCT file_name, row_group_id, "
+                                 "row_group_num_rows AS n FROM parquet_metadata(?)) GROUP BY file_name",
+                                 [names]).fetchall()
         except duckdb.Error as e:
             raise UsageError(f"cannot import {job}: {_unreadable(con, files, e)}") from None
     finally:
         con.close()
+    total, most = 0, max(1, limit // EVENT_BYTES)
+    for file, n in counts:
+        total += int(n or 0)
+        if total > most:
+            raise UsageError(f"cannot import {job}: its step files declare more than {most} events (at {file}), "
+                             f"over the import limit of {limit} bytes at {EVENT_BYTES} bytes an event; raise it "
+                             "with --max-bytes or OPSCOPE_IMPORT_MAX_BYTES")
     schemas: dict[str, dict] = {str(f): {} for f in files}
     roots: set[str] = set()
     for file, name, kind, converted, _children in rows:
@@ -271,6 +283,18 @@ def _unreadable(con, files: list[Path], e: Exception) -> str:
         except duckdb.Error as one:
             return f"{f} is not a readable Parquet file ({first_line(one)})"
     return f"its step files cannot be read ({first_line(e)})"
+
+
+def _check_times(con, job: Path, run_id: str) -> None:
+    """Every event's times lie within +-2**62 ns and end >= start, so any end - start, and any span across
+    events, fits INT64 (start INT64 max, end -INT64 max imported as ok, then broke show and compare)."""
+    bad = con.execute(f"SELECT rank, step, seq, start_ns, end_ns FROM events WHERE run_id = ? AND NOT "
+                      f"coalesce(start_ns > -{MAX_NS} AND end_ns < {MAX_NS} AND end_ns >= start_ns, false) LIMIT 1",
+                      [run_id]).fetchall()
+    if bad:
+        r, step, seq, start, end = bad[0]
+        raise UsageError(f"cannot import {job}: rank {r} step {step} event {seq} has start {start} and end {end} "
+                         f"(ns), outside -2**62 < start <= end < 2**62; it is not a step file opscope wrote")
 
 
 def _status(plan: dict) -> tuple[str, str | None]:
@@ -323,6 +347,7 @@ def _save(store, plan: dict) -> str:
             n = con.execute(f"INSERT INTO events (run_id, {', '.join(types)}) SELECT $run_id, {select} "
                             f"FROM read_parquet($files)",
                             {"run_id": run_id, "files": [str(f) for _, _, f in plan["files"]]}).fetchall()[0][0]
+            _check_times(con, job, run_id)
             started = run.get("started")
             con.execute("UPDATE runs SET events = ?, started_at = coalesce(?, started_at) WHERE run_id = ?",
                         [int(n), float(started) if isinstance(started, (int, float)) else None, run_id])

@@ -203,7 +203,7 @@ def _run_json_list(job: Path):
 
 def _run_json_huge(job: Path):
     (job / "run.json").write_text('{"model": "' + "x" * (5 * 1024 ** 2) + '"}')
-    return "run.json", "more than opscope ever writes there"
+    return "run.json", "more than opscope ever reads there"
 
 
 @pytest.mark.parametrize("spoil", [_corrupt, _missing_column, _mistyped_column, _run_json_list, _run_json_huge])

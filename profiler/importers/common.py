@@ -12,7 +12,6 @@ import math
 from itertools import repeat
 from operator import itemgetter, ne
 import os
-import stat
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 import orjson
 
 from opscope.runtime.errors import UsageError
+from opscope.runtime.safe_read import open_regular
 
 from .nesting import nesting_depth
 
@@ -102,28 +102,17 @@ _CHUNK = 1024 ** 2
 def read_bounded(path: Path, limit: int) -> bytes:
     """The file's bytes (gunzipped when it is gzip), never more than `limit` of them in memory.
 
-    Only regular files: a FIFO would block for ever and /dev/zero never ends, so anything else is
-    refused from its stat, before it is opened -- and opened non-blocking, and checked again, in
-    case the path was swapped for one of those in between.
+    Opened the bounded way (runtime/safe_read.py): only regular files -- a FIFO would block for ever and
+    /dev/zero never ends -- and its size checked before anything is read.
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"cannot import {path}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-    _regular(path, st)
     too_big = (f"cannot import {path}: {{}} bytes is over the import limit of {limit} bytes; "
                f"raise it with --max-bytes or {MAX_BYTES_ENV}")
-    if st.st_size > limit:
-        raise UsageError(too_big.format(st.st_size))
+    f = open_regular(path, f"cannot import {path}: the file", "give a trace file")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            _regular(path, os.fstat(f.fileno()))
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise UsageError(too_big.format(size))
             head = f.read(2)
             f.seek(0)             # one read of the whole file below: `head + rest` would copy it all again
             if head != b"\x1f\x8b":
@@ -134,14 +123,6 @@ def read_bounded(path: Path, limit: int) -> bytes:
             return _gunzip(path, f, limit, too_big)
     except OSError as e:
         raise UsageError(f"cannot import {path}: {e.strerror or e}") from None
-
-
-def _regular(path: Path, st: os.stat_result) -> None:
-    if stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"cannot import {path}: it is a folder, give a trace file")
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-        raise UsageError(f"cannot import {path}: it is {kind}, not a regular file; give a trace file")
 
 
 def _gunzip(path: Path, f, limit: int, too_big: str) -> bytes:

@@ -3,7 +3,8 @@ shares re-computed for the world size it restarts with; every change of size is 
 
     torchrun --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT --max-restarts 3 \\
         -m opscope.app train demo:mlp --hybrid torch:cpu=0.5,torch:cpu=0.5 --elastic --checkpoint-dir DIR
-    ck = read_checkpoint(DIR)            # None, or Checkpoint(meta, parameters, state): checked, never unpickled
+    ck = read_checkpoint(DIR)            # None, or Checkpoint(meta, headers): checked, never unpickled
+    params = ck.load("param", model_params)   # the arrays, once each header matched the model's
     el = Elastic(job, trainer, rank, world); event = el.resume()     # restores the trainer; a scale event or None
     el.after_step()                      # rank 0 writes DIR/checkpoint.npz every N steps (tmp + os.replace)
 
@@ -13,13 +14,17 @@ gives the rows) and continues at the step after the checkpoint. The global batch
 size, so the parameters equal an uninterrupted run's. A rank whose collective fails writes DIR/left.json
 (what it saw), which becomes the reason of the next shrink.
 
-The file is a numpy .npz read with allow_pickle=False (a zip of .npy arrays plus one JSON entry): a pickle,
-a truncated file or another model's tensors is refused with one line, and nothing in it is executed.
+The file is a numpy .npz (a zip of .npy arrays plus one JSON entry), read the bounded way (runtime/safe_read.py):
+a regular file only (a FIFO is refused, not waited on), each entry's header read and -- for the arrays -- compared
+with the model's parameters before its data is, the meta's numbers range-checked. A pickle, a truncated file, a
+header that claims 2 GiB or another model's tensors is refused with one line, and nothing in it is executed.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 import zipfile
 from dataclasses import dataclass
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelError, UsageError
-from ..home import read_small_json
+from ..safe_read import MAX_RANKS, MAX_STEPS, checked_int, npy_header, open_regular, parse_json, read_small_json
 
 CHECKPOINT = "checkpoint.npz"
 LEFT = "left.json"                 # a rank's last words when a peer went away: the reason of the shrink
@@ -40,80 +45,189 @@ class CheckpointError(UsageError):
     """A checkpoint opscope will not resume from; every rank finds the same one, so rank 0 alone says it."""
 
 
+MAX_MEMBERS = 100_000              # a member per parameter and optimizer value; models hold a few thousand
+MAX_META = 16 << 20                # the meta entry: the job, its step and its scale events
+MAX_RATIO = 1100                   # deflate's ceiling is about 1032:1 (zeros): anything above is a lie
+_MEMBER = re.compile(r"^(meta|(param|state)/[^/]+)\.npy$")
+_DO = "delete it or pass another folder"
+
+
 @dataclass
 class Checkpoint:
+    """A checked checkpoint: its meta, and each entry's shape and dtype from its .npy header. The arrays
+    are read only by `load`, after their headers matched the model's (a 5 MB file may claim 2 GiB)."""
+    folder: str
     meta: dict
-    parameters: dict[str, np.ndarray]
-    state: dict[str, np.ndarray]        # the optimizer's carried values (momentum, Adam's moments, step count)
+    headers: dict[str, tuple[tuple, np.dtype]]     # "param/NAME" | "state/SLOT" -> (shape, dtype)
 
     @property
     def step(self) -> int:
         return self.meta["step"]
 
+    @property
+    def parameters(self) -> dict[str, np.ndarray]:
+        return self.load("param")
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The optimizer's carried values (momentum, Adam's moments, step count)."""
+        return self.load("state")
+
+    def load(self, group: str, want: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        with _one_line():
+            return self._load(group, want)
+
+    def _load(self, group: str, want: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """The `group` ("param" or "state") entries; with `want` (name -> the model's array), only once every
+        header matched it -- so at most the model's own bytes are ever allocated."""
+        have = {k.partition("/")[2]: v for k, v in self.headers.items() if k.startswith(group + "/")}
+        what = "parameter" if group == "param" else "optimizer state"
+        if want is not None:
+            if set(have) != set(want):
+                extra = sorted(set(have) ^ set(want))[:3]
+                raise _bad(self.folder, f"holds other {what}s than this model's ({', '.join(extra)} ...)")
+            for k, w in want.items():
+                shape, dtype = have[k]
+                if tuple(shape) != tuple(w.shape) or dtype != w.dtype:
+                    raise _bad(self.folder, f"holds {what} {k} as {list(shape)} {dtype}; "
+                               f"the model's is {list(w.shape)} {w.dtype}")
+        with _open(self.folder) as (z, infos):
+            return {k: _array(self.folder, z, infos[f"{group}/{k}"], *have[k]) for k in have}
+
 
 def _bad(folder: str, why: str) -> CheckpointError:
-    return CheckpointError(f"--checkpoint-dir {folder}: {CHECKPOINT} {why}; delete it or pass another folder")
+    return CheckpointError(f"--checkpoint-dir {folder}: {CHECKPOINT} {why}; {_DO}")
+
+
+class _open:
+    """The checkpoint's zip, opened the bounded way (a regular file; members vetted before any is read)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def __enter__(self):
+        folder = self.folder
+        self.f = open_regular(os.path.join(folder, CHECKPOINT), f"--checkpoint-dir {folder}: {CHECKPOINT}", _DO)
+        try:
+            if self.f.read(4) != b"PK\x03\x04":     # a pickle (or anything else) is never handed to a loader
+                raise _bad(folder, "is not an opscope checkpoint (not a .npz archive; opscope never unpickles a file)")
+            self.f.seek(0)
+            self.z = zipfile.ZipFile(self.f)
+            return self.z, _vetted(folder, self.z, os.fstat(self.f.fileno()).st_size)
+        except UsageError:
+            self.f.close()
+            raise
+        except Exception as e:        # zipfile raises many types on a damaged archive
+            self.f.close()
+            raise _bad(folder, f"is damaged or not an opscope checkpoint ({type(e).__name__}: {str(e)[:120]})") \
+                from None
+
+    def __exit__(self, *exc):
+        self.z.close()
+        self.f.close()
+
+
+def _vetted(folder: str, z: zipfile.ZipFile, file_bytes: int) -> dict[str, zipfile.ZipInfo]:
+    infos = z.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise _bad(folder, f"holds {len(infos)} entries, more than the {MAX_MEMBERS} opscope reads")
+    if sum(i.file_size for i in infos) > MAX_BYTES:
+        raise _bad(folder, f"would inflate past {MAX_BYTES >> 30} GiB")
+    out = {}
+    for i in infos:
+        if not _MEMBER.match(i.filename) or i.filename in out:
+            raise _bad(folder, f"holds an entry opscope does not write ({ascii(i.filename)[:80]})")
+        if i.compress_size > file_bytes or i.file_size > MAX_RATIO * max(i.compress_size, 1):
+            raise _bad(folder, f"entry {i.filename} claims {i.file_size} bytes from {i.compress_size} (more than "
+                       "any real compression gives)")
+        out[i.filename[:-4]] = i
+    if "meta" not in out:
+        raise _bad(folder, "has no readable meta entry (not written by opscope)")
+    return out
+
+
+def _header(folder: str, info: zipfile.ZipInfo, m) -> tuple[tuple, np.dtype, bool]:
+    """An entry's .npy header (read from its open stream `m`) before anything is allocated for it: a header
+    that claims more than the entry holds, or an object array (a pickle), stops here."""
+    shape, dtype, fortran = npy_header(m, f"--checkpoint-dir {folder}: {CHECKPOINT} entry {info.filename}", _DO)
+    if dtype.kind not in "fiub":
+        raise _bad(folder, f"holds an entry opscope does not write ({info.filename!r}, {dtype})")
+    if math.prod(shape) * dtype.itemsize > info.file_size:
+        raise _bad(folder, f"entry {info.filename} claims {list(shape)} {dtype} but holds {info.file_size} bytes")
+    return shape, dtype, fortran
+
+
+def _array(folder: str, z: zipfile.ZipFile, info: zipfile.ZipInfo, shape, dtype) -> np.ndarray:
+    """The entry's data: exactly the bytes of the (already compared) shape and dtype. Its header is read
+    again here, since the file may have been replaced after it was checked."""
+    try:
+        with z.open(info) as m:
+            got, got_dtype, fortran = _header(folder, info, m)
+            if (got, got_dtype) != (tuple(shape), dtype):
+                raise _bad(folder, f"changed while it was read (entry {info.filename}); run the job again")
+            n = math.prod(shape) * dtype.itemsize
+            data = m.read(n)
+    except UsageError:
+        raise
+    except Exception as e:            # a CRC error, a truncated stream
+        raise _bad(folder, f"is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+    if len(data) != n:
+        raise _bad(folder, f"is damaged (entry {info.filename} is cut short)")
+    a = np.frombuffer(data, dtype)
+    return a.reshape(shape[::-1]).T.copy() if fortran else a.reshape(shape).copy()
+
+
+def _headers(folder: str, z: zipfile.ZipFile, infos: dict) -> dict[str, tuple[tuple, np.dtype]]:
+    out = {}
+    for k, info in infos.items():
+        try:
+            with z.open(info) as m:
+                out[k] = _header(folder, info, m)[:2]
+        except UsageError:
+            raise
+        except Exception as e:
+            raise _bad(folder, f"is damaged ({type(e).__name__}: {str(e)[:120]})") from None
+    return out
+
+
+class _one_line:
+    """The bounded reader's refusals as CheckpointError: every rank finds them, rank 0 alone says them."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, UsageError) and not isinstance(e, CheckpointError):
+            raise CheckpointError(str(e)) from None
+        return False
 
 
 def read_checkpoint(folder: str) -> Checkpoint | None:
-    """The checkpoint in `folder` (None when there is none yet), or one line saying what is wrong with it."""
-    path = os.path.join(folder, CHECKPOINT)
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except FileNotFoundError:
+    """The checkpoint in `folder` (None when there is none yet) with its meta and headers checked, or one line
+    saying what is wrong with it. No array is read here (`Checkpoint.load` reads them)."""
+    with _one_line():
+        return _read_checkpoint(folder)
+
+
+def _read_checkpoint(folder: str) -> Checkpoint | None:
+    if not os.path.lexists(os.path.join(folder, CHECKPOINT)):
         return None
-    except OSError as e:
-        raise _bad(folder, f"cannot be read ({e.strerror or e})") from None
-    if magic != b"PK\x03\x04":          # a pickle (or anything else) is never handed to a loader
-        raise _bad(folder, "is not an opscope checkpoint (not a .npz archive; opscope never unpickles a file)")
-    try:
-        with zipfile.ZipFile(path) as z:
-            if sum(i.file_size for i in z.infolist()) > MAX_BYTES:
-                raise _bad(folder, f"would inflate past {MAX_BYTES >> 30} GiB")
-            for info in z.infolist():
-                _check_header(folder, z, info)
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except UsageError:
-        raise
-    except (ValueError, OSError, EOFError, KeyError, MemoryError, zipfile.BadZipFile, zipfile.LargeZipFile) as e:
-        raise _bad(folder, f"is damaged or not an opscope checkpoint ({type(e).__name__}: {str(e)[:120]})") from None
-    try:
-        meta = json.loads(bytes(arrays.pop("meta")).decode())
-    except (KeyError, ValueError, TypeError):
-        raise _bad(folder, "has no readable meta entry (not written by opscope)") from None
+    with _open(folder) as (z, infos):
+        headers = _headers(folder, z, infos)
+        meta_shape, meta_dtype = headers.pop("meta")
+        if meta_dtype != np.uint8 or len(meta_shape) != 1 or meta_shape[0] > MAX_META:
+            raise _bad(folder, "has no readable meta entry (not written by opscope)")
+        raw = _array(folder, z, infos["meta"], meta_shape, meta_dtype).tobytes()
+    meta = parse_json(raw, f"--checkpoint-dir {folder}: {CHECKPOINT}'s meta entry", _DO)
     if not (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == VERSION):
         raise _bad(folder, f"is not a version-{VERSION} opscope checkpoint")
-    for key, kind in (("step", int), ("world_size", int), ("resumes", int), ("events", list), ("model", str)):
-        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+    where = f"--checkpoint-dir {folder}: {CHECKPOINT}'s meta"
+    for key, lo, hi in (("step", 0, MAX_STEPS), ("world_size", 1, MAX_RANKS), ("resumes", 0, MAX_STEPS)):
+        checked_int(meta.get(key), where, key, lo, hi, _DO)
+    for key, kind in (("events", list), ("model", str)):
+        if not isinstance(meta.get(key), kind):
             raise _bad(folder, f"has a bad meta field {key!r} (expected {kind.__name__})")
-    if meta["step"] < 0 or meta["world_size"] < 1:
-        raise _bad(folder, "has a negative step or an empty world")
-    params, state = {}, {}
-    for key, value in arrays.items():
-        group, _, name = key.partition("/")
-        if group not in ("param", "state") or not name or value.dtype.kind not in "fiub":
-            raise _bad(folder, f"holds an entry opscope does not write ({key!r}, {value.dtype})")
-        (params if group == "param" else state)[name] = value
-    return Checkpoint(meta, params, state)
-
-
-def _check_header(folder: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
-    """An entry's .npy header before numpy allocates for it: numpy sizes the array from the header, so a
-    header that claims more than the entry holds (or an object array: a pickle) stops here."""
-    with z.open(info) as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise _bad(folder, f"holds an entry of .npy version {version}, which opscope does not write")
-    if dtype.hasobject:
-        raise _bad(folder, f"holds an object array ({info.filename}: a pickle, which opscope never loads)")
-    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > info.file_size:
-        raise _bad(folder, f"entry {info.filename} claims {list(shape)} {dtype} but holds {info.file_size} bytes")
+    return Checkpoint(folder, meta, headers)
 
 
 def write_checkpoint(folder: str, meta: dict, params: dict, state: dict) -> str:
@@ -139,6 +253,9 @@ def check_resumable(job, world: int) -> Checkpoint | None:
         return None
     if ck.meta["model"] != job.model:
         raise _bad(job.checkpoint_dir, f"is of model {ck.meta['model']!r}, not {job.model!r}")
+    if ck.step > job.steps:            # a job of --steps N never writes a checkpoint after a later step
+        raise CheckpointError(f"--checkpoint-dir {job.checkpoint_dir}: {CHECKPOINT} is after step {ck.step}, past "
+                              f"this job's --steps {job.steps}; pass --steps {ck.step} or more, or another folder")
     if ck.step < job.steps and ck.meta["resumes"] >= job.max_restarts:
         raise ModelError(f"the job resumed {ck.meta['resumes']} times (--max-restarts {job.max_restarts}); stopping "
                          f"with the checkpoint after step {ck.step} in {job.checkpoint_dir}")
@@ -215,21 +332,12 @@ class Elastic:
             self._write()
             self._forget_left()
             return None
-        want_p = {k: v for k, v in t.parameters().items()}
-        want_s = self._state()
-        for have, want, what in ((ck.parameters, want_p, "parameter"), (ck.state, want_s, "optimizer state")):
-            if set(have) != set(want):
-                extra = sorted(set(have) ^ set(want))[:3]
-                raise _bad(self.job.checkpoint_dir, f"holds other {what}s than this model's ({', '.join(extra)} ...)")
-            for k in want:
-                if have[k].shape != want[k].shape or have[k].dtype != want[k].dtype:
-                    raise _bad(self.job.checkpoint_dir, f"holds {what} {k} as {list(have[k].shape)} {have[k].dtype}; "
-                               f"the model's is {list(want[k].shape)} {want[k].dtype}")
+        loaded = ck.load("param", t.parameters()), ck.load("state", self._state())
         opt, plan = t.optimizer, t.optimizer.plan
-        params = {k: v.copy() for k, v in ck.parameters.items()}
+        params, state = loaded
         opt.set_parameters(params)
         for c in self._state_slots():
-            plan.constants[c] = plan.constant_backend[c].memory.to_device(ck.state[str(c)].copy())
+            plan.constants[c] = plan.constant_backend[c].memory.to_device(state[str(c)])
         for gs in t._steps.values():
             gs.set_parameters(params)
         t.params, t.step_index = params, ck.step

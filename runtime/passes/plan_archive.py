@@ -17,6 +17,7 @@ import re
 import stat
 import zipfile
 
+from .. import safe_read
 from ..errors import UsageError, first_line
 
 MAX_MEMBERS = 65535           # what a zip without zip64 extensions holds; plans hold a few hundred
@@ -82,21 +83,8 @@ class PlanArchive:
 
 def open_regular(path, where: str, what: str = "make one with `opscope compile MODEL -b BACKEND -o FILE.opsplan` "
                  "(a plan is one file; unpacked folders are not read)"):
-    """Open without blocking (a FIFO would block open() for ever), then insist on a regular file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise UsageError(f"{where} does not exist: {what}") from None
-    except (OSError, ValueError, TypeError) as e:
-        raise UsageError(f"{where} cannot be opened ({type(e).__name__}: {first_line(e)[:80]})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-        raise UsageError(f"{where} is {kind}: {what}")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    """The bounded reader's open (runtime/safe_read.py): non-blocking, then a regular file or one line."""
+    return safe_read.open_regular(path, where, what)
 
 
 def _vetted(z: zipfile.ZipFile, file_bytes: int, where: str) -> dict:
