@@ -283,9 +283,9 @@ _POLL_JS = """function (_n, status) {
 def start_in_thread(app: dash.Dash, host: str = "127.0.0.1", port: int = 0):
     """Serve `app` from a background thread; returns (server, url). server.shutdown() stops it."""
     import logging
-    from werkzeug.serving import make_server
+    from .http_server import make_server     # werkzeug's threaded server, with header timeouts and a per-client bound
     logging.getLogger("werkzeug").setLevel(logging.WARNING)   # no line per request: the page polls
-    srv = make_server(host, port, app.server, threaded=True)
+    srv = make_server(host, port, app.server)
     threading.Thread(target=srv.serve_forever, name="opscope-web", daemon=True).start()
     return srv, f"http://{f'[{host}]' if ':' in host else host}:{srv.server_port}"     # [::1]: IPv6 in a URL
 
