@@ -5,7 +5,7 @@
     m.alerts(engine)                                # which (rule, subject) alerts are firing now
     m.run(run, progress)                            # a run's progress: events, dropped, the step reached
     body, content_type = m.exposition()             # GET /metrics
-    app = metrics_app(m, host, token)               # monitor's /metrics, behind the same gate as the analyzer
+    # monitor's GET /metrics server, behind the analyzer's gate, is app/web/metrics_server.py (the app's layer)
 
 Names follow Prometheus' conventions (a unit suffix, ratios 0..1, `_total` for counters); labels hold
 names a user would filter by (device, rank, run, rule).
@@ -167,36 +167,6 @@ def from_store(metrics: Metrics, store, live=None) -> None:
         for alert in (run.get("config") or {}).get("alerts") or []:
             if isinstance(alert, dict) and {"rule", "subject", "severity"} <= alert.keys():
                 metrics.firing.labels(str(alert["rule"]), str(alert["subject"]), str(alert["severity"])).set(1)
-
-
-def metrics_app(metrics: Metrics, host: str, token: str | None, allow_hosts=()):
-    """A WSGI app answering GET /metrics, with the analyzer's Host check and token (gate.py): `?token=`,
-    `X-Opscope-Token` or `Authorization: Bearer` (what Prometheus' `authorization` scrape setting sends)."""
-    from werkzeug.wrappers import Request, Response
-
-    from opscope.app.web import gate
-
-    hosts = gate.allowed_hosts(host, allow_hosts)
-    any_ip = host.strip("[]").lower() in gate.WILDCARDS
-
-    def app(environ, start_response):
-        req = Request(environ)
-        given = environ.get("HTTP_HOST")
-        if given is not None and not gate.host_allowed(given, hosts, any_ip):
-            resp = Response(f"403 forbidden: Host {given[:100]!r} is not a name this server answers to\n", 403)
-        elif token and not gate._has_token(req, token, environ.get("SERVER_PORT", "")):     # one token rule
-            resp = Response("403 forbidden: /metrics needs the token: send `Authorization: Bearer TOKEN`\n", 403)
-        elif req.path != "/metrics":
-            resp = Response("404 not found: only /metrics is served here\n", 404)
-        else:
-            body, ctype = metrics.exposition()
-            resp = Response(body, 200, content_type=ctype)
-        if resp.status_code != 200:
-            resp.content_type = "text/plain; charset=utf-8"
-        return resp(environ, start_response)
-
-    return app
-
 
 
 def prometheus_rules(rules, group: str = "opscope") -> str:

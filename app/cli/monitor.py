@@ -158,7 +158,7 @@ def _metrics_server(args):
         return metrics, None
     from urllib.parse import quote
 
-    from opscope.profiler.metrics import metrics_app
+    from opscope.app.web.metrics_server import metrics_app
 
     from .profile import check_port
     from .serve import token_from
