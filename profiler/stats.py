@@ -17,14 +17,17 @@ live.
 """
 from __future__ import annotations
 
-# What a track is: a device (GPU stream, simulated chip) or the host (CPU threads). A compiler stack's events
-# (`onnxruntime:CPUExecutionProvider`, `openvino:CPU`, `xla:cuda`) are host calls opscope timed, the stack
-# run synchronously inside them, with the stack's own per-op spans nested beneath a region (depth 1): a host
-# thread, so the region's self time is what its children leave (as a device stream, its self was its total
-# and shares counted its time twice). The names are runtime.backends.STACKS (not imported here: it pulls in torch).
-STACK_DEVICES = ("onnxruntime", "openvino", "xla")
+import re
+
+from opscope.runtime import registry
+
+# What a track is: a device (GPU stream, simulated chip) or the host (CPU threads). A host-timed backend's events
+# (registry clock "host": `onnxruntime:CPUExecutionProvider`, `openvino:CPU`, `xla:cuda`, a vendor's `acme:NPU`)
+# are host calls opscope timed, the stack run synchronously inside them, with the stack's own per-op spans
+# nested beneath a region (depth 1). The registry is light (no torch): its names, not a copy of them.
+HOST_TIMED = tuple(sorted(n for n in registry.host_timed() if re.fullmatch(r"[A-Za-z0-9_-]+", n)))
 KIND_SQL = ("CASE WHEN coalesce({t}device, '') = '' OR split_part({t}device, ':', 1) IN ('cpu', "
-            + ", ".join(f"'{x}'" for x in STACK_DEVICES) + ") THEN 'host' ELSE 'device' END")
+            + ", ".join(f"'{x}'" for x in HOST_TIMED) + ") THEN 'host' ELSE 'device' END")
 
 
 def lane_depth_sql(t: str = "") -> str:
@@ -79,7 +82,7 @@ _NESTED = """
     ), child_time AS (
         SELECT pid, sum(cdur) AS kids FROM parent WHERE c_end <= p_end GROUP BY pid
     ), grouped AS (
-        SELECT b.*, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur,
+        SELECT b.*, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur, k.kids IS NOT NULL AS has_kids,
                max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.thread ORDER BY b.start_ns, b.end_ns DESC, b.id
                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach,
                max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.kind ORDER BY b.start_ns, b.end_ns DESC, b.id
@@ -88,8 +91,11 @@ _NESTED = """
     ), ev AS (
         SELECT op, node, module, dur, flops, bytes, fallback, depth, kind, gkey,
                greatest(end_ns - greatest(start_ns, coalesce(reach_kind, start_ns)), 0) AS incl,
-               -- a kernel's self time is the time its group was running: streams overlap
-               CASE WHEN kind = 'device' THEN greatest(end_ns - greatest(start_ns, coalesce(reach_kind, start_ns)), 0)
+               -- a kernel's self time is the time its group was running: streams overlap. A span with spans
+               -- nested in it (a region and its stack's per-op children, on any track, whoever wrote the stack)
+               -- keeps only what its children leave: each op's time is counted once
+               CASE WHEN kind = 'device' AND NOT has_kids
+                    THEN greatest(end_ns - greatest(start_ns, coalesce(reach_kind, start_ns)), 0)
                     ELSE self_dur END AS self_dur,
                reach IS NULL OR reach < end_ns AS is_outer
         FROM grouped
@@ -186,8 +192,9 @@ def _op_stats(con, run_id: str, by: str, step) -> list[dict]:
 
 
 # a cached grouping's name carries the rules it was computed with: a store cached before nested same-group ops
-# were counted once (issue 27, @2), or before a compiler stack's device was a host thread (@3), is recomputed, not read
-_CACHE_RULES = "@3"
+# were counted once (issue 27, @2), before a compiler stack's device was a host thread (@3), or before any span with
+# children (a plugin stack's region on a device track) left them its time (@4), is recomputed, not read
+_CACHE_RULES = "@4"
 
 
 def _cached(con, run_id: str, by: str, events: int):
