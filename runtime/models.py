@@ -9,24 +9,18 @@ from pathlib import Path
 import torch
 
 from .errors import UsageError, first_line
-
-DEMOS = ("mlp", "cnn", "gpt")
+from .specs import DEMOS, check_model_spec  # noqa: F401  (DEMOS re-exported)
 
 
 def load(spec: str) -> tuple[torch.nn.Module, tuple]:
-    spec = (spec or "").strip()
+    """(model, example inputs) for a model spec: `demo:mlp|cnn|gpt` (seeded random weights, no download) or
+    `path/to/file.py:factory`, where factory() returns (model, inputs)."""
+    spec = check_model_spec(spec)
     if spec.startswith("demo:"):
-        name = spec[5:]
-        if name not in DEMOS:
-            raise UsageError(f"unknown model spec {spec!r}: bundled demos are {', '.join('demo:' + d for d in DEMOS)}")
-        module = importlib.import_module(f"opscope.runtime.demos.{name}")
+        module = importlib.import_module(f"opscope.runtime.demos.{spec[5:]}")
         return _call(module.factory, spec)
-    path, sep, attr = spec.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        raise UsageError(f"bad model spec {spec!r}: use demo:NAME or path/to/file.py:factory")
+    path, _, attr = spec.rpartition(":")
     file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"model file {path} does not exist: check the path in {spec!r}")
     mod_name = f"opscope_user_{abs(hash(str(file.resolve())))}"
     try:
         module_spec = importlib.util.spec_from_file_location(mod_name, file)

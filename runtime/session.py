@@ -76,6 +76,13 @@ def _flat_tensors(out):
 
 
 def open_session(model_spec: str, backend_spec: str, *, allow_fallback: bool = True, model=None, inputs=None) -> Session:
+    """Capture a model and place it on a backend, ready to run.
+
+    model_spec is `demo:NAME` or `path/to/file.py:factory` (or any label when `model` and `inputs` are given);
+    backend_spec is `numpy`, `torch:DEVICE`, `sim:NAME`, a stack name or a description file. Ops the backend
+    lacks go to its fallback unless allow_fallback is False. The session's `run()` / `run_host()` execute the
+    plan, `eager()` runs the same inputs in PyTorch, and `executor.hooked(hook)` sees every op.
+    """
     backend = backends.resolve(backend_spec)        # bad backend spec fails before the model loads
     if model is None:
         model, inputs = models.load(model_spec)

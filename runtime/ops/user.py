@@ -20,6 +20,12 @@ from .registry import ALL_DTYPES, OPS, OpDef
 
 
 def operator(fn=None, *, name: str | None = None, reference=None, flops=None, kind: str = "custom"):
+    """Make a Python function an opscope op: a model that calls it is captured as one node of that name.
+
+    The function's body is the op's definition (torch code): backends with a kernel registered for the name
+    run that kernel, the others run the definition. `reference` is a numpy kernel for the reference backend,
+    `flops` a cost model for the profiler, `name` overrides the function's name.
+    """
     def wrap(f):
         op_name = name or f.__name__
         params = list(inspect.signature(f).parameters)
