@@ -40,7 +40,8 @@ class RunFailed(ModelError):
 
 def _check(model_spec, backend_spec, steps, warmup, engine, train=None, capture="export"):
     """Bad input fails here, before a run or a process exists."""
-    from opscope.runtime import backends, models
+    from opscope.runtime import backends
+    from opscope.runtime.specs import check_model_spec
     from .runner import ENGINES, check_capture, check_eager_backend
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
@@ -58,17 +59,7 @@ def _check(model_spec, backend_spec, steps, warmup, engine, train=None, capture=
     backend = backends.resolve(backend_spec)
     if engine == "eager":
         check_eager_backend(backend, backend_spec)
-    spec = (model_spec or "").strip()
-    if spec.startswith("demo:"):
-        if spec[5:] not in models.DEMOS:
-            raise UsageError(f"unknown model spec {spec!r}: bundled demos are "
-                             f"{', '.join('demo:' + d for d in models.DEMOS)}")
-    else:
-        path, sep, _ = spec.rpartition(":")
-        if not sep or not path.endswith(".py"):
-            raise UsageError(f"bad model spec {spec!r}: use demo:NAME or path/to/file.py:factory")
-        if not Path(path).is_file():
-            raise UsageError(f"model file {path} does not exist: check the path in {spec!r}")
+    check_model_spec(model_spec)
     return backend
 
 

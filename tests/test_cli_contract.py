@@ -75,7 +75,7 @@ def test_help_does_not_import_torch(command):
 
 @pytest.mark.parametrize("command", sorted(EXAMPLES))
 def test_help_shows_examples_defaults_and_the_home(cli, command):
-    r = cli(command, "--help")
+    r = cli(*command.split(), "--help")                 # "trace export": a command and its verb
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     assert "examples:" in r.stdout and EXAMPLES[command][0] in text

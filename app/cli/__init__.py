@@ -68,6 +68,28 @@ EXAMPLES = {
                  "--hybrid torch:cpu=0.5,torch:cpu=0.5"],
     "migrate": ["opscope migrate scan path/to/project", "opscope migrate apply path/to/project --diff",
                 "opscope migrate check model.py:factory --backend sim:npu-a1"],
+    "compile": ["opscope compile demo:gpt -b sim:npu-a1 -o gpt.opsplan",
+                "opscope compile demo:gpt -b sim:npu-a1 --passes all -o gpt.opsplan --sign plan-key",
+                "opscope run demo:gpt --plan gpt.opsplan"],
+    "optimize": ["opscope optimize demo:gpt -b sim:npu-a1 --cycles 3",
+                 "opscope optimize demo:mlp -b numpy --suite models.txt --json"],
+    "simulate": ["opscope simulate demo:gpt --hybrid torch:cpu=0.5,sim:npu-a1=0.5 --ranks 1024",
+                 "opscope simulate demo:gpt --ranks 8 --strategy search", "opscope simulate --measure-link"],
+    "monitor": ["opscope monitor --run RUN --rules alerts.toml", "opscope monitor --metrics-port 9464 --webhook URL",
+                "opscope monitor --export-rules prometheus"],
+    # a command's verbs: "COMMAND VERB"
+    "backend check": ["opscope backend check numpy", "opscope backend check sim:npu-a1 --ops linear,gelu --json",
+                      "opscope backend check onnxruntime --opinfo --opinfos add,nn.functional.gelu"],
+    "trace export": ["opscope trace export RUN -o run.json", "opscope trace export RUN --format perfetto -o run.pftrace",
+                     "opscope trace export RUN --format csv --by op -o ops.csv"],
+    "trace import": ["opscope trace import trace.json", "opscope trace import traces/",
+                     "opscope trace import onnxruntime_profile.json --json"],
+    "migrate scan": ["opscope migrate scan path/to/project", "opscope migrate scan train.py --json",
+                     "opscope migrate scan path/to/project --html -o report.html"],
+    "migrate apply": ["opscope migrate apply path/to/project --diff", "opscope migrate apply path/to/project --write"],
+    "migrate run": ["opscope migrate run --device cpu -- python train.py"],
+    "migrate check": ["opscope migrate check model.py:factory --backend sim:npu-a1",
+                      "opscope migrate check demo:gpt -b sim:npu-a1 -b numpy --train"],
 }
 HOME_NOTE = "Runs are stored under $OPSCOPE_HOME (default ~/.opscope); OPSCOPE_DEBUG=1 shows tracebacks."
 
@@ -97,13 +119,58 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message):  # one line, exit 2, as DESIGN.md asks
-        self.exit(2, f"opscope: error: {message} (see `{self.prog} --help`)\n")
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)      # error() finds the command in them
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):  # one line, exit 2, as DESIGN.md asks, pointing at the command's own --help
+        parser = self._command_parser()
+        self.exit(2, f"opscope: error: {message}{parser._did_you_mean(message)} (see `{parser.prog} --help`)\n")
+
+    def _command_parser(self) -> "argparse.ArgumentParser":
+        """The (sub)parser of the command the words name: argparse reports a misspelled flag from the top
+        parser, whose help does not list the command's flags (`opscope run --backedn` -> `opscope run --help`)."""
+        parser = self
+        for word in getattr(self, "_words", ()):
+            if word == "--":
+                break
+            subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if subs is not None and word in subs.choices:
+                parser = subs.choices[word]
+        return parser
+
+    def _did_you_mean(self, message: str) -> str:
+        """' (did you mean --backend?)' for a misspelled flag, command or choice (argparse in Python 3.11
+        has no suggestions of its own)."""
+        import difflib
+        import re
+        if message.startswith("unrecognized arguments:"):
+            flags = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("-")]
+            known = list(self._option_string_actions)
+        else:
+            m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+            flags, known = ([m.group(1)], re.findall(r"'([^']*)'", m.group(2))) if m else ([], [])
+        for flag in flags:
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def _epilog(name: str) -> str:
     lines = [f"  {e}" for e in EXAMPLES.get(name, [])]
     return ("examples:\n" + "\n".join(lines) + "\n\n" if lines else "") + HOME_NOTE
+
+
+def _add_epilogs(parser: argparse.ArgumentParser, name: str) -> None:
+    """EXAMPLES for `parser` (the command `name`) and for each of its verbs ("trace export"), where the
+    module gave none of its own."""
+    if not parser.epilog:
+        parser.epilog = _epilog(name)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb, child in action.choices.items():
+                _add_epilogs(child, f"{name} {verb}")
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
@@ -127,8 +194,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
             names = {n for n, (m, _) in COMMANDS.items() if m == module_name}
             registered |= names
             for n in names & set(sub.choices):
-                if not sub.choices[n].epilog:
-                    sub.choices[n].epilog = _epilog(n)
+                _add_epilogs(sub.choices[n], n)
         else:
             sub.add_parser(name, help=summary)
     return parser
@@ -228,6 +294,8 @@ def _run(argv, debug: bool) -> int:
             parser.print_help()
             code = 2
         else:
+            if getattr(args, "precheck", None):
+                args.precheck(args)          # the values' files and names, before torch (app/cli/common.py)
             words = sys.argv[1:] if argv is None else list(argv)
             # NOTE: not args.command: `profile -- python x.py` keeps its own `command` (the script's argv)
             if next((w for w in words if not w.startswith("-")), None) not in _NO_TORCH:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, say, table
+from .common import add_json, check_specs, console, emit_json, say, table
 
 # NOTE: torch, the runtime and rich's widgets are imported inside the functions, so `backend --help` is quick.
 # The same default as runtime/conformance.DEFAULT_DTYPES (tests/test_cli_contract.py checks they agree).
@@ -28,7 +28,7 @@ def register(sub) -> None:
                    help="with --opinfo on a compiler stack: seconds one OpInfo may take before it counts as a crash "
                         "(default 300; each runs in a worker process, so a stack that dies or hangs ends only its own)")
     add_json(c)
-    c.set_defaults(func=main)
+    c.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None))
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

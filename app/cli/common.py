@@ -64,6 +64,7 @@ def say(template: str, *values, **names) -> Text:
 KEY_COLUMNS = {"file:line", "location", "where", "line", "file", "path", "spec", "op", "run", "node", "module"}
 
 
+OPTIMIZERS = ("sgd", "adamw")       # runtime/train's; listed here so parsing needs no torch import
 MODEL_HELP = "demo:NAME or path/to/file.py:factory"
 BACKEND_HELP = "numpy, torch:DEVICE, sim:NAME or a .toml file"
 
@@ -72,6 +73,39 @@ def add_model_and_backend(p) -> None:
     """The two arguments every command that runs a model takes, spelled the same everywhere."""
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--backend", "-b", default="torch:cpu", help=BACKEND_HELP)
+    p.set_defaults(precheck=check_specs)
+
+
+# A bad value is refused while argparse parses (types below) or in the command's precheck(args), both before
+# torch is imported (main() imports it before running a command): a typo costs a tenth of a second, not the
+# two seconds of CPU (25 s wall on a loaded machine) torch takes.
+def check_specs(args, model: str | None = "model", backends=("backend", "reference")) -> None:
+    """The model and backend specs in `args` checked by their form and files (runtime/specs.py). main() calls a
+    command's `precheck(args)` after parsing, before torch is imported; the form is not argparse's to check
+    (`opscope run MODEL` in a message or an example is a synopsis that parses)."""
+    from opscope.runtime.specs import check_backend_spec, check_model_spec
+    if model and getattr(args, model, None) is not None:
+        check_model_spec(getattr(args, model))
+    for dest in backends:
+        value = getattr(args, dest, None)
+        for spec in value if isinstance(value, list) else [value] if value is not None else []:
+            check_backend_spec(spec)
+
+
+def choice_arg(what: str, names):
+    """argparse type for one of `names` (an optimizer, a format): 'unknown optimizer 'adam': use sgd or adamw
+    (did you mean adamw?)' instead of argparse's list of choices."""
+    import argparse
+
+    from opscope.runtime.specs import did_you_mean
+
+    def parse(text: str) -> str:
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}: use {' or '.join(names)}"
+                                             f"{did_you_mean(text, names)}")
+        return text
+    parse.__name__ = what
+    return parse
 
 
 def add_fallback(p) -> None:

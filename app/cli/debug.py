@@ -6,9 +6,7 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_model_and_backend
-
-OPTIMIZERS = ("sgd", "adamw")       # runtime/train's; listed here so `--help` needs no torch import
+from .common import OPTIMIZERS, add_model_and_backend
 
 
 def register(sub) -> None:

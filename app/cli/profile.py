@@ -11,7 +11,8 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import BACKEND_HELP, MODEL_HELP, add_fallback, add_json, fallback_of, console, emit_json, say, table
+from .common import (OPTIMIZERS, BACKEND_HELP, MODEL_HELP, add_fallback, add_json, check_specs, choice_arg, console,
+                     count_arg, emit_json, fallback_of, say, table)
 from .runs import print_op_table, stats_doc
 
 
@@ -23,10 +24,11 @@ def register(sub) -> None:
     p.add_argument("--backend", "-b", default="torch:cpu", help=BACKEND_HELP)
     p.add_argument("--train", action="store_true", help="record training steps: forward, backward and the "
                    "optimizer update, each op with its phase")
-    p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="--train: optimizer (default sgd)")
+    p.add_argument("--optimizer", default="sgd", type=choice_arg("optimizer", OPTIMIZERS), metavar="sgd|adamw",
+                   help="--train: optimizer (default sgd)")
     p.add_argument("--lr", type=float, default=None, help="--train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
-    p.add_argument("--steps", type=int, default=1, help="recorded steps (default 1)")
-    p.add_argument("--warmup", type=int, default=0, help="steps run first, unrecorded (default 0)")
+    p.add_argument("--steps", type=count_arg("--steps"), default=1, help="recorded steps (default 1)")
+    p.add_argument("--warmup", type=count_arg("--warmup", 0), default=0, help="steps run first, unrecorded (default 0)")
     p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"
                    "histogram); costs time")
     p.add_argument("--engine", choices=["graph", "eager", "native"], default=None,
@@ -42,7 +44,7 @@ def register(sub) -> None:
     add_fallback(p)
     p.add_argument("--no-tune", action="store_true",
                    help="ignore the configuration `opscope tune` cached for this model and backend")
-    p.add_argument("--top", type=int, default=15, help="ops in the table (default 15)")
+    p.add_argument("--top", type=count_arg("--top"), default=15, help="ops in the table (default 15)")
     p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
     p.add_argument("--host", default="127.0.0.1",
                    help="--web: address to bind (default 127.0.0.1); the URL printed carries its token")
@@ -50,7 +52,7 @@ def register(sub) -> None:
     from .serve import add_token_options
     add_token_options(p)
     add_json(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None if _command(args) else "model"))
 
 
 def main(args) -> int:

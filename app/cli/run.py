@@ -5,7 +5,8 @@ import time
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_fallback, add_json, add_model_and_backend, fallback_of, console, emit_json, fmt_bytes, say, table
+from .common import (add_fallback, add_json, add_model_and_backend, console, count_arg, emit_json, fallback_of,
+                     fmt_bytes, say, table)
 
 # NOTE: torch and the runtime are imported inside the functions: `opscope run --help` must not pay for them.
 
@@ -14,13 +15,13 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a model on a backend and compare with eager PyTorch")
     add_model_and_backend(p)
     add_fallback(p)
-    p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the best is reported)")
+    p.add_argument("--repeat", type=count_arg("--repeat"), default=1, help="timed repetitions (the best is reported)")
     p.add_argument("--capture", choices=("export", "dynamo"), default="export",
                    help="export: one graph through torch.export (default); dynamo: torch.compile with the opscope "
                         "backend, for models torch.export cannot capture (regions between graph breaks)")
     p.add_argument("--hybrid", metavar="B=SHARE,...",
                    help="split each batch across backends, e.g. torch:cpu=0.7,sim:npu-a1=0.3 (HybridStrategy)")
-    p.add_argument("--switch-threshold", type=int, default=0, metavar="N",
+    p.add_argument("--switch-threshold", type=count_arg("--switch-threshold", 0), default=0, metavar="N",
                    help="--hybrid: split only when dim 1 of the input (the sequence) is at least N")
     p.add_argument("--plan", metavar="FILE.opsplan",
                    help="run a plan saved by `opscope compile` instead of capturing (MODEL gives inputs and weights)")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_fallback, add_json, add_model_and_backend, fallback_of, console, emit_json, fmt_bytes, say, table
+from .common import (OPTIMIZERS, add_fallback, add_json, add_model_and_backend, choice_arg, console, count_arg, emit_json,
+                     fallback_of, fmt_bytes, say, table)
 
 TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
 
@@ -11,8 +12,9 @@ TOLERANCE = 1e-4      # loss per step and every parameter after the last step (f
 def register(sub) -> None:
     p = sub.add_parser("train", help="run N training steps on a backend and compare with eager PyTorch")
     add_model_and_backend(p)
-    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--optimizer", default="sgd", metavar="sgd|adamw", help="optimizer (default sgd, momentum 0.9)")
+    p.add_argument("--steps", type=count_arg("--steps"), default=10, help="training steps (default 10)")
+    p.add_argument("--optimizer", default="sgd", type=choice_arg("optimizer", OPTIMIZERS), metavar="sgd|adamw",
+                   help="optimizer (default sgd, momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
     add_fallback(p)
     from opscope.runtime.dist.cli_support import add_hybrid_arguments

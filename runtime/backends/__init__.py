@@ -21,22 +21,9 @@ from ..hdi import Backend
 from ..home import opscope_home
 from . import numpy_backend, sim_backend, torch_backend
 
-BUNDLED = Path(__file__).resolve().parent.parent / "descriptions"
-# stack name -> its module under runtime/backends/ (imported when asked for: each pulls in a big package)
-STACKS = {"onnxruntime": "onnxruntime_backend", "openvino": "openvino_backend", "xla": "xla_backend"}
-SPECS_HELP = "numpy, torch:cpu, torch:cuda:0, sim:NAME, onnxruntime, openvino, xla or a path to a .toml description"
-
-
-def description_paths() -> dict[str, Path]:
-    """name -> sim description file: bundled first, then the user's own (which may override).
-    The stacks' bundled descriptions are theirs, not sim chips."""
-    found = {}
-    for folder in (BUNDLED, opscope_home() / "backends"):
-        if folder.is_dir():
-            for p in sorted(folder.glob("*.toml")):
-                if not (folder == BUNDLED and p.stem in STACKS):
-                    found[p.stem] = p
-    return found
+# what a spec may be lives in runtime/specs.py, which the CLI checks before torch is imported
+from ..specs import BUNDLED, SPECS_HELP, STACKS, description_paths, did_you_mean  # noqa: F401  (re-exported)
+from ..specs import check_backend_spec, is_file as _is_file
 
 
 def resolve(spec: str, *, with_fallback: bool = True, trusted: bool | None = None, _seen=()) -> Backend:
@@ -75,20 +62,14 @@ def describe(spec: str):
         paths = description_paths()
         if device not in paths:
             raise UsageError(f"unknown sim backend {device!r}: known are {', '.join(sorted(paths)) or 'none'}; "
-                             "or give a path to a .toml description")
+                             f"or give a path to a .toml description{did_you_mean(device, paths)}")
         desc = _description.load(paths[device])
         return desc, f"sim:{desc.name}" if desc.implementation in ("sim", "numpy") else desc.name
     if spec.endswith(".toml") or _is_file(spec):
         desc = _description.load(spec)
         return desc, f"sim:{desc.name}" if desc.implementation == "sim" else desc.name
+    check_backend_spec(spec)               # raises, saying what exists and what is close
     raise UsageError(f"unknown backend {spec!r}: use {SPECS_HELP} (`opscope backends` lists them)")
-
-
-def _is_file(spec: str) -> bool:
-    try:
-        return Path(spec).is_file()
-    except (OSError, ValueError):          # a name too long for the file system, a NUL byte: not a file
-        return False
 
 
 # --- 2. description -> backend ------------------------------------------------------------

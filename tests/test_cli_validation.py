@@ -1,0 +1,113 @@
+"""Bad values are refused before torch is imported, misspellings get a suggestion and the command's own --help,
+and every parser's --help ends with examples (issue 34)."""
+import argparse
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from opscope.app.cli import COMMANDS, build_parser
+
+# argv -> what the one line must say. Each is refused by argparse or by the command's precheck, before torch.
+BAD_VALUES = [
+    (["train", "demo:mlp", "--optimizer", "adam"], "unknown optimizer 'adam'"),
+    (["profile", "demo:mlp", "--steps", "0"], "--steps"),
+    (["profile", "demo:mlp", "--warmup", "-1"], "--warmup"),
+    (["run", "demo:mlp", "-b", "missing.toml"], "missing.toml does not exist"),
+    (["run", "demo:mlp", "--repeat", "0"], "--repeat"),
+    (["run", "demo:gtp"], "did you mean demo:gpt?"),
+    (["run", "no/such/model.py:factory"], "no/such/model.py does not exist"),
+    (["train", "demo:mlp", "--backend", "nmupy"], "did you mean numpy?"),
+    (["profile", "demo:mlp", "--backend", "sim:npu-a2"], "did you mean npu-a1?"),
+    (["diff", "demo:mlp", "--reference", "nmupy"], "unknown backend 'nmupy'"),
+    (["backend", "check", "sim:npu"], "unknown sim backend 'npu'"),
+    (["debug", "demo:mlp", "-b", "missing.toml"], "missing.toml does not exist"),
+    (["compile", "demo:mlp", "-b", "missing.toml", "-o", "x.opsplan"], "missing.toml does not exist"),
+]
+
+# every case in one interpreter: main() in-process, and after each whether torch has been imported
+PROBE = """
+import contextlib, io, json, sys
+from opscope.app import cli
+out = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    out.append([code, err.getvalue(), "torch" in sys.modules])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_bad_value_is_refused_before_torch_is_imported(tmp_path):
+    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps([argv for argv, _ in BAD_VALUES])],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**__import__("os").environ, "OPSCOPE_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr
+    for (argv, says), (code, err, torch_loaded) in zip(BAD_VALUES, json.loads(r.stdout)):
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, (argv, err)
+        assert says in err, (argv, err)
+        assert not torch_loaded, f"`opscope {' '.join(argv)}` imported torch before refusing: {err}"
+
+
+def _error(argv) -> str:
+    """The one line main() prints for `argv` (it must exit 2)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as e:
+        from opscope.app.cli import main
+        main(argv)
+    assert e.value.code == 2, err.getvalue()
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert len(lines) == 1, err.getvalue()
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, suggestion, help_of", [
+    (["run", "demo:mlp", "--backedn", "numpy"], "did you mean --backend?", "opscope run --help"),
+    (["profile", "demo:mlp", "--setps=3"], "did you mean --steps?", "opscope profile --help"),
+    (["rn", "demo:mlp"], "did you mean run?", "opscope --help"),
+    (["migrate", "scna", "."], "did you mean scan?", "opscope migrate --help"),
+    (["trace", "export", "RUN", "--fromat", "csv"], "did you mean --format?", "opscope trace export --help"),
+    (["profile", "demo:mlp", "--engine", "graf"], "did you mean graph?", "opscope profile --help"),
+])
+def test_a_misspelling_gets_a_suggestion_and_the_commands_own_help(argv, suggestion, help_of):
+    line = _error(argv)
+    assert suggestion in line and f"(see `{help_of}`)" in line, line
+
+
+def test_nothing_close_gets_no_suggestion():
+    line = _error(["run", "demo:mlp", "--zzzzzz"])
+    assert "did you mean" not in line and "(see `opscope run --help`)" in line, line
+
+
+def _parsers(parser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, (*path, name))
+
+
+def test_every_parser_and_subparser_has_examples():
+    seen = set()
+    for command in [None, *COMMANDS]:
+        top = build_parser([command] if command else [])
+        for path, parser in _parsers(top):
+            if (path[:1] != (command,)) if command else path:
+                continue        # the top parser, and the other commands' placeholders: walked with their own argv
+            help_text = parser.format_help()
+            assert "examples:" in help_text.lower(), f"`opscope {' '.join(path)} --help` has no examples"
+            seen.add(path)
+    # the verbs the issue names are among them
+    for verbs in [("backend", "check"), ("trace", "export"), ("trace", "import"), ("migrate", "scan"),
+                  ("migrate", "apply"), ("migrate", "check"), ("compile",), ("optimize",), ("simulate",),
+                  ("monitor",)]:
+        assert verbs in seen, verbs
