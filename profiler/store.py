@@ -165,6 +165,9 @@ class StoreError(OpscopeError):
 
 
 class RunStore:
+    """The run store: every profiled, imported or trained run under $OPSCOPE_HOME (runs.duckdb), the one that
+    `opscope runs`, `show`, `serve` and the exporters read. `op_stats(run_id)` gives per-op aggregates."""
+
     def __init__(self, path: str | os.PathLike | None = None):
         # nothing touches the disk here: readers open the file read-only, the first writer creates it
         self.path = Path(path) if path is not None else opscope_home() / "runs.duckdb"
