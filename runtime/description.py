@@ -146,10 +146,10 @@ def load(path: str | Path) -> Description:
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not valid TOML ({first_line(e)}); see README.md, 'Describe a chip', for the format")
+        raise UsageError(f"{path}: not valid TOML ({first_line(e)}); see docs/describe-a-chip.md for the format")
     except RecursionError:           # tomllib recurses once per nesting level
         raise UsageError(f"{path}: not valid TOML (arrays or tables nested too deeply); "
-                         "see README.md, 'Describe a chip', for the format")
+                         "see docs/describe-a-chip.md for the format")
     return parse(data, str(path), hashlib.sha256(raw).hexdigest()[:16])
 
 
