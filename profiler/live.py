@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 
 from opscope.runtime.errors import ModelError, UsageError, signal_name
+from opscope.runtime.child import python_command, start
 
 # NOTE: runner.py is imported where it is used: the package must not import it, or `python -m
 # opscope.profiler.runner` warns (into a profiled script's output) that it ran a module already imported.
@@ -108,10 +109,10 @@ class LiveRun:
             env[PIPE_ENV] = str(pipe_r)
         # a profiled script talks to its user (echo: their terminal); a model's runner only to the log
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "opscope.profiler.runner", "--hwm", str(hwm), *argv],
-                                         stdout=self._log if echo is None else subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL if echo is None else None,
-                                         env=env, pass_fds=(pipe_r,) if pipe_r is not None else ())
+            self.proc = start(python_command("opscope.profiler.runner", "--hwm", str(hwm), *argv),
+                              stdout=self._log if echo is None else subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL if echo is None else None,
+                              env=env, pass_fds=(pipe_r,) if pipe_r is not None else ())
         finally:
             if pipe_r is not None:       # the runner holds its own copy
                 os.close(pipe_r)

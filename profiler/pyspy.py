@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 import time
 
+from opscope.runtime.child import start
+
 RATE = 200
 
 
@@ -34,9 +36,9 @@ class PySpy:
             self.note = "py-spy is not installed (pip install py-spy); the run was not sampled"
             return self
         self.t0_ns = time.perf_counter_ns()
-        self.proc = subprocess.Popen([exe, "record", "--pid", str(self.pid), "-f", "speedscope", "-o", self.path,
-                                      "--rate", str(self.rate), "--nonblocking"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = start([exe, "record", "--pid", str(self.pid), "-f", "speedscope", "-o", self.path,
+                           "--rate", str(self.rate), "--nonblocking"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         return self
 
     def finish(self, timeout: float = 20.0) -> tuple[bytes | None, str | None]:

@@ -194,8 +194,9 @@ def run_script(sink, command: list[str], *, backend: str = "torch:cpu", device: 
         print(f"opscope: note: {prof.engine_note}; the eager engine records this run", file=sys.stderr, flush=True)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
-    if kind == "path":
-        sys.path.insert(0, str(Path(target).resolve().parent))
+    # what `python script.py` / `python -m module` would put first: the user's command keeps Python's rules (the
+    # runner itself started without the working folder on its path: runtime/child.py)
+    sys.path.insert(0, str(Path(target).resolve().parent) if kind == "path" else os.getcwd())
     error = None
     prof.start()
     try:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 
+from .child import python_command, start
 from .errors import ModelError, first_line, signal_name
 
 MAX_LINE = 64 * 1024                # a result is a few hundred bytes; more is a broken (or hostile) worker
@@ -83,8 +84,7 @@ class _Worker:
         try:
             # its own session and process group (Python 3.10 has no process_group=): a terminal's Ctrl-C reaches the parent, which ends the worker (no second
             # traceback from it); stdin carries the names, as JSON
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write,),
-                                         start_new_session=True)
+            self.proc = start(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write,), start_new_session=True)
         except BaseException:
             os.close(read)
             raise
@@ -145,7 +145,7 @@ def check_in_workers(spec: str, names: list[str], *, backend_name: str, progress
     `argv`: the worker's command (tests give a broken one); by default this module's main()."""
     from .opinfo import OpInfoReport, OpInfoResult
 
-    argv = argv or [sys.executable, "-m", __name__, spec, dtype, str(samples_per_op)]
+    argv = argv or python_command(__name__, spec, dtype, str(samples_per_op))
     report, todo = OpInfoReport(backend_name), list(names)
     t0 = time.perf_counter()
     while todo:

@@ -15,13 +15,13 @@ import copy
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from opscope.runtime import backends, models, open_session
+from opscope.runtime.child import python_command, start
 from opscope.runtime.dtypes import to_torch
 from opscope.runtime.errors import UsageError
 from opscope.runtime.home import opscope_home
@@ -236,11 +236,18 @@ def _apply_ratios(run: dict, a: Advice, change: dict, store, analyses: dict) -> 
         raise UsageError(f"advice {a.id} gives no ratios to apply")
     opt = dist.get("optimizer") or {}
     steps = max(len(dist.get("steps") or []), int(dist.get("steps_requested") or 1))
-    cmd = [sys.executable, "-m", "opscope.app", "train", run["model"], "--hybrid", hybrid, "--steps", str(steps),
-           "--optimizer", str(opt.get("name") or "sgd"), "--json"]
+    cmd = ["train", run["model"], "--hybrid", hybrid, "--steps", str(steps), "--optimizer",
+           str(opt.get("name") or "sgd"), "--json"]
     if opt.get("lr") is not None:
         cmd += ["--lr", repr(float(opt["lr"]))]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    proc = start(python_command("opscope.app", *cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:                 # Ctrl-C: the retraining ends with us
+        proc.kill()
+        proc.wait()
+        raise
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     try:
         report = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else None
     except ValueError:

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..child import python_command, start
 from ..errors import signal_name
 from .job import ENV_JOB, DistJob
 
@@ -64,9 +65,9 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
         # torchrun's rule: each rank gets its share of the cores, not all of them (with the default every
         # rank starts a thread per core, and on a 2-core machine the job ran ~7x slower)
         base["OMP_NUM_THREADS"] = str(threads_per_rank(world))
-    procs = [subprocess.Popen([sys.executable, "-m", "opscope.runtime.dist.worker"],
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(world)]
+    procs = [start(python_command("opscope.runtime.dist.worker"),
+                   env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(world)]
     result = DistResult(exit_codes=[None] * world, stderr=[""] * world)
     lock = threading.Lock()
 

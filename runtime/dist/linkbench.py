@@ -18,11 +18,11 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
 
+from ..child import python_command, start
 from ..errors import ModelError, UsageError
 from ..home import opscope_home, read_small_json
 
@@ -36,8 +36,8 @@ def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0) 
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
            "OPSCOPE_LINK_REPEATS": str(int(repeats))}
-    procs = [subprocess.Popen([sys.executable, "-m", "opscope.runtime.dist.linkbench"], env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [start(python_command("opscope.runtime.dist.linkbench"), env={**env, "RANK": str(r)},
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     except subprocess.TimeoutExpired:
