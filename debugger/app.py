@@ -20,7 +20,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, RichLog, Static, Tree
 
-from opscope.runtime.errors import OpscopeError, UsageError
+from opscope.runtime.errors import OpscopeError, UsageError, terminal_text
 
 from . import view
 from .view import say
@@ -152,7 +152,7 @@ class DebuggerApp(App):
         yield Header(show_clock=False)
         with Horizontal():
             with Vertical(id="left"):
-                yield Tree(Text(self.model_name or "model"), id="graph")   # Text: never markup
+                yield Tree(Text(terminal_text(self.model_name or "model")), id="graph")   # Text: never markup
                 yield DataTable(id="breakpoints", cursor_type="row")
             with Vertical(id="right"):
                 yield Static("[dim]starting...[/]", id="op")
@@ -225,7 +225,7 @@ class DebuggerApp(App):
         self.ctl.listener = self._from_worker
         self.model_name = self.model_name or controller.session.spec
         self.total = len(controller.steps)
-        self._tree.root.set_label(Text(self.model_name))
+        self._tree.root.set_label(Text(terminal_text(self.model_name)))
         b = self.backend_name = self.ctl.session.backend.name
         ref = self.ctl.lockstep.reference if self.ctl.lockstep else None
         self._where = f"{self.model_name} on {b}" + (f" vs {ref}" if ref else "")
@@ -278,7 +278,8 @@ class DebuggerApp(App):
             if path in groups:
                 return groups[path]
             parent = group(path.rsplit(".", 1)[0] if "." in path else "")
-            node = parent.add(Text(path.rsplit(".", 1)[-1]), data=None, expand=True)    # a module name: not markup
+            # a module name: not markup, and one line
+            node = parent.add(Text(terminal_text(path.rsplit(".", 1)[-1])), data=None, expand=True)
             groups[path] = node
             return node
 
@@ -289,9 +290,9 @@ class DebuggerApp(App):
         has_bp = self.ctl.breakpoints.on_node(node) is not None
         mark = "✖ " if failed else ("▶ " if current else ("● " if has_bp else "  "))
         t = Text(mark, style="bold red" if (failed or has_bp and not current) else "bold yellow")
-        t.append(node.name, style="bold reverse" if current else "not bold")
+        t.append(terminal_text(node.name), style="bold reverse" if current else "not bold")
         if node.name.rstrip("_0123456789") != node.op:     # `linear_1` already says linear
-            t.append(f" {node.op}", style="not bold dim")
+            t.append(f" {terminal_text(node.op)}", style="not bold dim")
         return t
 
     # --- controller events ----------------------------------------------------------------
@@ -424,7 +425,8 @@ class DebuggerApp(App):
 
     def _refresh_breakpoints(self) -> None:
         # Text cells: a DataTable parses a str cell as markup, and a pattern is what the user typed (`[/]`)
-        rows = [(Text("●" if bp.enabled else "○"), Text(bp.describe()), Text(str(bp.hits))) for bp in self.ctl.breakpoints]
+        rows = [(Text("●" if bp.enabled else "○"), Text(terminal_text(bp.describe())), Text(str(bp.hits)))
+                for bp in self.ctl.breakpoints]
         if rows == self._bp_shown:
             return
         self._bp_shown = rows

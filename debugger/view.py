@@ -9,6 +9,8 @@ import os
 
 from textual.content import Content
 
+from opscope.runtime.errors import terminal_text
+
 from .stats import fmt
 
 
@@ -58,8 +60,9 @@ def say(template: str, **names) -> Content:
     lines). The ONE way such a name reaches a panel: Textual substitutes a variable as plain text, never
     as markup, so `x[/]y`, `[bold]`, `[$v]` or a trailing backslash print as written. (rich's escape() is
     not enough for Textual's markup: `[$v]` and `[Bold]` still vanished. Table cells and tree labels
-    are rich Text, which nothing parses.)"""
-    return Content.from_markup(template, **{k: str(v) for k, v in names.items()})
+    are rich Text, which nothing parses.) Each name is one line, its control characters shown escaped
+    (terminal_text), as on the CLI."""
+    return Content.from_markup(template, **{k: terminal_text(v) for k, v in names.items()})
 
 
 def lines_of(lines: list[Content]) -> Content:

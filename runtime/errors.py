@@ -12,6 +12,26 @@ def first_line(e: BaseException) -> str:
     return next((ln for ln in lines if not _WHERE_ONLY.match(ln)), lines[0] if lines else "")
 
 
+# C0 (ESC, BEL, \n, \r, \t ...), DEL, C1 (0x9b is a one-byte CSI), and the Unicode controls that move or reorder
+# text: line and paragraph separators, bidirectional overrides and isolates ("Trojan Source")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def terminal_text(value) -> str:
+    """Text that came from an artifact (a run's model or backend, a rank's error, a trace's names, a file's
+    contents) made safe for a terminal: one line, every control character shown escaped (`\\x1b`, `\\n`), so
+    ESC[2J cannot clear the screen, OSC 0 cannot retitle the window and "\\n\\x1b[31m" cannot forge a red line.
+    The console's say() and table(), the TUI's say() and the CLI's error line pass every such value through it
+    (markup is the other half: say() never parses a value as markup)."""
+    return _CONTROL.sub(_escaped, str(value))
+
+
 def signal_name(signum: int) -> str:
     """How a child that died by signal `signum` is named in a message: SIGKILL, or "signal 99" for a number this
     platform has no name for (a negative exit code past the table must not raise while an error is reported)."""

@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 
-from opscope.runtime.errors import OpscopeError, first_line
+from opscope.runtime.errors import OpscopeError, first_line, terminal_text
 
 DEBUG_ENV = "OPSCOPE_DEBUG"
 
@@ -315,12 +315,13 @@ def _run(argv, debug: bool) -> int:
     except OpscopeError as e:
         if debug:
             raise
-        print(f"opscope: error: {e}{_where(e)}", file=sys.stderr)
+        # messages quote files, traces and ranks: one line, no raw control character (terminal_text)
+        print(f"opscope: error: {terminal_text(e)}{_where(e)}", file=sys.stderr)
         code = e.exit_code
     except Exception as e:                   # a bug, a model's own exception, a library's: one line, no traceback
         if debug:
             raise
-        print(f"opscope: error: {type(e).__name__}: {first_line(e)}{_where(e)} "
+        print(f"opscope: error: {type(e).__name__}: {terminal_text(first_line(e))}{_where(e)} "
               f"(OPSCOPE_DEBUG=1 shows the traceback)", file=sys.stderr)
         code = 1
     return code

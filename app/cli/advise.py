@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 
-from .common import add_json, console, emit_json, fmt_ns, say, table
+from .common import add_json, console, emit_json, fmt_ns, say, table, terminal_text
 
 
 def register(sub) -> None:
@@ -27,7 +27,8 @@ def main(args) -> int:
     skipped: list = []
     analyses, advice = report(run["run_id"], store, args.rules, skipped)
     for s in skipped:          # a note, not an error: the other rules' advice stands (engine.evaluate)
-        print(f"opscope: note: rule {s['rule']!r} skipped, this run's data broke it: {s['reason']}", file=sys.stderr)
+        print(terminal_text(f"opscope: note: rule {s['rule']!r} skipped, this run's data broke it: {s['reason']}"),
+              file=sys.stderr)
     if args.apply is not None:
         from opscope.profiler.advisor.apply import apply_advice
         busy = nullcontext() if args.json else console.status(f"applying {args.apply} and re-running {run['model']}...")

@@ -13,6 +13,8 @@ from rich.markup import render
 from rich.table import Table
 from rich.text import Text
 
+from opscope.runtime.errors import terminal_text
+
 # Piped output (a file, `less`, CI logs) gets a wide console: rich's 80-column default would
 # wrap every number of a per-op table over two lines. $COLUMNS, when set, wins (a terminal's width).
 class _Console(Console):
@@ -36,7 +38,8 @@ def say(template: str, *values, **names) -> Text:
     through the markup parser (its field is a placeholder the parser ignores, replaced by the name
     afterwards in the style around it), so `x[/]y`, `[bold]` or a trailing backslash print as written
     instead of raising MarkupError or restyling the line. Escaping by construction, not by regex:
-    rich.markup.escape leaves `a\\` followed by a tag wrong. Data cells go through `table()`."""
+    rich.markup.escape leaves `a\\` followed by a tag wrong. Each name is also one line with its control
+    characters shown escaped (terminal_text: no ESC reaches the terminal). Data cells go through `table()`."""
     filled, parts, auto = [], [], 0
     for literal, field, spec, conv in _FIELDS.parse(template):
         parts.append(literal)
@@ -45,7 +48,7 @@ def say(template: str, *values, **names) -> Text:
         if field == "":
             field, auto = str(auto), auto + 1
         value = _FIELDS.convert_field(_FIELDS.get_field(field, values, names)[0], conv)
-        filled.append(format(value, spec or ""))
+        filled.append(terminal_text(format(value, spec or "")))
         parts.append(f"\0{len(filled) - 1}\0")
     styled = render("".join(parts), emoji=False)
     out, pos = Text(), 0
@@ -58,6 +61,15 @@ def say(template: str, *values, **names) -> Text:
         pos = m.end()
     out.append_text(styled[pos:])
     return out
+
+
+def safe_text(value) -> Text:
+    """A table cell, title or header as rich Text that nothing parses, its control characters escaped
+    (terminal_text); a styled Text written here keeps its style unless it holds one."""
+    if isinstance(value, Text):
+        plain = value.plain
+        return value if terminal_text(plain) == plain else Text(terminal_text(plain), style=value.style)
+    return Text(terminal_text(value))
 
 
 # Columns a table must never squeeze to "…": the row's name and where it is in the user's code.
@@ -164,7 +176,7 @@ def table(title: str, columns: list[str], rows: list[list], justify_right=None) 
     column, the KEY_COLUMNS (file:line, op, ...), numbers and short text keep their width; long text
     columns share what is left and wrap. (Left to rich, a wide text column squeezed `file:line` to "…".)"""
     right = set(justify_right or ())
-    cells = [[x if isinstance(x, Text) else Text(str(x)) for x in r] for r in rows]
+    cells = [[safe_text(x) for x in r] for r in rows]
     widths = [max([len(c)] + [r[i].cell_len for r in cells if i < len(r)]) for i, c in enumerate(columns)]
     # short columns (a kind, a status) gain nothing from wrapping: only long text wraps
     fixed = {i for i, c in enumerate(columns) if i == 0 or c in KEY_COLUMNS or c in right or widths[i] <= 16}
@@ -179,10 +191,10 @@ def table(title: str, columns: list[str], rows: list[list], justify_right=None) 
         for i in flexible:
             give[i] = max(min(widths[i], max(len(columns[i]), floor)), int(room * widths[i] / want))
     # the title and headers name backends and ops too: Text, never markup (see say())
-    t = Table(title=Text(title), title_justify="left", header_style="bold")
+    t = Table(title=safe_text(title), title_justify="left", header_style="bold")
     for i, c in enumerate(columns):
         wraps = i in give
-        t.add_column(Text(str(c)), justify="right" if c in right else "left", no_wrap=not wraps,
+        t.add_column(safe_text(c), justify="right" if c in right else "left", no_wrap=not wraps,
                      overflow="fold" if wraps else "ellipsis", width=give.get(i),
                      min_width=min(widths[i], 48) if i in fixed else None)
     for r in cells:     # cells are data, never markup: "[operators]" must print as written

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from opscope.runtime.errors import UsageError
+from opscope.runtime.errors import UsageError, terminal_text
 
 from .common import add_json, console, emit_json, say
 from .serve import add_token_options
@@ -131,14 +131,14 @@ def _hand_on(alert: dict, args, store, live) -> None:
             subprocess.run(shlex.split(args.exec_cmd), input=json.dumps(alert), text=True, env=env, timeout=30,
                            stdout=sys.stderr if args.json else None)
         except (OSError, subprocess.TimeoutExpired) as e:
-            print(f"opscope: --exec {args.exec_cmd!r} failed: {e}", file=sys.stderr)
+            print(terminal_text(f"opscope: --exec {args.exec_cmd!r} failed: {e}"), file=sys.stderr)
 
 
 def _webhook(url: str, alert: dict, status: str) -> None:
     from opscope.profiler.alerts.watch import alertmanager_payload, post_webhook
     failed = post_webhook(url, alertmanager_payload([alert], status))
     if failed:
-        print(f"opscope: {failed}", file=sys.stderr)
+        print(terminal_text(f"opscope: {failed}"), file=sys.stderr)
 
 
 def _run_metrics(metrics, store, live) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from opscope.runtime.errors import UsageError
+from opscope.runtime.errors import UsageError, terminal_text
 
 from .common import (OPTIMIZERS, BACKEND_HELP, MODEL_HELP, add_fallback, add_json, check_specs, choice_arg, console,
                      count_arg, emit_json, fallback_of, say, table)
@@ -241,7 +241,7 @@ def _incomplete(run) -> int:
     a profile with silent holes must not pass for a whole one."""
     if run["status"] != "incomplete":
         return 0
-    print(f"opscope: error: run {run['run_id']} is {run['error']}", file=sys.stderr)
+    print(terminal_text(f"opscope: error: run {run['run_id']} is {run['error']}"), file=sys.stderr)
     return 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import console, emit_json, say, table
+from .common import console, emit_json, say, table, terminal_text
 from .runs import print_op_table, stats_doc
 
 
@@ -44,7 +44,8 @@ def main(args, command: list[str], store) -> int:
                           run["events"], summary["slowest_rank"]))
     if failed:
         why = run.get("error") or f"the launcher exited with code {rc}"
-        print(f"opscope: error: run {run_id}: {why} (what the ranks recorded is kept)", file=sys.stderr)
+        print(terminal_text(f"opscope: error: run {run_id}: {why} (what the ranks recorded is kept)"),
+              file=sys.stderr)
         return 1
     if not run["events"]:
         print(f"opscope: error: run {run_id}: {nothing_recorded(rc)}", file=sys.stderr)

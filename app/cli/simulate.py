@@ -220,4 +220,6 @@ def _print(args, link, m, doc) -> None:
         r = rows[-1]
         console.print(say("memory per rank at {} ranks: {}", r["ranks"], ", ".join(
             f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in r["memory"].items())))
-    console.print(say("assumptions:\n{}", "\n".join(f"  - {a}" for a in doc["assumptions"])))
+    console.print("assumptions:")
+    for a in doc["assumptions"]:
+        console.print(say("  - {}", a))

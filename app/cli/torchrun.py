@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from opscope.runtime.errors import UsageError, first_line
+from opscope.runtime.errors import UsageError, first_line, terminal_text
 
 HELP = "torchrun with opscope's exit codes: a rank's bad input exits 2, any failure is one line"
 
@@ -57,7 +57,8 @@ def main(args) -> int:
         rank, failure = e.get_first_failure()
         if failure.exitcode == 2:           # the rank's own one line (bad input) was already printed
             return 2
-        print(f"opscope: error: {_failure_line(e.name, rank, failure)}", file=sys.stderr, flush=True)
+        print(terminal_text(f"opscope: error: {_failure_line(e.name, rank, failure)}"), file=sys.stderr,
+              flush=True)
         return 1
     except (ValueError, AssertionError) as e:
         # torchrun checks most launcher values only when it builds its config or rendezvous, after argparse

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_json, console, count_arg, emit_json, fmt_bytes, say
+from .common import add_json, console, count_arg, emit_json, fmt_bytes, say, terminal_text
 
 
 def register(sub) -> None:
@@ -69,7 +69,7 @@ def import_main(args) -> int:
     run = store.get_run(run_id)
     cfg = run.get("config") or {}
     for w in cfg.get("warnings") or []:      # e.g. a rank folder with some of the job's ranks (on stderr, --json too)
-        print(f"opscope: warning: {w}", file=sys.stderr)
+        print(terminal_text(f"opscope: warning: {w}"), file=sys.stderr)
     if args.json:
         emit_json({"run_id": run_id, "run_ids": run_ids, "format": cfg.get("format"), "events": run.get("events"),
                    "steps": run.get("steps"), "backend": run.get("backend"), "source": run.get("source"),
@@ -83,18 +83,19 @@ def import_main(args) -> int:
                 if c["names"] else "",
                 f"{sum(c['shapes'].values())} shapes/dtypes that are not a JSON list (or past {c['max_shapes']} "
                 f"characters) dropped ({', '.join(c['shapes'])})" if c["shapes"] else ""]
-        print(f"opscope: note: {'; '.join(filter(None, said))}", file=sys.stderr)
+        print(terminal_text(f"opscope: note: {'; '.join(filter(None, said))}"), file=sys.stderr)
     if len(run_ids) > 1 or cfg.get("format") == "opscope-shared":
         for rid in run_ids:
             r = store.get_run(rid)
             print(rid)
-            print(f"imported {r.get('events')} events of {r.get('model')} ({r['config'].get('world_size')} ranks, "
-                  f"{r['config'].get('steps_written')} step(s)) from {r.get('source')} as run {rid}: {r.get('status')}"
-                  + (f" ({r['error']})" if r.get("error") else ""), file=sys.stderr)
+            print(terminal_text(f"imported {r.get('events')} events of {r.get('model')} "
+                                f"({r['config'].get('world_size')} ranks, {r['config'].get('steps_written')} step(s)) "
+                                f"from {r.get('source')} as run {rid}: {r.get('status')}"
+                                + (f" ({r['error']})" if r.get("error") else "")), file=sys.stderr)
         return 0
     # the id alone on stdout, so RUN=$(opscope trace import f.json) works; the story on stderr
     print(run_id)
     ranks = f", {cfg['world_size']} ranks on one clock ({cfg.get('clock')})" if cfg.get("world_size") else ""
-    print(f"imported {run.get('events')} op events ({cfg.get('format')}, {run.get('steps')} step(s){ranks}) from "
-          f"{args.file} as run {run_id}", file=sys.stderr)
+    print(terminal_text(f"imported {run.get('events')} op events ({cfg.get('format')}, {run.get('steps')} "
+                        f"step(s){ranks}) from {args.file} as run {run_id}"), file=sys.stderr)
     return 0
