@@ -30,7 +30,8 @@ def register(sub) -> None:
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD",
                    help="run CMD for every alert (the alert as JSON on stdin, OPSCOPE_ALERT_* in its environment)")
     p.add_argument("--webhook", metavar="URL",
-                   help="POST every alert, and its end, to URL in Alertmanager's webhook JSON (version 4)")
+                   help="POST every alert, and its end, to URL in Alertmanager's webhook JSON (version 4); a "
+                        "redirect is not followed (a failed delivery naming where it pointed)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics while watching (devices, ranks, the "
                         "run's progress, alert states); it needs the token like `opscope serve` does")

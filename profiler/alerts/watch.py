@@ -126,15 +126,33 @@ def alertmanager_payload(alerts: list[dict], status: str = "firing", receiver: s
             "commonLabels": common, "commonAnnotations": {}, "externalURL": "", "alerts": items}
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx stays the answer: following it would let whoever answers the URL send the alerts (as a GET, or to
+    ftp://) to any host and port this machine reaches."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_WEBHOOK = urllib.request.build_opener(_NoRedirect)
+MAX_LOCATION = 200       # characters of a redirect's Location quoted in the message
+
+
 def post_webhook(url: str, payload: dict, timeout: float = 10.0) -> str | None:
     """POST the payload as JSON; None when the receiver took it (2xx), else one line saying why not
-    (the monitor goes on: a receiver that is down must not stop the watching)."""
+    (the monitor goes on: a receiver that is down must not stop the watching). A redirect is never followed:
+    it is a failed delivery naming where it pointed (give that URL to --webhook if it is the receiver)."""
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "User-Agent": "opscope-monitor"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with _WEBHOOK.open(req, timeout=timeout) as r:
             return None if 200 <= r.status < 300 else f"--webhook {url}: {r.status}"
     except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:
+            where = str(e.headers.get("Location") or "nowhere")
+            where = where if len(where) <= MAX_LOCATION else where[:MAX_LOCATION] + "..."
+            return (f"--webhook {url}: the receiver answered {e.code}, a redirect to {where} (not followed: "
+                    "give --webhook the receiver's own URL)")
         return f"--webhook {url}: the receiver answered {e.code}"
     except (OSError, ValueError) as e:
         return f"--webhook {url}: {getattr(e, 'reason', None) or e}"
