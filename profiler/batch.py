@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .store import _column
+from .store import _column, counted
 
 # A site, in this order. alloc/free bytes become memory samples; they are not event columns.
 # phase (forward / backward / optimizer) and fwd_node (the forward node a backward op differentiates)
@@ -74,11 +74,12 @@ class BatchWriter:
         batches = [b for b in batches if b is not None]
         if not batches:
             return 0
-        with self._lock, self.store.connect() as con:
+        dropped = max(self.dropped, max(b.dropped for b in batches))
+        with self._lock, self.store.connect() as con, counted(con):
             n = self._write_all(con, batches)
-            self.dropped = max(self.dropped, max(b.dropped for b in batches))
             con.execute("UPDATE runs SET events = events + ?, dropped = greatest(dropped, ?) WHERE run_id = ?",
-                        [n, self.dropped, self.run_id])
+                        [n, dropped, self.run_id])
+        self.dropped = dropped
         self.events += n
         for b in batches:
             if b.n:

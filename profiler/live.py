@@ -13,6 +13,7 @@ connections from other processes (`refused_connections`) the collector refused.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,8 +23,8 @@ import threading
 import weakref
 from pathlib import Path
 
-from opscope.runtime.errors import ModelError, UsageError, signal_name
 from opscope.runtime.child import python_command, start
+from opscope.runtime.errors import ModelError, UsageError, signal_name
 
 # NOTE: runner.py is imported where it is used: the package must not import it, or `python -m
 # opscope.profiler.runner` warns (into a profiled script's output) that it ran a module already imported.
@@ -222,6 +223,11 @@ class LiveRun:
                 self.error = str(e) if isinstance(e, OpscopeError) else \
                     f"finishing the run failed: {type(e).__name__}: {e}"
                 self.status = "failed"
+                # the run's own row, small, may still go where the rest (config, log) did not: failed, saying
+                # why, its count the rows stored; if not, readers show it failed once this process is gone
+                with contextlib.suppress(Exception):
+                    self.store.finish_run(self.run_id, status="failed", error=self.error,
+                                          dropped=self.collector.dropped)
                 raise
             finally:
                 self._done.set()

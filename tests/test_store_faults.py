@@ -375,3 +375,50 @@ def test_a_disk_that_fills_during_a_profile_is_one_line_and_earlier_runs_stay(tm
     store = RunStore(home / "home" / "runs.duckdb")
     assert store.query("SELECT count(*) FROM events WHERE run_id = ?", [earlier]) == [(100,)]
     assert store.get_run(earlier)["events"] == 100
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_run_the_full_disk_stopped_counts_the_rows_it_stored_and_json_says_why_on_stderr(tmpfs, cli):
+    """Issue 33: the run was stored failed with its message, but runs.events said 9,220 while 10,495 rows were
+    stored (rows written, their count not), and with --json nothing reached stderr."""
+    home = tmpfs("8m")
+    env = {"OPSCOPE_HOME": str(home / "home")}
+    RunStore(home / "home" / "runs.duckdb").create_run(model="m", backend="numpy")     # the store exists
+    st = os.statvfs(home)
+    (home / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - 600_000))
+    # a process of its own (OMP_NUM_THREADS: run_cli), as a user's: the run it leaves is a dead collector's
+    r = cli("profile", "demo:gpt", "-b", "numpy", "--steps", "30", "--json", env={**env, "OMP_NUM_THREADS": "1"})
+    line = _one_line(r, 1)
+    assert "no space left on device" in line and str(home / "home" / "runs.duckdb") in line
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "failed" and "no space left on device" in doc["error"], doc
+    store = RunStore(home / "home" / "runs.duckdb")
+    count = "SELECT count(*) FROM events WHERE run_id = ?"
+    stored = store.query(count, [doc["run_id"]])[0][0]
+    assert store.get_run(doc["run_id"])["status"] == "failed"          # read while still full: failed, as it was
+    assert store.get_run(doc["run_id"])["events"] == stored == doc["events"], (doc, stored)
+    (home / "filler").unlink()
+    store.create_run(model="m2", backend="numpy")      # the next writer records the dead run failed, rows counted
+    run = store.get_run(doc["run_id"])
+    assert run["status"] == "failed" and run["events"] == store.query(count, [doc["run_id"]])[0][0] == stored
+
+
+def test_rows_and_their_count_are_stored_together_or_not_at_all(opscope_home):
+    """The count's UPDATE failing after the rows' INSERT (a full disk between the two, here another writer's
+    open transaction on the run's row) left rows stored that runs.events did not count. Now both roll back."""
+    import duckdb
+    store = RunStore()
+    rid = store.create_run(model="m", backend="numpy")
+    store.add_events(rid, [ROW])
+    with store.connect() as other:
+        other.execute("BEGIN TRANSACTION")
+        other.execute("UPDATE runs SET events = 0 WHERE run_id = ?", [rid])
+        with pytest.raises(duckdb.Error):
+            store.add_events(rid, [ROW] * 5)
+        other.execute("ROLLBACK")
+    count = "SELECT count(*) FROM events WHERE run_id = ?"
+    assert store.get_run(rid)["events"] == store.query(count, [rid])[0][0] == 1
+    store.add_events(rid, [ROW] * 2)
+    store.finish_run(rid, "failed", error="stopped")
+    assert store.get_run(rid)["events"] == store.query(count, [rid])[0][0] == 3

@@ -106,11 +106,11 @@ def main(args) -> int:
         run_id = profile(args.model, args.backend, **opts)
     except RunFailed as e:
         run = store.get_run(e.run_id)
-        if args.json:
-            emit_json({"run_id": e.run_id, "status": "failed", "error": run["error"], "events": run["events"],
-                       "dropped": run["dropped"]})
-        else:
-            print(f"opscope: error: {e} ({run['events']} events kept; `opscope show {e.run_id}`)", file=sys.stderr)
+        if args.json:         # the document on stdout; the one line on stderr as without --json
+            emit_json({"run_id": e.run_id, "status": "failed", "error": run["error"] or str(e),
+                       "events": run["events"], "dropped": run["dropped"]})
+        print(terminal_text(f"opscope: error: {e} ({run['events']} events kept; `opscope show {e.run_id}`)"),
+              file=sys.stderr)
         return 1
     run = store.get_run(run_id)
     stats = store.op_stats(run_id)
@@ -187,12 +187,12 @@ def _script(args, command: list[str], store) -> int:
     if status == "failed":
         if live.error_kind == "usage":
             raise UsageError(live.error)
-        if args.json:
-            emit_json({"run_id": run["run_id"], "status": "failed", "error": run["error"], "events": run["events"],
+        error = run["error"] or live.error       # the store may not have taken the error (a full disk)
+        if args.json:         # the document on stdout; the one line on stderr as without --json
+            emit_json({"run_id": run["run_id"], "status": "failed", "error": error, "events": run["events"],
                        "steps": run["steps"], "dropped": run["dropped"]})
-        else:
-            print(f"opscope: error: run {run['run_id']} failed: {run['error']} ({run['events']} events kept; "
-                  f"`opscope show {run['run_id']}`)", file=sys.stderr)
+        print(terminal_text(f"opscope: error: run {run['run_id']} failed: {error} ({run['events']} events kept; "
+                            f"`opscope show {run['run_id']}`)"), file=sys.stderr)
         return 1
     stats = store.op_stats(run["run_id"])
     doc_phases = phases(store, run["run_id"])
