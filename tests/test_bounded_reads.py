@@ -79,8 +79,9 @@ def test_a_fifo_named_checkpoint_npz_is_one_line_not_a_hang(tmp_path):
     folder = tmp_path / "ck"
     folder.mkdir()
     os.mkfifo(folder / CHECKPOINT)          # no writer: a plain open() for reading blocks for ever
-    code, _, err, _ = _train(tmp_path, folder, timeout=120)
+    code, _, err, peak = _train(tmp_path, folder, timeout=120)
     _one_line(code, err, f"--checkpoint-dir {folder}: {CHECKPOINT}", "is a FIFO", "delete it or pass another folder")
+    assert peak < GiB, f"peak memory {peak >> 20} MiB"
 
 
 @pytest.mark.multiprocess
@@ -141,8 +142,9 @@ def test_a_meta_step_out_of_range_is_one_line_exit_2(tmp_path, meta, says):
     folder = tmp_path / "ck"
     folder.mkdir()
     write_checkpoint(str(folder), meta, _mlp_params(), {})
-    code, _, err, _ = _train(tmp_path, folder, timeout=200)
+    code, _, err, peak = _train(tmp_path, folder, timeout=200)
     _one_line(code, err, f"--checkpoint-dir {folder}: {CHECKPOINT}", says)
+    assert peak < GiB, f"peak memory {peak >> 20} MiB"
 
 
 def test_a_checkpoint_reads_its_arrays_only_once_their_headers_match_the_model(tmp_path):
@@ -323,3 +325,29 @@ def test_only_regular_files_are_opened(tmp_path):
         with pytest.raises(UsageError, match=kind):
             safe_read.read_bounded(path, 10, f"thing {path}", "give a file")
         assert safe_read.read_small_json(path, 10) is None
+
+
+_SMALL = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float64)}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 4000), st.binary(min_size=1, max_size=8)), max_size=4),
+       cut=st.one_of(st.none(), st.integers(0, 4000)))
+def test_a_damaged_checkpoint_reads_whole_or_says_one_line(tmp_path, edits, cut):
+    """Bytes overwritten anywhere (headers, zip directory, meta, data) or the file cut short: the reader gives
+    the arrays the headers promise, or one CheckpointError line -- never another exception."""
+    folder = tmp_path / "fuzz"
+    folder.mkdir(exist_ok=True)
+    path = Path(write_checkpoint(str(folder), _meta(), _SMALL, {"3": np.zeros(2, np.float32)}))
+    data = bytearray(path.read_bytes())
+    for at, raw in edits:
+        data[at % len(data): at % len(data) + len(raw)] = raw
+    path.write_bytes(bytes(data[:cut]) if cut is not None else bytes(data))
+    try:
+        ck = read_checkpoint(str(folder))
+        if ck is not None:
+            got = ck.load("param", _SMALL)
+            assert all(got[k].shape == v.shape and got[k].dtype == v.dtype for k, v in _SMALL.items())
+            ck.load("state")
+    except UsageError as e:
+        assert "\n" not in str(e) and f"--checkpoint-dir {folder}" in str(e), str(e)

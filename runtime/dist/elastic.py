@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelError, UsageError
-from ..safe_read import MAX_RANKS, MAX_STEPS, checked_int, npy_header, open_regular, parse_json, read_small_json
+from ..safe_read import (MAX_RANKS, MAX_STEPS, checked_int, npy_header, open_regular, parse_json, read_bounded,
+                         read_small_json)
 
 CHECKPOINT = "checkpoint.npz"
 LEFT = "left.json"                 # a rank's last words when a peer went away: the reason of the shrink
@@ -295,10 +296,9 @@ def hold(step: int) -> None:
     paces the job so a node can leave or join at a known step; torchrun's SIGTERM ends the wait)."""
     path = os.environ.get(HOLD_ENV)
     while path:
-        try:
-            with open(path) as f:
-                at = int(f.read().strip() or "-1")
-        except (OSError, ValueError):
+        try:                          # bounded like every file a user points at: a FIFO ends the wait
+            at = int(read_bounded(path, 64, HOLD_ENV, "").strip() or b"-1")
+        except (UsageError, ValueError):
             return
         if at > step or at < 0:
             return
