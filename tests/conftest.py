@@ -1,4 +1,8 @@
+import contextlib
 import fcntl
+import io
+import logging
+import multiprocessing.process
 import os
 import pty
 import signal
@@ -7,8 +11,79 @@ import subprocess
 import sys
 import termios
 import threading
+import traceback
 
 import pytest
+
+# --- Every test that starts a process is marked (pyproject: multiprocess, browser, container) ----------------
+# The quick set (`-m "not slow and not browser and not multiprocess and not container"`) is quick only while
+# nothing in it pays a process start (a torch import is 1.6-1.8 s of CPU). An audit hook sees every process
+# this interpreter starts; while a test's body or one of its function-scoped fixtures runs, a start is noted
+# and an unmarked test fails naming the marker. Session- and module-scoped fixtures may start processes: they
+# are made once, not per test. The hook is per process, so every xdist worker checks its own tests.
+SPAWN_MARKS = ("multiprocess", "browser", "container")
+_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.system",
+                           "os.exec", "os.spawn"})
+_watch = {"on": False, "seen": []}
+
+
+def _note_spawn(what: str) -> None:
+    if _watch["on"]:
+        _watch["seen"].append(what)
+
+
+def _spawn_audit(event, args):
+    if event in _SPAWN_EVENTS and _watch["on"]:
+        first = args[1] if event == "subprocess.Popen" else args[0] if args and event != "os.fork" else ""
+        _note_spawn(f"{event} {first!r}"[:160])
+
+
+sys.addaudithook(_spawn_audit)
+_process_start = multiprocessing.process.BaseProcess.start
+
+
+def _watched_process_start(self):
+    # NOTE: the spawn and forkserver start methods raise no audit event (only fork does: os.fork)
+    _note_spawn(f"multiprocessing {type(self).__name__}.start()")
+    return _process_start(self)
+
+
+multiprocessing.process.BaseProcess.start = _watched_process_start
+
+
+@contextlib.contextmanager
+def _watching(on: bool):
+    before = _watch["on"]
+    _watch["on"] = on
+    try:
+        yield
+    finally:
+        _watch["on"] = before
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _watch["seen"] = []
+    with _watching(False):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    with _watching(fixturedef.scope == "function"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _watching(True):
+        result = yield
+    seen = _watch["seen"]
+    if seen and not any(item.get_closest_marker(m) for m in SPAWN_MARKS):
+        pytest.fail(f"{item.nodeid} starts a process ({seen[0]}{f' and {len(seen) - 1} more' if len(seen) > 1 else ''}"
+                    f") but is not marked: add @pytest.mark.multiprocess (browser / container for those), or "
+                    f"use the in-process `cli` fixture instead of a subprocess", pytrace=False)
+    return result
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +138,101 @@ def popen_in_a_terminal(args, **kwargs):
     return p
 
 
+def cli_in_process(*args, timeout=300, env=None, input=None, tty=False):
+    """`opscope ARGS` through the CLI's own main(argv) in this process -> subprocess.CompletedProcess (returncode,
+    stdout, stderr as text), the same answer run_cli gives without paying a process start and a torch import.
+
+    What a command changes in the process is put back afterwards: environment, working directory, sys.argv,
+    stdin/stdout/stderr, signal handlers, logging (handlers, levels, logging.disable), warning filters, sys hooks,
+    torch's thread count and random state. A terminal (tty=True) or an environment variable that is read at start-up
+    (anything but OPSCOPE_*, which are read when used: COLUMNS sizes the console at import, PYTHONPATH and
+    OMP_NUM_THREADS act at start-up) needs a real process: those go to run_cli (so the test is multiprocess).
+    timeout: for run_cli; in process pytest-timeout is the limit."""
+    if tty or any(not k.startswith("OPSCOPE_") for k in env or {}):
+        return run_cli(*args, timeout=timeout, env=env, input=input, tty=tty)
+    from opscope.app.cli import main
+    argv = [str(a) for a in args]
+    out, err = io.BytesIO(), io.BytesIO()
+    # NOTE: kept here and detached below: a wrapper that is dropped closes the bytes under it
+    streams = [io.TextIOWrapper(b, encoding="utf-8", write_through=True) for b in (io.BytesIO(), out, err)]
+    streams[0].write(input or "")
+    streams[0].seek(0)
+    with _process_state_kept():
+        os.environ.update(env or {})
+        sys.argv = ["opscope", *argv]
+        sys.stdin, sys.stdout, sys.stderr = streams
+        try:
+            main(argv)
+            code = 0                        # main() exits; returning is a bug the test should see as odd
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception:                   # OPSCOPE_DEBUG=1 lets it out: what the interpreter does with it
+            traceback.print_exc()
+            code = 1
+    for s in streams:
+        with contextlib.suppress(ValueError):      # a command closed it
+            s.flush()
+            s.detach()
+    # as subprocess.run(text=True) reads a pipe: universal newlines
+    text = [io.TextIOWrapper(io.BytesIO(b.getvalue()), encoding="utf-8", errors="replace").read() for b in (out, err)]
+    return subprocess.CompletedProcess(["opscope", *argv], code, *text)
+
+
+_SIGNALS = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCHLD",
+                                          "SIGPIPE", "SIGALRM", "SIGWINCH") if hasattr(signal, n)]
+
+
+@contextlib.contextmanager
+def _process_state_kept():
+    """Put back what an in-process command may change in the process (cli_in_process)."""
+    import warnings
+    env, cwd, argv = dict(os.environ), os.getcwd(), list(sys.argv)
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    hooks = (sys.excepthook, sys.unraisablehook, threading.excepthook)
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in _SIGNALS} if main_thread else {}
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    logs = [(lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
+    disabled = logging.root.manager.disable
+    filters = list(warnings.filters)
+    torch = sys.modules.get("torch")
+    threads, rng = (torch.get_num_threads(), torch.random.get_rng_state()) if torch else (None, None)
+    try:
+        yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        if os.environ != env:
+            os.environ.clear()
+            os.environ.update(env)
+        for s, h in handlers.items():
+            if signal.getsignal(s) is not h and h is not None:
+                signal.signal(s, h)
+        for lg, level, hs, propagate, off in logs:
+            lg.setLevel(level)
+            lg.handlers[:] = hs
+            lg.propagate, lg.disabled = propagate, off
+        logging.disable(disabled)
+        warnings.filters[:] = filters
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            if threads is not None and torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            if rng is not None:
+                torch.random.set_rng_state(rng)
+
+
 @pytest.fixture
-def cli():
-    return run_cli
+def cli(request):
+    """`opscope ARGS` -> CompletedProcess: in this process (cli_in_process), or, for a test marked multiprocess
+    (browser, container), the real command in a subprocess (run_cli): exit by a signal, a terminal, start-up,
+    a command whose own children inherit its stdout. Slow tests keep the subprocess too (and are marked
+    multiprocess): their real models dwarf a process start, and a real process is the user's view."""
+    marked = any(request.node.get_closest_marker(m) for m in (*SPAWN_MARKS, "slow"))
+    return run_cli if marked else cli_in_process
 
 
 def ctrl_c_able():

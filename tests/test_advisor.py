@@ -36,6 +36,7 @@ def _profile(model_spec, backend_spec):
     return profile(model_spec, backend_spec, model=model, inputs=inputs)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_an_unsupported_hot_op_is_the_first_thing_to_implement(tmp_path):
     chip = _chip(tmp_path, "no-gelu", ["gelu"])
@@ -52,6 +53,7 @@ def test_an_unsupported_hot_op_is_the_first_thing_to_implement(tmp_path):
     assert first.estimated_gain["seconds"] > 0 and "gelu" in first.message
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_reduced_precision_is_estimated_then_measured_with_its_error(tmp_path, cli):
     chip = _chip(tmp_path)
@@ -76,6 +78,7 @@ def test_reduced_precision_is_estimated_then_measured_with_its_error(tmp_path, c
     assert dtypes == {"float16"}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_advice_that_does_not_pay_off_is_marked(tmp_path, cli):
     chip = _chip(tmp_path, "plain-chip")

@@ -76,6 +76,7 @@ def test_a_malformed_pack_names_the_file_and_the_rule(tmp_path, broken, says):
     assert "\n" not in msg
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_the_cli_reports_a_malformed_pack_in_one_line_exit_2(tmp_path, cli):
     from opscope.profiler import profile

@@ -70,6 +70,7 @@ def test_bundled_rules_load():
     assert {"chip-hot", "chip-throttled", "power-over-tdp", "memory-high", "rank-slow", "events-dropped"} <= ids
 
 
+@pytest.mark.multiprocess
 def test_monitor_fires_on_a_sim_chips_temperature_and_hands_it_on(cli, tmp_path):
     chip = tmp_path / "warm.toml"
     chip.write_text(WARM)

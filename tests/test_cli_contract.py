@@ -64,6 +64,7 @@ except SystemExit as e:
 print(code, "torch" in sys.modules, len(out.getvalue()))
 """
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("command", [None, *COMMANDS])
 def test_help_does_not_import_torch(command):
     argv = [command, "--help"] if command else ["--help"]
@@ -89,6 +90,7 @@ def test_help_states_defaults(cli):
 
 # --- no traceback reaches the user ----------------------------------------------------------------
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [["run"], ["migrate", "check", "--backend", "numpy"], ["debug"]],
                          ids=["run", "migrate-check", "debug"])
@@ -173,6 +175,7 @@ def test_a_split_that_cannot_honour_the_shares_says_what_it_did(cli, tmp_path):
 
 # --- opscope ops -------------------------------------------------------------------------------------
 
+@pytest.mark.multiprocess
 def test_ops_lists_every_op_and_who_runs_it(cli):
     doc = json.loads(cli("ops", "--json").stdout)
     assert {"numpy", "torch:cpu", "sim:npu-a1"} <= set(doc["backends"])
@@ -204,6 +207,7 @@ def test_an_all_nan_output_reports_nan_not_zero():
     assert "max(|expected|" in ok["rel_basis"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_run_says_nan_and_what_the_time_is(cli, tmp_path):
     (tmp_path / "nan_model.py").write_text(NAN_MODEL)
@@ -228,6 +232,7 @@ def test_ratios_never_print_as_zero(x, shown):
 
 # --- tables fit 100 columns ---------------------------------------------------------------------
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("argv,must_show", [
     (["ops"], "scaled_dot_product_attention"),
     (["backends"], "sim:npu-a1"),

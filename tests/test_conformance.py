@@ -60,6 +60,7 @@ BROKEN_BACKEND = textwrap.dedent("""
 """)
 
 
+@pytest.mark.multiprocess
 def test_cli_check_json_and_exit_codes(cli, tmp_path):
     r = cli("backend", "check", "numpy", "--ops", "add,softmax", "--json")
     assert r.returncode == 0, r.stderr

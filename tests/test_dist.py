@@ -103,6 +103,7 @@ def test_two_ranks_may_share_a_backend():
     assert job.specs == ["torch:cpu", "torch:cpu"] and job.ratios == [0.7, 0.3]
 
 
+@pytest.mark.multiprocess
 def test_bad_hybrid_spec_on_the_command_line_is_one_line_exit_2():
     r = subprocess.run([sys.executable, "-m", "opscope.runtime.dist", "demo:mlp", "--hybrid", "torch:cpu=x"],
                        capture_output=True, text=True, timeout=120)

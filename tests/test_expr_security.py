@@ -136,6 +136,7 @@ def run_home(tmp_path_factory):
     return home, run_id
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("what, key, value", HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_advise_with_a_hostile_pack_exits_2_with_one_line(tmp_path, monkeypatch, capsys, run_home, what, key, value):
@@ -151,6 +152,7 @@ def test_advise_with_a_hostile_pack_exits_2_with_one_line(tmp_path, monkeypatch,
     assert len(err.strip().splitlines()) == 1 and str(path) in err and "'hostile'" in err and key in err, err
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_advise_in_a_subprocess_refuses_the_hangs_the_issue_found(tmp_path, run_home, cli):
     home, run_id = run_home

@@ -93,6 +93,7 @@ def test_lstm_on_a_sim_chip_falls_back_along_the_chain(tmp_path):
     assert compare(s.run_host(), s.eager())["max_abs"] <= 1e-5
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_cli_reports_which_fallback_took_each_op(cli, tmp_path):
     r = cli("run", f"{MODELS / 'custom_op.py'}:factory", "--backend", _chip(tmp_path, unsupported=["linear"]), "--json")

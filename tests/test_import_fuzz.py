@@ -150,6 +150,7 @@ def check_import(path, store, doc=None):
     return rid
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", ["torch.profiler", "kineto-gpu", "onnxruntime", "opscope"])
 def test_mutated_traces_import_or_exit_2_with_one_line(seeds, seed, tmp_path):
@@ -211,6 +212,7 @@ def test_the_largest_times_that_fit_import_exactly_and_a_run_spans_less_than_int
         import_trace(path, store=store)
 
 
+@pytest.mark.multiprocess
 def test_ids_given_as_lists_objects_or_past_int64_import_deterministically(tmp_path):
     events = [_x(pid=[1, 2], tid={"a": 1}, ts=10), _x(pid=[1, 2], tid={"a": 1}, ts=11, dur=1),
               _x(pid=2 ** 70, tid=2 ** 64 - 1, ts=20),
@@ -332,6 +334,7 @@ def _outcome(path, store):
     return "ok", {k: v.tolist() for k, v in frame.items()}, run["steps"], run["config"], beside
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", ["opscope", "torch.profiler", "kineto-gpu"])
 def test_typed_decoding_imports_exactly_what_dict_decoding_does(seeds, seed, tmp_path, monkeypatch):
@@ -369,6 +372,7 @@ def test_typed_decoding_imports_exactly_what_dict_decoding_does(seeds, seed, tmp
         assert one_pass.count(True) > 20    # and many of them the one-pass road
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_typed_decoding_of_a_real_architectures_training_export_matches_dict_decoding(tmp_path, monkeypatch):
     """The same two roads on material not shaped here: transformers' GPT-2 (random weights, two blocks)
@@ -403,6 +407,7 @@ def test_typed_decoding_of_a_real_architectures_training_export_matches_dict_dec
     assert {"forward", "backward", "optimizer"} <= phases and len(fast[1]["op"]) > 500
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_args_that_do_not_decode_refuse_the_file_as_dict_decoding_does(tmp_path, monkeypatch):
     """A torch.profiler trace's args stay JSON text until read (typed.KinetoEvent): a number past a double's

@@ -305,6 +305,7 @@ def test_apply_write_rewrites_scripts_that_then_run_on_cpu(corpus, cli):
     assert again.returncode == 0 and again.stdout == ""
 
 
+@pytest.mark.multiprocess
 def test_the_original_scripts_do_not_run_on_cpu(corpus):
     """The rewrite test means something only if the originals fail here."""
     import torch
@@ -448,6 +449,7 @@ unsupported = ["gelu"]
 '''
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_check_predicts_native_fallback_unsupported_and_a_run_confirms_it(tmp_path, cli):
     (tmp_path / "m.py").write_text(MODEL)
@@ -469,6 +471,7 @@ def test_check_predicts_native_fallback_unsupported_and_a_run_confirms_it(tmp_pa
     assert not strict["run"]["ran"] and strict["run"]["refused_ops"] == ["gelu"] and strict["run"]["matched"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_check_tells_a_missing_opscope_op_from_a_backend_that_cannot_run_it(tmp_path, cli):
     """A library's custom op: opscope has no op for it (numpy cannot run it: work for opscope), torch:cpu runs it.
@@ -487,6 +490,7 @@ def test_check_tells_a_missing_opscope_op_from_a_backend_that_cannot_run_it(tmp_
     assert torch_cpu["run"]["ran"] and torch_cpu["run"]["matched"]
 
 
+@pytest.mark.multiprocess
 def test_scanning_does_not_import_torch(corpus):
     code = ("import sys\nimport opscope.app.cli as c\nsys.argv = ['opscope', 'migrate', 'scan', sys.argv[1], '--json']\n"
             "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
@@ -509,6 +513,7 @@ def test_jobs_scan_in_parallel_with_the_same_findings(corpus, tmp_path):
     assert one.files == two.files and one.skipped == two.skipped
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_check_train_predicts_the_backward_and_optimizer_ops_and_a_step_confirms_it(tmp_path, cli):
     """A chip without relu's backward: the training check finds it in the backward phase, predicts the

@@ -75,6 +75,7 @@ def test_rewrites_keep_types_and_other_accelerators(rewritten):
     assert "compat.is_accelerator(device.type)" in mnist
 
 
+@pytest.mark.multiprocess
 def test_second_apply_changes_nothing(rewritten, tmp_path):
     _, after, _ = rewritten
     copy = tmp_path / "again"
@@ -144,6 +145,7 @@ def test_migrate_run_refuses_bad_input_in_one_line(cli):
         assert word in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.multiprocess
 def test_migrate_run_says_when_the_command_fails(cli):
     r = cli("migrate", "run", "--", sys.executable, "-c", "import sys; sys.exit(3)")
     assert r.returncode == 1 and "exited with code 3" in r.stderr

@@ -121,6 +121,7 @@ def test_issue_names_are_found_and_rewritten_whole():
     assert [f.api for f in cr.unmapped] == ["cudaDevAttrMaxTexture1DWidth"]
 
 
+@pytest.mark.multiprocess
 def test_text_and_html_reports_show_the_hip_and_sycl_names(tmp_path, cli):
     (tmp_path / "k.cu").write_text("void f(float **p) { cudaMallocHost((void **)p, 4); }\n")
     r = cli("migrate", "scan", str(tmp_path), env={"COLUMNS": "250"})
@@ -169,6 +170,7 @@ def test_three_rewritten_samples_compile_with_hip_cpu_and_pass_their_checks(tmp_
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+@pytest.mark.multiprocess
 def test_check_compile_says_what_to_install_without_a_compiler(tmp_path, cli):
     (tmp_path / "k.cu").write_text("int main() { return 0; }\n")
     env = {"OPSCOPE_HIP_CPU": "", "PATH": "/usr/bin:/bin"}

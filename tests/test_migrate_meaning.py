@@ -81,6 +81,7 @@ def test_compat_device_maps_only_cuda_naming_values(monkeypatch, chosen):
         compat.device(torch.float16)                              # not a device: refused, never guessed
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("chosen", ["cpu", "meta"])
 def test_torch_device_of_a_variable_keeps_its_argument(tmp_path, monkeypatch, chosen):
     doc = _apply(tmp_path, {"rng.py": RNG})

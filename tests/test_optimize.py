@@ -21,6 +21,7 @@ def test_advice_maps_to_passes_and_a_backend_spec_switches_them_on():
     assert n.name == "numpy" and n.description.passes["fuse"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_optimize_gpt_on_sim_ends_no_worse_and_writes_a_plan_run_accepts(cli, tmp_path):
     out = tmp_path / "gpt.opsplan"
@@ -48,6 +49,7 @@ def test_optimize_bad_input_is_one_line_exit_2(cli, tmp_path):
     assert r.returncode == 2 and "suite file" in r.stderr
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_optimize_suite_on_numpy(cli, tmp_path):
     suite = tmp_path / "suite.txt"
@@ -83,6 +85,7 @@ def factory():
 '''
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_advise_apply_of_fusion_advice_reports_estimate_and_measured_gain(cli, tmp_path):
     """The advisor's fusion advice is applicable: --apply re-runs with the fuse pass on and measures."""

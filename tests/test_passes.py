@@ -277,6 +277,7 @@ def test_training_graph_passes_keep_losses_and_phases():
     assert losses["all"][-1] < losses["all"][0]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_profiled_fused_nodes_name_their_members_in_chrome_export_op_table_and_timeline(cli, tmp_path):
     """Issue 19 point 2: a run on a chip with fusion on keeps each fused node's members -- op, module

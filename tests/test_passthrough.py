@@ -19,6 +19,7 @@ SPECS = ["unet.py:factory", "recurrent.py:lstm", "recurrent.py:gru", "weight_nor
          "routing.py:factory", "custom_op.py:factory"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS)
 def test_torch_cpu_runs_the_model_through_the_cli(cli, spec):

@@ -70,6 +70,7 @@ def test_profile_capture_dynamo_records_every_region_op():
     assert any("item()" in r for r in cap["break_reasons"])
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_profile_capture_dynamo_data_dependent_moe():
     m, x = _seeded(LoopMoE), torch.randn(12, 16)

@@ -158,6 +158,7 @@ def test_bad_files_in_home_show_as_not_available_and_break_nothing(cli, opscope_
     assert r.returncode == 0 and "Traceback" not in r.stderr and "sim:good" in r.stdout and "sim:nested" in r.stdout
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_good_backend_runs_beside_bad_files(cli, opscope_home):
     _home_with_bad_files(opscope_home)

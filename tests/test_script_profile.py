@@ -155,6 +155,7 @@ def test_script_that_fails_exits_1_and_keeps_what_it_recorded(cli, tmp_path):
     assert run["status"] == "failed" and run["events"] > 0 and run["steps"] == 2
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_shipped_script_trains_through_torch_compile_like_eager():
     """Issue 13: the shipped training loop with torch.compile(backend="opscope") on numpy, 10 steps, the same

@@ -217,6 +217,7 @@ def test_a_hostile_shared_folder_is_one_line_exit_2_and_the_store_is_unchanged(c
     assert RunStore().list_runs() == []
 
 
+@pytest.mark.multiprocess
 def test_a_shared_folder_that_is_empty_or_a_file_is_refused_in_one_line(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     a_file = tmp_path / "file.parquet"

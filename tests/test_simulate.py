@@ -33,6 +33,7 @@ def test_collective_cost_model_by_hand():
         Interconnect(1e9, 0, "mesh")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_simulate_at_1_8_1024_ranks_matches_the_hand_computation(cli, tmp_path):
     chip = tmp_path / "linked.toml"

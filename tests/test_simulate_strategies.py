@@ -170,6 +170,7 @@ def test_simulate_refuses_a_strategy_that_does_not_fit_in_one_line(cli, args, wh
     assert r.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_simulate_pipeline_deeper_than_the_model_and_a_search(cli, tmp_path):
     from tests.test_simulate import CHIP

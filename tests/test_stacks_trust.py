@@ -36,6 +36,7 @@ def vendor(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pytest.mark.multiprocess
 def test_a_description_named_on_the_command_line_imports_its_module_but_a_plan_naming_it_does_not(
         vendor, tmp_path, cli):
     chip, canary, env = vendor

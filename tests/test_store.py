@@ -187,6 +187,7 @@ def test_finished_runs_answer_aggregates_from_a_cache_equal_to_the_live_query():
     assert store.query("SELECT count(*) FROM op_stats_cache WHERE run_id = ?", [r]) == [(0,)]
 
 
+@pytest.mark.multiprocess
 def test_a_run_whose_collector_was_killed_is_marked_failed_not_running_forever(tmp_path):
     """Regression: `opscope profile --web` killed with SIGKILL left its run 'running' for ever."""
     import subprocess

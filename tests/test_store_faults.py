@@ -92,6 +92,7 @@ def test_a_read_only_home_reads_and_shows_a_dead_run_as_failed_without_writing(t
                     f"set OPSCOPE_HOME to a writable folder")
 
 
+@pytest.mark.multiprocess
 def test_reads_do_not_write_and_the_next_writer_marks_the_dead_run_failed(opscope_home):
     rid = _dead_running_run(opscope_home)
     path = opscope_home / "runs.duckdb"
@@ -145,6 +146,7 @@ def test_a_full_disk_gives_one_line_and_the_runs_still_read(tmpfs, cli, tmp_path
     assert store.query("SELECT status, events FROM runs WHERE run_id = ?", [rid]) == [("failed", 1)]
 
 
+@pytest.mark.multiprocess
 def test_a_file_size_limit_while_writing_is_one_line_not_a_traceback(tmp_path):
     """RLIMIT_FSIZE (ulimit -f) in a child: a write past it fails with EFBIG, the way a full disk fails."""
     code = ("import resource, signal, sys\n"
@@ -211,6 +213,7 @@ def test_the_store_and_its_folder_are_private(tmp_path, monkeypatch):
     assert stat.S_IMODE((home / "runs.duckdb").stat().st_mode) == 0o600
 
 
+@pytest.mark.multiprocess
 def test_an_existing_open_store_is_made_private_when_a_writer_opens_it(tmp_path):
     home = tmp_path / "old-home"
     code = ("import os; os.umask(0o022); from opscope.profiler.store import RunStore; "

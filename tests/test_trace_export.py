@@ -270,6 +270,7 @@ def test_export_to_a_folder_or_an_unwritable_path_is_a_usage_error_not_a_traceba
         export(store, rid, "csv", "/proc/opscope-no-such-file.csv")   # the folder exists; open() fails
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_chrome_export_of_demo_gpt_holds_one_event_per_op_per_step(store, tmp_path):
     from opscope.profiler import profile

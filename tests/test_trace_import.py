@@ -134,6 +134,7 @@ def ort_profile(runs=2):
     return events
 
 
+@pytest.mark.multiprocess
 def test_onnx_op_names_map_to_ops_the_registry_has_and_an_ort_import_needs_no_torch(tmp_path):
     import subprocess
     import sys
@@ -533,6 +534,7 @@ def test_odd_otherdata_and_categories_are_a_usage_error_or_import_not_a_tracebac
     assert store.get_run(import_trace(list_cat, store=store))["events"] == 1
 
 
+@pytest.mark.multiprocess
 def test_the_written_out_aten_table_is_the_registrys(tmp_path):
     """profiler/importers/aten_table.py is generated from the op registry; a fresh process (no ops a test
     defined) must generate the same text, or the import names ops differently from the runtime."""
@@ -548,6 +550,7 @@ def test_the_written_out_aten_table_is_the_registrys(tmp_path):
     assert table.ATEN["aten.linear"] == "linear" and len(table.ATEN) > 300
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_an_import_needs_no_torch_and_leaves_no_cyclic_garbage(tmp_path, layer_trace):
     """A torch.profiler trace with Python stacks and memory, imported in a fresh process with the garbage

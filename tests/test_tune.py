@@ -7,6 +7,7 @@ from opscope.profiler import tuning_cache
 from opscope.profiler.tune import tune
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_tune_gpt_on_torch_cpu_then_reuse_the_cache(cli):
     r = cli("tune", "demo:gpt", "--backend", "torch:cpu", "--budget", "3", "--json")
@@ -117,6 +118,7 @@ def test_trials_are_measured_again_until_their_ranking_is_stable():
     assert trials[1]["measurements"] == rounds + 1 and "measurements" not in trials[3]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_run_uses_the_cached_winner_and_says_so(cli):
     tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
@@ -129,6 +131,7 @@ def test_run_uses_the_cached_winner_and_says_so(cli):
     assert json.loads(plain.stdout)["tuned"] is None
 
 
+@pytest.mark.multiprocess
 def test_profile_uses_the_cached_winner_and_says_so(cli):
     """profile, like run, applies the tuner's cached configuration in its runner, says so, and --no-tune opts out."""
     tuning_cache.put(_mlp_key(), _entry({"chunks": 2}, 3.0))
