@@ -31,3 +31,40 @@ def test_every_docs_page_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
     assert pages and all(p in nav for p in pages), [p for p in pages if p not in nav]
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """Every `opscope ...` command in a ```bash block of README.md and docs/ (one per line, `&&` and `;` split),
+    with the page it is on."""
+    import re
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for block in re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M):
+            for line in block.replace("\\\n", " ").splitlines():
+                for part in re.split(r"&&|;", line.split(" #")[0]):
+                    if part.strip().startswith("opscope "):
+                        found.append((page.relative_to(ROOT).as_posix(), part.strip()))
+    return found
+
+
+@pytest.mark.slow
+def test_every_command_in_the_manual_parses():
+    """Each documented command line is accepted by opscope's own parser (in-process, no torch): a renamed flag,
+    a dropped command or a misspelt choice in the manual fails here. The manual's shorthand is read as a user
+    would: `[...]` is optional (left out), `a|b|c` is one of them (the first), `--diff | --write` likewise."""
+    import re
+    import shlex
+
+    from opscope.app.cli import build_parser
+    lines = _command_lines()
+    assert len(lines) > 50
+    refused = []
+    for page, line in lines:
+        text = re.sub(r"\s\[[^\]]*\]", "", line).replace(" | ", "|")
+        argv = [word.split("|")[0] for word in shlex.split(text)][1:]
+        try:
+            build_parser(argv).parse_args(argv)
+        except SystemExit as e:
+            if e.code:
+                refused.append(f"{page}: {line}")
+    assert not refused, "\n".join(refused)
