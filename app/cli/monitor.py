@@ -169,11 +169,11 @@ def _metrics_server(args):
     import logging
     import threading
 
-    from werkzeug.serving import make_server
+    from opscope.app.web.http_server import make_server     # the web analyzer's: header deadline, per-client bound
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     try:
         server = make_server(args.metrics_host, args.metrics_port,
-                             metrics_app(metrics, args.metrics_host, token, args.allow_host), threaded=True)
+                             metrics_app(metrics, args.metrics_host, token, args.allow_host))
     except OSError as e:
         raise UsageError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host}: "
                          f"{e.strerror or e}; pick another port")
