@@ -34,6 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from opscope.profiler.advisor.expr import Expr, ExprError, Template, budget
 from opscope.runtime.errors import UsageError, first_line
+from opscope.runtime.safe_read import read_bounded
 
 METRICS = {
     "temperature": "degrees C (sim chips' thermal model; host sensors where psutil has them)",
@@ -79,9 +80,8 @@ def load_rules(files=(), *, bundled: bool = True) -> list[AlertRule]:
 def load_file(path: Path) -> list[AlertRule]:
     if not path.is_file():
         raise UsageError(f"alert rules {path} {'is not a file' if path.exists() else 'does not exist'}")
-    raw = path.read_bytes()[:MAX_BYTES + 1]
-    if len(raw) > MAX_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_BYTES} bytes; alert rules are a short TOML file")
+    # the bounded reader: the size before the bytes (read_bytes() read a 10 GB file whole before cutting it)
+    raw = read_bounded(path, MAX_BYTES, f"alert rules {path}", "alert rules are a short TOML file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
