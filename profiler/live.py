@@ -153,6 +153,11 @@ class LiveRun:
         return self.collector.dropped
 
     @property
+    def steps_received(self) -> int:
+        """Recorded steps whose events have reached the store so far (what a progress bar shows)."""
+        return len(self.collector.writer.step_events) if self.collector is not None else 0
+
+    @property
     def rejected(self) -> int:
         """Messages the collector refused (not from this run's runner, or malformed)."""
         return self.collector.rejected
@@ -385,9 +390,10 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
             engine: str = "graph", py_spy: bool = False, config: dict | None = None, store: RunStore | None = None,
             model=None, inputs=None, allow_fallback: bool = True, parent_run: str | None = None,
             hwm: int = DEFAULT_HWM, train: dict | None = None, capture: str = "export",
-            use_tuned: bool = True) -> str:
+            use_tuned: bool = True, progress=None) -> str:
     """Profile and return the run id. Runs in a runner process unless model/inputs objects are given.
     capture="dynamo": through torch.compile with the opscope backend, every region's ops recorded.
+    progress(steps, events): called a few times a second while a runner runs, with what has arrived.
 
     Raises UsageError for bad input, RunFailed (a ModelError, with .run_id) when the model fails.
     """
@@ -396,7 +402,11 @@ def profile(model_spec: str, backend_spec: str, *, steps: int = 1, warmup: int =
         live = start_profile(model_spec, backend_spec, steps=steps, warmup=warmup, values=values, engine=engine,
                              py_spy=py_spy, config=config, store=store, allow_fallback=allow_fallback,
                              parent_run=parent_run, hwm=hwm, train=train, capture=capture, use_tuned=use_tuned)
-        if live.wait() not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
+        status = live.wait(None if progress is None else 0.2)
+        while status == "running":
+            progress(live.steps_received, live.events_received)
+            status = live.wait(0.2)
+        if status not in ("ok", "incomplete"):      # incomplete: the model ran; the run says what is missing
             if live.error_kind == "usage":
                 raise UsageError(live.error)
             raise RunFailed(f"run {live.run_id} failed: {live.error}", live.run_id)

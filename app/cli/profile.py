@@ -102,8 +102,12 @@ def main(args) -> int:
                   file=sys.stderr)
             return 130
         return 0 if live.status == "ok" else 1
+    from opscope.app.progress import progress_bar, shown
     try:
-        run_id = profile(args.model, args.backend, **opts)
+        with progress_bar(f"profiling {args.model} on {args.backend}", total=args.steps, unit="steps",
+                          show=shown(args)) as update:
+            run_id = profile(args.model, args.backend, progress=lambda steps, events: update(
+                done=steps, note=f"{events:,} events" if events else "capturing"), **opts)
     except RunFailed as e:
         run = store.get_run(e.run_id)
         if args.json:         # the document on stdout; the one line on stderr as without --json
