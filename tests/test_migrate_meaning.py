@@ -165,3 +165,76 @@ def test_setup_py_builds_in_a_venv_without_opscope(tmp_path):
     r = subprocess.run([py, "setup.py", "--name"], capture_output=True, text=True, cwd=proj, env=clean, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "ext_demo"
+
+
+# Megatron-LM's CudaRNGStatesTracker.add and _set_cuda_rng_state (megatron/core/tensor_parallel/random.py), as
+# written: seed CUDA per tensor-parallel rank, keep that state, restore CUDA's -- the CPU stream is never touched.
+TRACKER = '''import sys
+
+import torch
+from torch import _C
+
+
+def _set_cuda_rng_state(new_state, device=-1):
+    if hasattr(_C, '_cuda_setRNGState') and callable(_C._cuda_setRNGState):
+        def cb():
+            _C._cuda_setRNGState(new_state)
+    else:
+        def cb():
+            torch.cuda.default_generators[0].set_state(new_state)
+    cb()
+
+
+class CudaRNGStatesTracker:
+    def __init__(self):
+        self.states_ = {}
+
+    def add(self, name, seed):
+        orig_rng_state = torch.cuda.get_rng_state()
+        torch.cuda.manual_seed(seed)
+        self.states_[name] = torch.cuda.get_rng_state()
+        _set_cuda_rng_state(orig_rng_state)
+
+
+def main(rank):
+    torch.manual_seed(1234)
+    torch.cuda.manual_seed_all(1234)
+    tracker = CudaRNGStatesTracker()
+    tracker.add("model-parallel-rng", 1234 + 2718 + rank)
+    return torch.randn(3)
+
+
+if __name__ == "__main__":
+    print(main(int(sys.argv[1])).tolist())
+'''
+
+
+@pytest.mark.multiprocess
+def test_the_cpu_random_stream_is_the_same_after_the_rewrite_on_every_rank(tmp_path):
+    """torch.cuda's seeding touches only CUDA's generators; the rewrite must not reseed the CPU (it did:
+    compat.manual_seed was torch.manual_seed, and rank 0 and 1 then drew different CPU numbers)."""
+    doc = _apply(tmp_path, {"tracker.py": TRACKER})
+    assert doc["rewritten"] >= 6, doc
+    text = (tmp_path / "tracker.py").read_text()
+    for gone in ("torch.cuda.get_rng_state", "torch.cuda.manual_seed", "_C._cuda_setRNGState(",
+                 "torch.cuda.default_generators"):
+        assert gone not in text, gone
+    torch.manual_seed(1234)
+    want = torch.randn(3).tolist()                 # what CUDA's semantics leave the CPU stream at
+    env = {k: v for k, v in os.environ.items() if k != compat.ENV}
+    for rank in (0, 1):
+        r = subprocess.run([sys.executable, str(tmp_path / "tracker.py"), str(rank)], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == want, (rank, r.stdout)
+
+
+def test_compat_random_calls_touch_no_cpu_state_on_the_cpu(monkeypatch):
+    monkeypatch.setenv(compat.ENV, "cpu")
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    compat.manual_seed(99)
+    compat.set_rng_state(compat.get_rng_state())
+    compat.default_generators[0].manual_seed(5)
+    compat.set_rng_state_all(compat.get_rng_state_all())
+    assert torch.equal(torch.get_rng_state(), state)

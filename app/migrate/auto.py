@@ -177,16 +177,6 @@ def _load(fn):
     return load
 
 
-def _seed(seed) -> None:
-    """torch.cuda.manual_seed(_all): seed the generator that now makes the "cuda" tensors. (Not torch.manual_seed,
-    which itself calls torch.cuda.manual_seed_all.)"""
-    kind = compat.device_type()
-    if kind == "cpu":
-        torch.default_generator.manual_seed(int(seed))
-    else:
-        getattr(torch, kind).manual_seed_all(int(seed))
-
-
 def _cuda_module() -> None:
     """torch.cuda's queries answer for the chosen device."""
     c = torch.cuda
@@ -195,7 +185,11 @@ def _cuda_module() -> None:
                  "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "reset_max_memory_allocated",
                  "empty_cache"):
         setattr(c, name, getattr(compat, name))
-    c.manual_seed = c.manual_seed_all = _seed
+    # random numbers: the accelerator's generators only, as CUDA's calls touch only CUDA's (compat.py says why)
+    c.manual_seed = c.manual_seed_all = compat.manual_seed
+    for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all"):
+        setattr(c, name, getattr(compat, name))
+    c.default_generators = compat.default_generators
     c.get_device_name = lambda device=None: compat.device_name()
     c.is_bf16_supported = lambda *a, **k: True
     c.amp.autocast = lambda *a, **k: compat.autocast(*a, **k)

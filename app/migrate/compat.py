@@ -233,9 +233,70 @@ def profiler_activity():
     return getattr(ProfilerActivity, device_type().upper(), ProfilerActivity.CPU)
 
 
+# ---------------------------------------------------------------- random numbers
+# NOTE: torch.cuda's random-number calls touch the CUDA generators and nothing else; code relies on that (Megatron's
+# CudaRNGStatesTracker seeds CUDA per tensor-parallel rank and restores only CUDA's state, so the CPU stream stays the
+# same on every rank). These keep that meaning: the chosen accelerator's generators, and on the CPU -- where there is
+# no accelerator generator -- nothing at all. torch.manual_seed would reseed the CPU stream too and change results.
+
 def manual_seed(seed: int) -> None:
-    """Seed every device (torch.manual_seed seeds the accelerators too)."""
-    torch.manual_seed(seed)
+    """torch.cuda.manual_seed(_all): seed the accelerator's generators; the CPU's stream is left alone."""
+    mod = _module()
+    if mod is not None and hasattr(mod, "manual_seed_all"):
+        mod.manual_seed_all(int(seed))
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    """torch.cuda.get_rng_state: the accelerator generator's state; on the CPU an empty state (no such generator)."""
+    mod = _module()
+    if mod is not None and hasattr(mod, "get_rng_state"):
+        return mod.get_rng_state(_index_of(device) or 0)
+    return torch.empty(0, dtype=torch.uint8)
+
+
+def set_rng_state(state, device=None) -> None:
+    """torch.cuda.set_rng_state (and torch._C._cuda_setRNGState): restore the accelerator generator's state; a no-op
+    on the CPU, whose own stream a CUDA call never touched."""
+    mod = _module()
+    if mod is not None and hasattr(mod, "set_rng_state"):
+        mod.set_rng_state(state, _index_of(device) or 0)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    for i, state in enumerate(states):
+        set_rng_state(state, i)
+
+
+class _NoGenerator:
+    """torch.cuda.default_generators[i] where there is no accelerator: answers like a generator, changes nothing."""
+
+    def manual_seed(self, seed):
+        return self
+
+    def get_state(self):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_state(self, state):
+        return self
+
+    def seed(self):
+        return 0
+
+    def initial_seed(self):
+        return 0
+
+
+def __getattr__(name):
+    # default_generators: the accelerator's generators when they are asked for (the device is chosen per call)
+    if name == "default_generators":
+        mod = _module()
+        gens = getattr(mod, "default_generators", None) if mod is not None else None
+        return tuple(gens) if gens else (_NoGenerator(),)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------- events, streams, device properties
