@@ -80,3 +80,30 @@ def test_runs_show_and_trace_import_print_no_control_character_from_a_run(cli, t
     assert line.endswith("boom\\n\\x1b[31mopscope: all good")                # one line, shown as it was
     r = cli("show", run_id, "--by", "node")
     assert "/fc1\\n\\x1b[31mopscope: all good/Gemm" in r.stdout
+
+
+RANK_MODEL = '''
+import os
+import torch
+
+
+def factory():
+    if os.environ.get("RANK") == "1":
+        raise ValueError("boom\\x1b[2J\\x1b]0;pwned\\x07 \\x1b[31mopscope: all good")
+    return torch.nn.Linear(4, 1), (torch.randn(2, 4),)
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_ranks_error_text_prints_escaped_on_one_line(cli, tmp_path):
+    """train --hybrid: rank 1's error text reaches the report line and the error line as written, escaped."""
+    (tmp_path / "ranks.py").write_text(RANK_MODEL)
+    r = cli("train", f"{tmp_path / 'ranks.py'}:factory", "--hybrid", "numpy=0.5,torch:cpu=0.5", "--steps", "1")
+    assert r.returncode == 1, r.stderr
+    out = r.stdout + r.stderr
+    assert _raw_control(out) == [], out
+    [line] = [ln for ln in r.stderr.splitlines() if ln.startswith("opscope: error:")]
+    assert "boom\\x1b[2J\\x1b]0;pwned\\x07 \\x1b[31mopscope: all good" in line
+    r = cli("runs")
+    assert r.returncode == 0 and _raw_control(r.stdout + r.stderr) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import OpscopeError
+from ..errors import OpscopeError, terminal_text
 from .cli_support import add_hybrid_arguments, train_hybrid
 
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     try:
         return train_hybrid(args)
     except OpscopeError as e:
-        print(f"opscope: error: {e}", file=sys.stderr)
+        print(f"opscope: error: {terminal_text(e)}", file=sys.stderr)
         return e.exit_code
 
 

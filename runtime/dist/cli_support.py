@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from ..errors import ModelError, OpscopeError, UsageError
+from ..errors import ModelError, OpscopeError, UsageError, terminal_text
 
 SHARED_ENV = "OPSCOPE_SHARED_DIR"
 
@@ -346,11 +346,11 @@ def _print(report: dict, args) -> None:
                   f"{ref['step_seconds'] * 1e3:.1f} ms\n")
     if (report.get("shares") or {}).get("note"):
         out.write(f"  shares: {report['shares']['note']}\n")
-    if report["error"]:
-        out.write(f"  stopped: {report['error']}\n")
+    if report["error"]:              # a rank's own text: one line, no raw control character
+        out.write(f"  stopped: {terminal_text(report['error'])}\n")
     if report.get("run_id"):
         out.write(f"  run {report['run_id']} (`opscope runs`)\n")
     if report.get("shared"):
         out.write(f"  every rank's events: {report['shared']} (`opscope serve {os.path.dirname(report['shared'])}`)\n")
     if report["error"]:
-        print(f"opscope: error: {report['error']}", file=sys.stderr)
+        print(f"opscope: error: {terminal_text(report['error'])}", file=sys.stderr)
