@@ -7,7 +7,7 @@ import shutil
 import sys
 import tempfile
 
-from opscope.runtime.errors import UsageError
+from opscope.runtime.errors import UsageError, terminal_text
 from opscope.runtime.home import HOME_ENV
 
 
@@ -99,8 +99,8 @@ def _import_folder(folder: str, home: str) -> None:
           f"server stops):", flush=True)
     for rid in run_ids:
         run = store.get_run(rid)
-        print(f"  {rid}  {run.get('model')}  {run['config'].get('world_size')} ranks  {run.get('status')}"
-              + (f"  ({run['error']})" if run.get("error") else ""), flush=True)
+        print(terminal_text(f"  {rid}  {run.get('model')}  {run['config'].get('world_size')} ranks  "
+                            f"{run.get('status')}" + (f"  ({run['error']})" if run.get("error") else "")), flush=True)
 
 
 def _serve(args, token) -> int:
