@@ -107,3 +107,14 @@ def test_a_ranks_error_text_prints_escaped_on_one_line(cli, tmp_path):
     assert "boom\\x1b[2J\\x1b]0;pwned\\x07 \\x1b[31mopscope: all good" in line
     r = cli("runs")
     assert r.returncode == 0 and _raw_control(r.stdout + r.stderr) == []
+
+
+def test_the_console_and_the_tui_helpers_escape_every_field_and_cell():
+    """say() on the console and in the TUI, and table(): the ways a name reaches a terminal."""
+    from opscope.app.cli.common import say, table
+    from opscope.debugger.view import say as tui_say
+    assert say("[bold]{}[/] on {}", MODEL, BACKEND).plain == f"{terminal_text(MODEL)} on {terminal_text(BACKEND)}"
+    assert tui_say("op [b]$name[/b]", name=NODE).plain == f"op {terminal_text(NODE)}"
+    t = table(f"runs of {MODEL}", ["run", BACKEND], [[MODEL, PROVIDER]])
+    cells = [t.title.plain, *(c.header.plain for c in t.columns), *(str(x) for c in t.columns for x in c._cells)]
+    assert all("\x1b" not in c and "\n" not in c for c in cells), cells
