@@ -572,3 +572,61 @@ def test_c_scan_finds_headers_types_intrinsics_macros_nvtx_and_the_libtorch_devi
     lines = CPP_EXT.splitlines()
     for f in found.values():                                   # every finding sits on the line it names
         assert f.api.split()[-1].strip(".()").split("::")[-1] in lines[f.line - 1], f
+
+
+CANCELLING = '''import torch
+from torch import nn
+
+
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.fc(x).sum()            # a sum that cancels: rounding each product shows in it
+
+
+def factory():
+    torch.manual_seed(0)
+    return Wide(), (torch.randn(64, 256) * 3,)
+'''
+LOW_PRECISION = '''
+[backend]
+name = "lowp-chip"
+implementation = "sim"
+fallback = "numpy"
+
+[hardware]
+peak_flops = { float32 = 1.0e13, float16 = 4.0e13 }
+memory_bandwidth = 1.0e12
+
+[operators]
+low_precision = ["addmm", "matmul", "linear"]
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("json_out", [False, True])
+def test_check_says_in_one_line_why_it_exits_1_and_shows_time_per_op(tmp_path, cli, json_out):
+    """A chip that rounds matmuls to float16: placement matches, the loss does not. `migrate check` exited 1 with
+    nothing on stderr after printing 'placement matched'; now one line says the loss is beyond the tolerance, and
+    each op's roofline estimate stands beside the time the run measured, with its clock."""
+    (tmp_path / "m.py").write_text(CANCELLING)
+    (tmp_path / "lowp.toml").write_text(LOW_PRECISION)
+    r = cli("migrate", "check", f"{tmp_path / 'm.py'}:factory", "--train", "-b", tmp_path / "lowp.toml",
+            *(["--json"] if json_out else []))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not confirmed" in lines[0] and "beyond the tolerance" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    if json_out:
+        doc = json.loads(r.stdout)
+        assert not doc["confirmed"] and "beyond the tolerance" in doc["why_not"]
+        times = doc["backends"][0]["run"]["times"]
+        addmm = next(t for t in times if t["op"] in ("addmm", "matmul"))
+        assert addmm["predicted_clock"] == "estimate: roofline" and addmm["measured_clock"] == "simulated"
+        assert addmm["predicted_seconds"] > 0 and addmm["measured_seconds"] > 0
+    else:
+        assert "OUTSIDE the tolerance" in r.stdout and "time per op" in r.stdout and "simulated" in r.stdout

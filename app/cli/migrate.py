@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from opscope.runtime.errors import UsageError
+from opscope.runtime.errors import UsageError, terminal_text
 
 from .common import add_json, console, emit_json, output_path, say, table
 
@@ -314,6 +314,8 @@ def check_main(args) -> int:
         doc = check(args.model, args.backend, train=args.train)
     if args.json:
         emit_json(doc)
+        if not doc["confirmed"]:
+            print(terminal_text(f"opscope: {doc['model']} not confirmed: {doc['why_not']}"), file=sys.stderr)
         return 0 if doc["confirmed"] else 1
     for b in doc["backends"]:
         c, run = b["counts"], b["run"]
@@ -334,14 +336,28 @@ def check_main(args) -> int:
             numerics = (f"loss {run['loss']:.6g} vs eager {run['eager_loss']:.6g} (abs err {run['max_abs_err']:.2e})"
                         if doc.get("train") else
                         f"max abs err {run['max_abs_err']:.2e} vs eager PyTorch (cosine {run['cosine']:.6f})")
-            console.print(f"confirmed by a real run: placement {'matched' if run['matched'] else 'DID NOT match'} the "
-                          f"prediction; {numerics}")
+            within = "" if run.get("numerics_ok", True) else " -- OUTSIDE the tolerance"
+            console.print(f"checked by a real run: placement {'matched' if run['matched'] else 'DID NOT match'} the "
+                          f"prediction; {numerics}{within}")
+            times = run.get("times") or []
+            if times:
+                console.print(table("time per op: predicted (roofline estimate from the description) vs measured",
+                                    ["op", "backend", "nodes", "predicted", "measured", "measured/predicted"],
+                                    [[t["op"], t["backend"], t["nodes"], _ms(t["predicted_seconds"]),
+                                      f"{_ms(t['measured_seconds'])} {t['measured_clock']}",
+                                      "-" if t["ratio"] is None else f"{t['ratio']:.2f}x"] for t in times[:15]]))
         elif run["ran"]:
             console.print(say("[red]the run failed[/]: {}", run["error"]))
         else:
             console.print(say(("confirmed: the backend refuses " if run["matched"] else "[red]NOT confirmed[/]: refused ")
                               + "{}", ", ".join(run.get("refused_ops", []))))
+    if not doc["confirmed"]:
+        print(terminal_text(f"opscope: {doc['model']} not confirmed: {doc['why_not']}"), file=sys.stderr)
     return 0 if doc["confirmed"] else 1
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
 def _compile_main(args) -> int:

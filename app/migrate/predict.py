@@ -25,6 +25,7 @@ from opscope.runtime.session import compare
 
 RANK = {"native": 0, "fallback": 1, "missing-op": 2, "unsupported": 3}
 COSINE_OK = 0.9999
+LOSS_TOL = 1e-4               # a training step's loss vs eager's, relative to max(1, |loss|)
 
 
 def predict_node(node, backend) -> tuple[str, str, str]:
@@ -67,14 +68,66 @@ def _by_line(pred: dict) -> list[dict]:
 
 
 class _Where:
-    """Executor hook: which backend each op really ran on."""
+    """Executor hook: which backend each op really ran on, and for how long on that backend's clock."""
 
     def __init__(self):
         self.ran: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
+        self.clocks: dict[str, str] = {}
 
     def after_op(self, call) -> None:
         if call.node.op != "transfer":
             self.ran[call.node.name] = call.backend.name
+            self.seconds[call.node.name] = max(0, call.end_ns - call.start_ns) / 1e9
+            self.clocks[call.backend.name] = "simulated" if getattr(call.backend.clock, "simulated", False) \
+                else "host wall"
+
+
+def _times(pred: dict, hook: _Where, backends: dict) -> list[dict]:
+    """Per op: the roofline estimate on the backend predicted to run it (its description's numbers) beside the time
+    the confirming run measured there, each labelled with its clock. For a sim chip the two use the same model
+    (the sim clock is the roofline), so agreement there checks placement and shapes, not the chip."""
+    from opscope.runtime.roofline import node_seconds
+    ops: dict[tuple, dict] = {}
+    for name, (node, status, where, _) in pred.items():
+        b = backends.get(where)
+        if b is None or name not in hook.seconds:
+            continue
+        o = ops.setdefault((node.op, where), {"op": node.op, "backend": where, "nodes": 0, "predicted_seconds": 0.0,
+                                             "measured_seconds": 0.0, "predicted_clock": "estimate: roofline",
+                                             "measured_clock": hook.clocks.get(where, "host wall")})
+        o["nodes"] += 1
+        o["predicted_seconds"] += node_seconds(node, b.description)
+        o["measured_seconds"] += hook.seconds[name]
+    for o in ops.values():
+        o["ratio"] = o["measured_seconds"] / o["predicted_seconds"] if o["predicted_seconds"] > 0 else None
+    return sorted(ops.values(), key=lambda o: -o["measured_seconds"])
+
+
+def _backends_of(backend) -> dict:
+    return {b.name: b for b in [backend, *backend.fallback_chain()]}
+
+
+def why_not(doc: dict) -> str:
+    """One line: why `migrate check` did not confirm its prediction ('' when it did)."""
+    reasons = []
+    for b in doc["backends"]:
+        run = b["run"]
+        if run.get("error") and run.get("ran"):
+            reasons.append(f"{b['backend']}: the run failed: {run['error']}")
+        elif not run["matched"]:
+            n = len(run.get("mismatches") or [])
+            reasons.append(f"{b['backend']}: placement did not match the prediction"
+                           + (f" ({n} op{'s' if n != 1 else ''} ran elsewhere)" if n else ""))
+        elif not run.get("numerics_ok", True):
+            if doc.get("train"):
+                reasons.append(f"{b['backend']}: the loss {run['loss']:.6g} differs from eager's "
+                               f"{run['eager_loss']:.6g} by {run['max_abs_err']:.2e}, beyond the tolerance "
+                               f"{LOSS_TOL:g} (relative to max(1, |loss|))")
+            else:
+                reasons.append(f"{b['backend']}: outputs differ from eager PyTorch (cosine {run['cosine']:.6f} < "
+                               f"{COSINE_OK})")
+    return "; ".join(reasons)
 
 
 def check_backend(model_spec: str, backend_spec: str, model, inputs) -> dict:
@@ -103,7 +156,8 @@ def check_backend(model_spec: str, backend_spec: str, model, inputs) -> dict:
             mism = [{"node": name, "op": node.op, "predicted": where, "ran_on": hook.ran.get(name)}
                     for name, (node, status, where, _) in pred.items() if hook.ran.get(name) != where]
             run.update(ran=True, matched=not mism, mismatches=mism[:20], max_abs_err=err["max_abs"],
-                       max_rel_err=err["max_rel"], cosine=err["cosine"], numerics_ok=err["cosine"] >= COSINE_OK)
+                       max_rel_err=err["max_rel"], cosine=err["cosine"], numerics_ok=err["cosine"] >= COSINE_OK,
+                       times=_times(pred, hook, _backends_of(session.backend)))
     counts = {s: 0 for s in RANK}
     for _, status, _, _ in pred.values():
         counts[status] += 1
@@ -138,7 +192,8 @@ def check_train_backend(model_spec: str, backend_spec: str, model, inputs, eager
                     for name, (node, status, where, _) in pred.items() if hook.ran.get(name) != where]
             err = abs(loss - eager_loss)
             run.update(ran=True, matched=not mism, mismatches=mism[:20], loss=loss, eager_loss=eager_loss,
-                       max_abs_err=err, numerics_ok=err <= 1e-4 * max(1.0, abs(eager_loss)))
+                       max_abs_err=err, numerics_ok=err <= LOSS_TOL * max(1.0, abs(eager_loss)),
+                       times=_times(pred, hook, _backends_of(backend)))
     counts = {s: 0 for s in RANK}
     phases: dict[str, dict] = {}
     for node, status, _, _ in pred.values():
@@ -164,5 +219,7 @@ def check(model_spec: str, backend_specs: list[str], *, train: bool = False) -> 
     else:
         model, inputs = models.load(model_spec)
         results = [check_backend(model_spec, spec, model, inputs) for spec in backend_specs]
-    return {"model": model_spec, "train": train, "backends": results,
-            "confirmed": all(r["run"]["matched"] and r["run"].get("numerics_ok", True) for r in results)}
+    doc = {"model": model_spec, "train": train, "backends": results,
+           "confirmed": all(r["run"]["matched"] and r["run"].get("numerics_ok", True) for r in results)}
+    doc["why_not"] = why_not(doc)
+    return doc
