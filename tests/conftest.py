@@ -51,6 +51,33 @@ def _watched_process_start(self):
 multiprocessing.process.BaseProcess.start = _watched_process_start
 
 
+def _decline_openvino_telemetry() -> None:
+    """OpenVINO's converter (openvino.convert_model) sends usage analytics, one child process per event and a client
+    id written under ~/intel, unless a consent file says no. Tests reach no network and start no process for it.
+    Its Telemetry is a singleton: made here, declined (the library's own "in CI" rule), and kept declined (the
+    converter and the PyTorch frontend each init it again under their own names), for every conversion here."""
+    try:
+        import openvino_telemetry
+    except ImportError:
+        return
+    ci = os.environ.get("CI")
+    os.environ["CI"] = "true"
+    try:
+        declined = openvino_telemetry.Telemetry(app_name="OVC", tid="opscope-tests", backend="ga4",
+                                                enable_opt_in_dialog=False, disable_in_ci=True)
+        declined.init = lambda *args, **kwargs: None
+    except Exception:                   # a library version that works otherwise: the spawn check will say so
+        pass
+    finally:
+        if ci is None:
+            del os.environ["CI"]
+        else:
+            os.environ["CI"] = ci
+
+
+_decline_openvino_telemetry()
+
+
 @contextlib.contextmanager
 def _watching(on: bool):
     before = _watch["on"]
@@ -157,7 +184,8 @@ def cli_in_process(*args, timeout=300, env=None, input=None, tty=False):
     streams = [io.TextIOWrapper(b, encoding="utf-8", write_through=True) for b in (io.BytesIO(), out, err)]
     streams[0].write(input or "")
     streams[0].seek(0)
-    with _process_state_kept():
+    from opscope.app.cli.common import console
+    with _process_state_kept(), _console_as_started(console):
         os.environ.update(env or {})
         sys.argv = ["opscope", *argv]
         sys.stdin, sys.stdout, sys.stderr = streams
@@ -176,6 +204,19 @@ def cli_in_process(*args, timeout=300, env=None, input=None, tty=False):
     # as subprocess.run(text=True) reads a pipe: universal newlines
     text = [io.TextIOWrapper(io.BytesIO(b.getvalue()), encoding="utf-8", errors="replace").read() for b in (out, err)]
     return subprocess.CompletedProcess(["opscope", *argv], code, *text)
+
+
+@contextlib.contextmanager
+def _console_as_started(console):
+    """The CLI's console is sized once, at import (app/cli/common.py: a pipe gets 160 columns, $COLUMNS wins);
+    imported in this process at another moment (a test that had set COLUMNS) it would keep that size."""
+    width = console._width
+    columns = os.environ.get("COLUMNS", "")
+    console._width = int(columns) if columns.isdigit() else 160
+    try:
+        yield
+    finally:
+        console._width = width
 
 
 _SIGNALS = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCHLD",
