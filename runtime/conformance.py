@@ -339,7 +339,7 @@ def _compare(actual: np.ndarray, expected: torch.Tensor, meta: TensorMeta, value
         return True, 0.0, 0.0, ""
     cplx = expected.is_complex()
     if cplx:
-        e, a = expected.detach().to(torch.complex128).numpy(), actual.astype(np.complex128)
+        e, a = expected.detach().resolve_conj().to(torch.complex128).numpy(), actual.astype(np.complex128)
     else:
         e = expected.detach().to(torch.float64).numpy() if expected.dtype != torch.bool else expected.numpy()
         a = actual.astype(np.float64) if actual.dtype != np.bool_ else actual

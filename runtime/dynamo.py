@@ -32,6 +32,7 @@ from .capture import module_path, translate
 from .dtypes import to_torch
 from .errors import ModelError, OpscopeError, UsageError, first_line
 from .executor import Executor, Plan, compile_plan
+from .fallback import ASK
 from .graph import Graph
 from .hdi import Backend
 
@@ -55,7 +56,8 @@ def hooked(*hooks):
 def opscope_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, **_):
     """The `torch_dynamo_backends` entry point: one call per region TorchDynamo captured.
 
-    options: backend (spec or Backend, default numpy), fallback (bool, default True),
+    options: backend (spec or Backend, default numpy), fallback (bool, default True, or a list of backend specs
+    to try after the description's chain: ["torch:cpu"]),
     hooks (executor hooks for every region), run (a DynamoRun to record into; made and put back
     into `options["run"]` when absent), model (the root module, for full module paths).
     """
@@ -122,8 +124,13 @@ class CompiledGraph:
             if self.kind == "backward":
                 self.region.link_backward(gm, graph)
             from torch._subclasses.fake_tensor import unset_fake_temporarily
-            with unset_fake_temporarily():      # a lifted constant (get_attr) is a real tensor copied to the device
-                ex = Executor(compile_plan(graph, self.region.run.backend, allow_fallback=self.region.run.fallback))
+            # a refusal names torch.compile's options key, not the CLI's --fallback flag
+            ask = ASK.set('pass torch.compile options={{"backend": ..., "fallback": ["{spec}"]}}')
+            try:
+                with unset_fake_temporarily():      # a lifted constant (get_attr) is a real tensor copied to the device
+                    ex = Executor(compile_plan(graph, self.region.run.backend, allow_fallback=self.region.run.fallback))
+            finally:
+                ASK.reset(ask)
             if len(self.plans) >= _SPECIALISED_LIMIT:
                 self.plans.pop(next(iter(self.plans)))
             self.plans[key] = ex
@@ -224,7 +231,8 @@ class DynamoRun:
     def __init__(self, backend="numpy", *, fallback: bool = True, hooks=(), model: torch.nn.Module | None = None,
                  name: str = ""):
         self.backend: Backend = backend if isinstance(backend, Backend) else _backends.resolve(str(backend))
-        self.fallback = bool(fallback)
+        # True (the description's chain), False, or that chain plus these specs (runtime/fallback.py)
+        self.fallback = list(fallback) if isinstance(fallback, (list, tuple)) else bool(fallback)
         self.hooks = list(hooks)
         self.regions: list[Region] = []
         self.region_calls = 0

@@ -7,7 +7,12 @@ placement (sessions, the profiler's runner, training, TorchDynamo regions) carri
 """
 from __future__ import annotations
 
+import contextvars
+
 SUGGESTED = "torch:cpu"        # runs every ATen op and any torch.library op: the way out a refusal names
+# How the caller asks for one more fallback, in the words of where the refusal happens: the CLI's flag, or (under
+# torch.compile, runtime/dynamo.py) its options key. {spec} is the backend suggested.
+ASK = contextvars.ContextVar("opscope_fallback_ask", default="run with --fallback {spec}")
 
 
 def fallback_chain(backend, allow_fallback) -> list:
@@ -31,7 +36,7 @@ def suggestion(backend, chain, lasting: str) -> str:
     for this run when torch was not asked yet."""
     if backend.name.startswith("torch") or any(b.name.startswith("torch") for b in chain):
         return lasting
-    return f"run with --fallback {SUGGESTED}, or {lasting}"
+    return f"{ASK.get().format(spec=SUGGESTED)}, or {lasting}"
 
 
 def parse_flag(values) -> list[str]:

@@ -222,6 +222,21 @@ class _OneOp(torch.nn.Module):
 _TENSOR = object()
 
 
+def replica(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a sample tensor as OpInfo built it: its whole storage copied, the same size, strides and storage
+    offset over it. NOTE: not `clone()` -- a clone is a fresh contiguous tensor, which removes what a partial-view
+    sample (as_strided over a view with a storage_offset) tests. Each run gets its own, so in-place ops never leak."""
+    if t.layout != torch.strided:
+        return t.clone()
+    storage = t.untyped_storage().clone()
+    out = torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.size(), t.stride())
+    if t.is_conj():                    # the storage holds the values before the lazy conjugation
+        out = out.conj()
+    if t.is_neg():
+        out = torch._neg_view(out)
+    return out
+
+
 def _check_sample(backend, info, sample) -> tuple[str, str, set]:
     from .capture import ExportRefused, export, translate_export
     from .errors import UnsupportedOpError
@@ -236,12 +251,12 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
     if sparse:                  # opscope's graphs hold strided tensors: it claims nothing of a sparse sample
         return "unclaimed", f"sparse input ({', '.join(sparse)}): opscope takes strided tensors", set()
     try:
-        expected = model(*[t.clone() for t in tensors])
+        expected = model(*[replica(t) for t in tensors])
         draws = None if info.name in _UNINITIALISED else _random_draws(info, model, tensors)
     except Exception as e:
         return "uncapturable", f"eager: {type(e).__name__}: {first_line(e)[:160]}", set()
     try:
-        ep = export(model, tuple(t.clone() for t in tensors), name=info.name)
+        ep = export(model, tuple(replica(t) for t in tensors), name=info.name)
     except ExportRefused as e:          # torch.export's own refusal: not ours to count
         return "uncapturable", first_line(e)[:200], set()
     try:
@@ -262,14 +277,14 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
     try:
         fell_back = any(getattr(node, "fallback", False) for node, _ in plan.placement.assignments)
         executor = Executor(plan)
-        actual = executor.run_host(*[t.clone() for t in tensors])
+        actual = executor.run_host(*[replica(t) for t in tensors])
         if draws:
             block = _block(graph)
             if block > 1:                # few independent draws per run: draw more runs, on both sides
                 units = max(1, sum(np.size(a) for a in actual) // block)
                 draws = _random_draws(info, model, tensors, min(_MAX_DRAWS, max(len(draws), -(-_UNITS // units))))
             why = _compare(actual, expected, shape_only=True) or _same_distribution(
-                [actual] + [executor.run_host(*[t.clone() for t in tensors]) for _ in range(len(draws) - 1)], draws,
+                [actual] + [executor.run_host(*[replica(t) for t in tensors]) for _ in range(len(draws) - 1)], draws,
                 block=block)
         else:
             why = _compare(actual, expected, shape_only=info.name in _UNINITIALISED)
@@ -304,7 +319,7 @@ def _random_draws(info, model, tensors, n: int = 5) -> list | None:
         outs = []
         for seed in range(1, n + 1):     # five draws: a few-element sample rarely repeats by chance
             torch.manual_seed(seed)
-            outs.append([x for x in pytree.tree_leaves(model(*[t.clone() for t in tensors]))
+            outs.append([x for x in pytree.tree_leaves(model(*[replica(t) for t in tensors]))
                          if isinstance(x, torch.Tensor)])
     finally:
         module["wrapper_set_seed"] = saved

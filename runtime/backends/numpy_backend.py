@@ -17,6 +17,10 @@ class NumpyMemory(MemoryManager):
     def to_device(self, host):
         if isinstance(host, torch.Tensor):
             t = host.detach().cpu()
+            if t.is_conj() or t.is_neg():      # lazily conjugated or negated (an ifft's result): its values
+                t = t.resolve_conj().resolve_neg()
+            if t.layout == torch.strided and not _plain_layout(t):
+                return _with_storage(t)
             if t.dtype == torch.bfloat16:
                 t = t.float()
             return t.numpy().copy()
@@ -32,6 +36,23 @@ class NumpyMemory(MemoryManager):
 
     def copy(self, dst, src):
         np.copyto(dst, src)
+
+
+def _plain_layout(t: torch.Tensor) -> bool:
+    """A tensor that is its whole storage, in row-major order from its start."""
+    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t.storage_offset() == 0 and t.is_contiguous() and whole
+
+
+def _with_storage(t: torch.Tensor) -> np.ndarray:
+    """A view (same shape, strides and offset) into a copy of `t`'s whole storage: a partial view, a transposed or
+    strided input keeps what eager's as_strided reads through it (runtime/ops/shape.py `storage_of`)."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    whole = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (n,), (1,))
+    flat = (whole.float() if t.dtype == torch.bfloat16 else whole).numpy().copy()
+    item = flat.itemsize
+    return np.ndarray(tuple(t.shape), dtype=flat.dtype, buffer=flat, offset=t.storage_offset() * item,
+                      strides=tuple(s * item for s in t.stride()))
 
 
 def numpy_kernel(node, backend):

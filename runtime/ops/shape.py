@@ -95,13 +95,36 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
     return np.diagonal(self, offset, dim1, dim2)
 
 
+def storage_of(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """The flat array `a` views (torch's storage) and `a`'s element offset into it (its storage_offset).
+
+    A view of a graph input or of another kernel's output lies in that array's memory, as it would in torch's
+    storage; an array that owns its memory is its own storage when row-major, else (no storage order to follow)
+    its values in row-major order."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is a or not root.flags.c_contiguous or root.dtype != a.dtype:
+        return np.ascontiguousarray(a).reshape(-1), 0
+    start = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    if start % a.itemsize:
+        return np.ascontiguousarray(a).reshape(-1), 0
+    return root.reshape(-1), start // a.itemsize
+
+
 @define("as_strided", "view", aten=("aten.as_strided", "aten.as_strided_"))
 def as_strided(self, size, stride, storage_offset=None):
-    """A view with explicit strides over self's elements in row-major order (its storage, when contiguous)."""
-    base = np.ascontiguousarray(self).reshape(-1)
-    start = base[storage_offset or 0:]
-    item = base.itemsize
-    return np.lib.stride_tricks.as_strided(start, tuple(size), tuple(s * item for s in stride), writeable=False).copy()
+    """A view with explicit strides over self's storage (runtime/ops/shape.py `storage_of`), from
+    `storage_offset` (absolute, as in torch) or else from where self starts in it."""
+    storage, own = storage_of(self)
+    start = own if storage_offset is None else int(storage_offset)
+    last = start + sum((n - 1) * s for n, s in zip(size, stride)) if all(n > 0 for n in size) else start - 1
+    if start < 0 or last >= storage.size:
+        raise ValueError(f"as_strided: size {list(size)}, stride {list(stride)} and storage offset {start} reach "
+                         f"element {last}, beyond a storage of {storage.size}")
+    item = storage.itemsize
+    return np.lib.stride_tricks.as_strided(storage[start:], tuple(size), tuple(s * item for s in stride),
+                                           writeable=False).copy()
 
 
 @define("alias", "view", aten=("aten.alias", "aten.detach", "aten.detach_", "aten.lift_fresh", "aten.view_as_real"))

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.backward import seeded_keep
+from .masks import host_draws_seeded, seeded_rand
 
 # The Python entry points that reach ATen's dropout (what the joint capture turns into native_dropout), and how
 # each spells its arguments.
@@ -37,6 +38,9 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
         self._quiet = None
 
     def __enter__(self):
+        # host-drawn masks (SpecAugment's numpy spans) start from the rule's seed too, as the capture's did
+        self._host = host_draws_seeded()
+        self._host_drew = self._host.__enter__()
         # ATen warns that an explicit attention dropout mask is "for testing purposes": a comparison is what this
         # is. The warning reaches Python when the model's attention call returns, so the filter spans the mode.
         self._quiet = warnings.catch_warnings()
@@ -49,11 +53,17 @@ class seeded_dropout(torch.overrides.TorchFunctionMode):
             return super().__exit__(*exc)
         finally:
             self._quiet.__exit__(*exc)
+            self.drew = self.drew or self._host_drew()
+            self._host.__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             return self._attention(*args, **kwargs)
+        drawn = seeded_rand(func, args, kwargs)       # as the capture draws it (train/masks.py)
+        if drawn is not None:
+            self.drew = True
+            return drawn
         names = _DROPOUTS.get(func)
         if names is None:
             return func(*args, **kwargs)

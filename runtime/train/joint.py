@@ -30,6 +30,7 @@ import torch.fx.traceback as fxt
 from ..capture import translate
 from ..errors import ModelError, UsageError, first_line
 from ..graph import Graph, Node
+from .masks import host_draws_seeded, mask_assignments
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
@@ -97,13 +98,16 @@ def capture_joint(model: torch.nn.Module, inputs: tuple, name: str = "") -> Join
     from torch.nn.utils.stateless import _reparametrize_module
 
     def call(*args):
-        with _reparametrize_module(wrapped, dict(zip(names, args[:len(flat)])), tie_weights=True):
+        # host-drawn masks (SpecAugment) from the seeded rule's generator, afresh at each of AOTAutograd's passes;
+        # their boolean writes become `where` (mask_assignments, below)
+        with _reparametrize_module(wrapped, dict(zip(names, args[:len(flat)])), tie_weights=True), \
+                host_draws_seeded():
             return wrapped(*args[len(flat):])
 
     paths = {id(m): (p[len("model."):] if p.startswith("model.") else p, type(m).__qualname__)
              for p, m in wrapped.named_modules() if m is not wrapped and m is not model}
     try:
-        with fxt.preserve_node_meta(), _module_meta(paths), _tracing_flags():
+        with fxt.preserve_node_meta(), _module_meta(paths), _tracing_flags(), mask_assignments():
             fx_g, meta, _, _ = _aot_export_function(call, tuple(flat) + tuple(inputs), num_params_buffers=len(flat),
                                                     no_tangents=True, trace_joint=True)
     except UsageError:
