@@ -37,6 +37,7 @@ from .graph import Graph
 from .hdi import Backend
 
 OPTIONS = ("backend", "fallback", "hooks", "run", "model")
+_OPTIONS_ASK = 'pass torch.compile options={{"backend": ..., "fallback": ["{spec}"]}}'   # ASK, for torch.compile
 _HOOKS: list = []                     # hooks every region of every run sees (`hooked()`)
 _SPECIALISED_LIMIT = 64               # concrete shapes kept per symbolic region
 _LAST: "DynamoRun | None" = None
@@ -68,12 +69,13 @@ def opscope_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict |
     if not options:
         # torch.compile passes no options when none were given: every region then shares one run
         run = _LAST if _LAST is not None and _LAST.implicit else DynamoRun("numpy")
-        run.implicit = True
+        run.implicit, run.ask = True, _OPTIONS_ASK
     else:
         run = options.get("run")
         if run is None:
             run = options["run"] = DynamoRun(options.get("backend", "numpy"), fallback=options.get("fallback", True),
                                              hooks=options.get("hooks", ()), model=options.get("model"))
+            run.ask = _OPTIONS_ASK         # made by a torch.compile call: its refusals name the options key
     _LAST = run
     return run.compile_region(gm, example_inputs)
 
@@ -124,13 +126,15 @@ class CompiledGraph:
             if self.kind == "backward":
                 self.region.link_backward(gm, graph)
             from torch._subclasses.fake_tensor import unset_fake_temporarily
-            # a refusal names torch.compile's options key, not the CLI's --fallback flag
-            ask = ASK.set('pass torch.compile options={{"backend": ..., "fallback": ["{spec}"]}}')
+            # a refusal says how to ask for a fallback where this run was made: torch.compile's options key, or
+            # (the CLI's --capture dynamo) its --fallback flag
+            ask = ASK.set(self.region.run.ask) if self.region.run.ask else None
             try:
                 with unset_fake_temporarily():      # a lifted constant (get_attr) is a real tensor copied to the device
                     ex = Executor(compile_plan(graph, self.region.run.backend, allow_fallback=self.region.run.fallback))
             finally:
-                ASK.reset(ask)
+                if ask is not None:
+                    ASK.reset(ask)
             if len(self.plans) >= _SPECIALISED_LIMIT:
                 self.plans.pop(next(iter(self.plans)))
             self.plans[key] = ex
@@ -237,6 +241,7 @@ class DynamoRun:
         self.regions: list[Region] = []
         self.region_calls = 0
         self.implicit = False          # made for a torch.compile call without options
+        self.ask = None                # how a refusal says to add a fallback (runtime/fallback.py ASK); None: the CLI's
         self.name = name or (type(model).__name__ if model is not None else "model")
         self._params = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)} if model is not None else {}
         self._params.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)} if model is not None else {})

@@ -174,3 +174,14 @@ def test_a_refusal_under_torch_compile_names_the_options_key_not_a_cli_flag():
     torch._dynamo.reset()
     out = torch.compile(Searchsorted(), backend="opscope", options={"backend": "numpy", "fallback": ["torch:cpu"]})(x)
     assert out.tolist() == Searchsorted()(x).tolist()
+
+
+def test_a_refusal_under_the_clis_dynamo_capture_still_names_the_flag(cli, tmp_path):
+    """`opscope run --capture dynamo` goes through the same TorchDynamo regions: there the flag is the way out."""
+    path = tmp_path / "sorted_model.py"
+    path.write_text("import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.searchsorted(torch.arange(5.0), x) + 1\n\n\n"
+                    "def model():\n    return M(), (torch.tensor([0.5, 2.5, 4.5]),)\n")
+    r = cli("run", f"{path}:model", "-b", "numpy", "--capture", "dynamo")
+    assert r.returncode != 0 and "--fallback torch:cpu" in r.stderr and "options=" not in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
