@@ -35,9 +35,11 @@ def progress_bar(what: str, total: int | None = None, *, unit: str = "", show: b
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn)
-    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn()]
-    if unit:
-        columns.append(TextColumn(unit, markup=False))
+    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn()]
+    if total is not None:                # a status line (spinner, pulsing bar, note) until a total is known
+        columns.append(MofNCompleteColumn())
+        if unit:
+            columns.append(TextColumn(unit, markup=False))
     columns += [TextColumn("{task.fields[note]}", markup=False), TimeElapsedColumn()]
     with Progress(*columns, console=Console(file=sys.stderr, highlight=False), transient=True,
                   refresh_per_second=8) as bar:

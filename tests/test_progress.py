@@ -64,6 +64,16 @@ def test_profile_draws_a_bar_that_advances(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_train_draws_its_steps(tmp_path):
+    p = _in_a_terminal(["train", "demo:mlp", "--backend", "numpy", "--steps", "300"], tmp_path / "home")
+    assert p.wait(timeout=600) == 0, p.drawn()[-3000:]
+    time.sleep(0.5)
+    text = p.drawn()
+    assert "training demo:mlp" in text and len(_steps_drawn(text, 300)) >= 2, text[-3000:]
+    assert "loss per step" in text
+
+
+@pytest.mark.multiprocess
 def test_json_on_a_terminal_prints_only_the_json(tmp_path):
     p = _in_a_terminal(["profile", "demo:mlp", "--backend", "numpy", "--steps", "3", "--json"], tmp_path / "home",
                        stdout_too=False)

@@ -33,9 +33,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from opscope.app.progress import progress_bar, shown
     from opscope.runtime.backends import resolve
     from opscope.runtime.conformance import check, plan_cells
     from opscope.runtime.dtypes import ITEMSIZE
@@ -51,14 +49,8 @@ def main(args) -> int:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] or None
     backend = resolve(args.backend, with_fallback=False)
     total = len(plan_cells(backend, ops, dtypes))
-    err = Console(stderr=True)
-    with Progress(TextColumn("checking {task.fields[cell]:<36}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("check", total=total, cell="")
-
-        def step(op, dt):
-            bar.update(task, advance=1, cell=f"{op} {dt}")
-        report = check(backend, ops, dtypes, progress=step)
+    with progress_bar(f"checking {args.backend}", total=total, unit="op x dtype", show=shown(args)) as update:
+        report = check(backend, ops, dtypes, progress=lambda op, dt: update(advance=1, note=f"{op} {dt}"))
     if args.json:
         emit_json(report.as_dict())
     else:
@@ -91,9 +83,7 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 def _main_opinfo(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from opscope.app.progress import progress_bar, shown
     from opscope.runtime.backends import resolve
     from opscope.runtime.opinfo import check_opinfo, select
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
@@ -103,12 +93,9 @@ def _main_opinfo(args) -> int:
                          f"{MAX_TIMEOUT_S} (e.g. 300)")
     backend = resolve(args.backend)
     total = len(select(names))
-    err = Console(stderr=True)
-    with Progress(TextColumn("OpInfo {task.fields[cell]:<40}", markup=False), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("opinfo", total=total, cell="")
+    with progress_bar(f"OpInfos on {args.backend}", total=total, unit="OpInfos", show=shown(args)) as update:
         # the spec: a compiler stack is checked in worker processes that start from it (runtime/opinfo_worker.py)
-        report = check_opinfo(backend, names, progress=lambda name: bar.update(task, advance=1, cell=name),
+        report = check_opinfo(backend, names, progress=lambda name: update(advance=1, note=name),
                               spec=args.backend, timeout=args.timeout)
     if args.json:
         emit_json(report.as_dict())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, say, table
+from .common import add_json, add_model_and_backend, console, count_arg, emit_json, fmt_bytes, output_path, say, table
 
 HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (run-to-run noise)
 
@@ -14,20 +14,18 @@ HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (
 def register(sub) -> None:
     p = sub.add_parser("optimize", help="profile, apply the best advice, measure, repeat; keeps what helped")
     add_model_and_backend(p)
-    p.add_argument("--cycles", type=int, default=3, help="at most this many apply-and-measure cycles")
+    p.add_argument("--cycles", type=count_arg("--cycles"), default=3, help="at most this many apply-and-measure cycles")
     p.add_argument("--suite", metavar="FILE", help="a file listing model specs, one a line (# comments): "
                                                    "optimize each, MODEL is ignored")
     p.add_argument("--output", "-o", metavar="FILE.opsplan", help="the plan to write (default: "
                                                                    "$OPSCOPE_HOME/plans/MODEL.opsplan, beside the run store)")
     p.add_argument("--force", action="store_true", help="replace a plan file that already exists")
-    p.add_argument("--steps", type=int, default=2, help="measured steps per configuration")
+    p.add_argument("--steps", type=count_arg("--steps"), default=2, help="measured steps per configuration")
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    if args.cycles < 1 or args.steps < 1:
-        raise UsageError(f"--cycles and --steps must be >= 1 (got {args.cycles} and {args.steps})")
     from opscope.runtime import backends
     backends.resolve(args.backend)                       # a bad backend fails before any model loads
     output_path(args.output)                             # so does an output in a folder that does not exist
@@ -36,10 +34,13 @@ def main(args) -> int:
     for out in outs:                                     # a plan the user compiled is never replaced unasked
         if Path(out).exists() and not args.force:
             raise UsageError(f"plan {out} already exists: give --force to replace it, or -o OTHER.opsplan")
+    from opscope.app.progress import progress_bar, shown
     docs = []
     for spec, out in zip(specs, outs):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        docs.append(optimize(spec, args.backend, cycles=args.cycles, steps=args.steps, output=out))
+        with progress_bar(f"optimizing {spec} on {args.backend}", total=args.cycles, unit="cycles",
+                          show=shown(args)) as update:
+            docs.append(optimize(spec, args.backend, cycles=args.cycles, steps=args.steps, output=out, tell=update))
     if args.json:
         emit_json(docs[0] if len(docs) == 1 else {"suite": args.suite, "models": docs})
         return 0
@@ -68,7 +69,9 @@ def _default_plan(spec: str, folder) -> str:
     return str(base / f"{name}.opsplan")
 
 
-def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, output: str) -> dict:
+def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, output: str, tell=None) -> dict:
+    """tell(done=cycles done, note=what now): for a progress bar."""
+    tell = tell or (lambda **_: None)
     from opscope.profiler import RunStore, profile
     from opscope.profiler.advisor import analyses as _analyses
     from opscope.profiler.advisor.engine import evaluate
@@ -81,6 +84,7 @@ def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, out
     from opscope.runtime.session import eager_outputs
 
     store = RunStore()
+    tell(note="capturing")
     model, inputs = models.load(model_spec)
     backend = backends.resolve(backend_spec)
     graph = capture(model, inputs, name=model_spec)
@@ -88,6 +92,7 @@ def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, out
     simulated = bool(getattr(backend.clock, "simulated", False))
     kept: list[str] = []
     tried: set = set()
+    tell(note="measuring the baseline")
     base = measure(model, inputs, graph, backend, kept, steps=steps, reference=reference)
     best = base
     run_id = baseline_run = profile(model_spec, backend_spec, model=model, inputs=inputs, steps=1, store=store,
@@ -112,6 +117,7 @@ def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, out
             break
         name, (est, advice_id, source) = max(candidates.items(), key=lambda kv: kv[1][0])
         tried.add(name)
+        tell(done=cycle - 1, note=f"cycle {cycle}: measuring {name}")
         trial = measure(model, inputs, graph, backend, kept + [name], steps=steps, reference=reference)
         gain = best["step_seconds"] - trial["step_seconds"]
         need = 0.0 if simulated else HOST_MIN_GAIN * best["step_seconds"]
@@ -131,6 +137,7 @@ def optimize(model_spec: str, backend_spec: str, *, cycles: int, steps: int, out
             kept.append(name)
             best = trial
     kept = [n for n in NAMES if n in kept]
+    tell(done=cycles, note="writing the plan")
     plan = compile_to_file(output, model_spec, backend_spec, passes=kept or "none")
     doc = {"model": model_spec, "backend": backend.name, "clock": "simulated" if simulated else "wall",
            "baseline": {k: base[k] for k in ("step_seconds", "throughput", "peak_bytes", "max_abs_err")},

@@ -64,7 +64,10 @@ def import_main(args) -> int:
     if is_shared(args.file):            # `train --hybrid --shared-dir`: one run per job in the folder
         run_ids = import_shared(args.file, store, max_bytes=args.max_bytes)
     else:
-        run_ids = [import_trace(args.file, store=store, max_bytes=args.max_bytes)]
+        from opscope.app.progress import progress_bar, shown
+        with progress_bar(f"importing {args.file}", show=shown(args)) as update:
+            run_ids = [import_trace(args.file, store=store, max_bytes=args.max_bytes,
+                                    progress=lambda what: update(note=what))]
     run_id = run_ids[0]
     run = store.get_run(run_id)
     cfg = run.get("config") or {}

@@ -31,9 +31,12 @@ def main(args) -> int:
 
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1 (got {args.steps})")
+    from opscope.app.progress import progress_bar, shown
     opt = OptimizerSpec(args.optimizer, lr=args.lr if args.lr is not None else DEFAULT_LR.get(args.optimizer, 1e-2))
-    r = compare_with_eager(args.model, args.backend, steps=args.steps, optimizer=opt,
-                           allow_fallback=fallback_of(args))
+    with progress_bar(f"training {args.model}", total=args.steps, unit="steps", show=shown(args)) as update:
+        r = compare_with_eager(args.model, args.backend, steps=args.steps, optimizer=opt,
+                               allow_fallback=fallback_of(args),
+                               progress=lambda where, done: update(done=done, note=where))
     loss_ok = all(abs(a - e) <= TOLERANCE * max(1.0, abs(e)) for a, e in zip(r["losses"], r["eager_losses"]))
     r["within_tolerance"] = bool(loss_ok and r["parameter_error"]["max_abs"] <= TOLERANCE)
     r["tolerance"] = TOLERANCE

@@ -2,8 +2,6 @@
 trial, keep the best configuration in the tuning cache."""
 from __future__ import annotations
 
-import sys
-
 from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, fmt_ratio, say, table
 
 
@@ -22,20 +20,14 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from opscope.app.progress import progress_bar, shown
     from opscope.profiler.tune import tune
 
-    err = Console(stderr=True, highlight=False)
-    # the description names the model and backend: markup=False so brackets in them print as written
-    with Progress(TextColumn("tuning {task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task(f"{args.model} on {args.backend}", total=max(args.budget, 1))
-
+    with progress_bar(f"tuning {args.model} on {args.backend}", total=max(args.budget, 1), unit="trials",
+                      show=shown(args)) as update:
         def progress(done, total, trial):
             secs = fmt_ns(trial["seconds"] * 1e9) if trial.get("seconds") is not None else trial["status"]
-            bar.update(task, completed=done, description=f"{args.model} on {args.backend}: trial {done} {secs}")
+            update(done=done, total=total, note=f"trial {done}: {secs}")
 
         result = tune(args.model, args.backend, budget=args.budget, repeats=args.repeats,
                       use_cache=not args.no_cache, progress=progress,

@@ -8,8 +8,8 @@ every byte for rewriting, is paid for where there can be something to find.
 """
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,23 +187,9 @@ def _syntax_error(rel: str, data: bytes) -> Finding | None:
     return None
 
 
-class _progress:
-    """A rich progress bar on stderr while scanning, or nothing."""
-
-    def __init__(self, total: int, show: bool):
-        self.total, self.show, self.bar = total, show, None
-
-    def __enter__(self):
-        if not self.show:
-            return lambda: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        self.bar = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=Console(file=sys.stderr), transient=True)
-        self.bar.__enter__()
-        task = self.bar.add_task("scan", total=self.total)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+@contextlib.contextmanager
+def _progress(total: int, show: bool):
+    """advance() for each file scanned: the bar of app/progress.py on stderr, or nothing."""
+    from opscope.app.progress import progress_bar
+    with progress_bar("scanning", total=total, unit="files", show=show) as update:
+        yield lambda: update(advance=1)

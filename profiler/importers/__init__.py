@@ -35,16 +35,16 @@ def parse_trace(path, max_bytes: int | None = None):
                      f"with 'traceEvents' or an ONNX Runtime profile list)")
 
 
-def import_trace(path, store=None, max_bytes: int | None = None) -> str:
+def import_trace(path, store=None, max_bytes: int | None = None, progress=None) -> str:
     """Parse the whole file (every file, for a folder) first, then create the run: a bad file never leaves
-    a partial run."""
+    a partial run. progress(what): told each phase of a file ("reading and parsing", "saving N events")."""
     with _no_gc():
         if Path(path).is_dir():
             from ..shared import import_shared, is_shared
             if is_shared(path):           # per-rank Parquet from `--shared-dir`: the first job's run
                 return import_shared(path, store, max_bytes)[0]
             return import_rank_folder(path, store, max_bytes)
-        return _import(path, store, max_bytes)
+        return _import(path, store, max_bytes, progress or (lambda what: None))
 
 
 @contextlib.contextmanager
@@ -60,7 +60,8 @@ def _no_gc():
             gc.enable()
 
 
-def _import(path, store, max_bytes) -> str:
+def _import(path, store, max_bytes, tell) -> str:
+    tell("reading and parsing")
     table, run = parse_trace(path, max_bytes)
     if store is None:
         from opscope.profiler.store import RunStore
@@ -68,5 +69,6 @@ def _import(path, store, max_bytes) -> str:
     source = str(Path(path).resolve())
     run["config"]["events"] = len(table)
     model = run["model"] if run["model"] != "import" else f"import:{Path(path).name}"
+    tell(f"saving {len(table):,} events")
     return save(store, table, model=model, backend=run["backend"], device=run["device"], source=source,
                 config=run["config"], steps=max(1, run["steps"]))

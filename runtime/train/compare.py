@@ -15,8 +15,9 @@ from .joint import loss_of
 from .step import OptimizerSpec, Trainer
 
 
-def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps: int) -> dict:
-    """Train a copy of `model` for `steps` steps in eager PyTorch: losses, parameters, seconds."""
+def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps: int, on_step=None) -> dict:
+    """Train a copy of `model` for `steps` steps in eager PyTorch: losses, parameters, seconds.
+    on_step(n): called after the n-th step."""
     model = copy.deepcopy(model).train()
     optimizer = opt.torch_optimizer(model.parameters())
     losses, times = [], []
@@ -32,6 +33,8 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
         optimizer.step()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(i + 1)
     params = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
     buffers = {n: b.detach().numpy().copy() for n, b in model.named_buffers()}
     return {"losses": losses, "parameters": params, "buffers": buffers, "step_seconds": times,
@@ -39,24 +42,28 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
 
 
 def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimizer: OptimizerSpec | None = None,
-                       allow_fallback: bool = True, model=None, inputs=None) -> dict:
-    """Run `steps` steps of `spec` on the backend and in eager PyTorch; a JSON-ready report."""
+                       allow_fallback: bool = True, model=None, inputs=None, progress=None) -> dict:
+    """Run `steps` steps of `spec` on the backend and in eager PyTorch; a JSON-ready report.
+    progress(where, done): after each step ("eager PyTorch", then the backend's name), and ("capturing", 0)."""
     opt = optimizer or OptimizerSpec()
+    tell = progress or (lambda where, done: None)
     backend = backends.resolve(backend_spec)          # a bad backend fails before the model loads
     if model is None:
         model, inputs = models.load_train(spec)
-    reference = eager_steps(model, inputs, opt, steps)
+    reference = eager_steps(model, inputs, opt, steps, on_step=lambda n: tell("eager PyTorch", n))
+    tell("capturing", 0)
     trainer = Trainer.create(model, inputs, backend, opt, name=spec, allow_fallback=allow_fallback)
     trainer.drop_host_copies()      # peak memory near one model's: the backend's copy is the only one kept
     losses, times, chip = [], [], []
     clock = StepClock()             # the step on the backend's own clock (a sim chip's: exact, deterministic)
     with trainer.executor.hooked(clock):
-        for _ in range(steps):
+        for i in range(steps):
             clock.ns = 0
             t0 = time.perf_counter()
             losses.append(trainer.step())
             times.append(time.perf_counter() - t0)
             chip.append(clock.ns)
+            tell(backend.name, i + 1)
     per_param = _errors(trainer.parameters(), reference["parameters"])
     # buffers too: in training mode batch-norm statistics never reach the loss, so only this shows them
     per_buffer = _errors(trainer.buffers(), reference["buffers"])
