@@ -31,7 +31,7 @@ import time
 import numpy as np
 import torch
 
-from opscope.runtime import backends, models
+from opscope.runtime import backends, models, registry
 from opscope.runtime.capture import capture
 from opscope.runtime.step_clock import StepClock
 from opscope.runtime.dtypes import to_torch
@@ -74,7 +74,7 @@ class Tuner:
             f32 = self.desc.peak("float32")
             k["dtype"] = [self.dtype] + sorted(d for d, p in self.desc.peak_flops.items()
                                                if d in ("float16", "bfloat16") and p > f32 and d != self.dtype)
-        if impl in ("torch", "numpy"):
+        if (own := registry.get(impl)) is not None and own.host_kernels:
             k["chunks"] = [c for c in (1, 2, 4) if self.batch % c == 0 and c <= self.batch]
         return {name: values for name, values in k.items() if values}
 

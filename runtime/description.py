@@ -15,28 +15,21 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from . import registry
 from .errors import UsageError, first_line
 
 # section -> key -> (types, required, meaning)
 _NUM = (int, float)
-# [backend.options]: what a real compiler stack (implementation = "onnxruntime", ...) is told
-OPTIONS = {
-    "device": (str, "the stack's own device name: an execution provider, CPU / GPU.0 / NPU, a PJRT platform"),
-    "providers": (list, "execution providers tried in order, e.g. [\"CUDAExecutionProvider\", \"CPUExecutionProvider\"]"),
-    "precision": (str, '"f32" (default: the graph\'s own dtype, never a silent bf16), "f16" or "bf16"'),
-    "threads": (int, "intra-op threads (0: the stack decides)"),
-}
-PRECISIONS = ("f32", "f16", "bf16")
-STACK_IMPLS = ("onnxruntime", "openvino", "xla")
 SCHEMA = {
     "backend": {
         "name": (str, True, "a unique backend name"),
-        "implementation": (str, True, '"sim", "numpy", "torch", "onnxruntime", "openvino", "xla", or a dotted module path'),
+        "implementation": (str, True, "a registered backend (`opscope backends` lists them), or a dotted module path"),
         "fallback": ((str, list), False, 'a backend spec for unsupported ops, or a list tried in order, '
                      'e.g. "numpy" or ["numpy", "torch:cpu"]'),
         "device": (str, False, "a torch device string, for implementation = \"torch\""),
         "summary": (str, False, "one line describing the chip"),
-        "options": (dict, False, "a table of the stack's options ([backend.options]: " + ", ".join(OPTIONS) + ")"),
+        "options": (dict, False, "a table of the backend's options ([backend.options]: what its implementation "
+                                 "declares, `opscope backends --json` lists them)"),
     },
     "hardware": {
         "peak_flops": (dict, False, "a table of dtype = FLOP/s, e.g. { float32 = 5.0e13 }"),
@@ -83,7 +76,6 @@ from .passes.catalog import PASSES as _PASSES  # noqa: E402 -- names only, nothi
 SCHEMA["passes"] = {name: (bool, False, f"true to run the {name} pass ({doc}), false to skip it")
                     for name, doc in _PASSES.items()}
 _TOPOLOGIES = ("ring", "tree", "all-to-all")
-_IMPLS = ("sim", "numpy", "torch") + STACK_IMPLS
 _SIM_REQUIRED = ("peak_flops", "memory_bandwidth")
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 _BIG = 1e300                         # past any real chip; keeps sums and products finite
@@ -196,12 +188,14 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
                 bad(f"{section}.{key}", f"missing; expected {meaning}")
     b, hw, ops = data["backend"], data.get("hardware", {}), data.get("operators", {})
     impl = b["implementation"]
-    if impl not in _IMPLS and not _MODULE_PATH.match(impl):
-        bad("backend.implementation", f'expected {SCHEMA["backend"]["implementation"][2]}, got {_SHOW.repr(impl)}')
+    entry = registry.get(impl)
+    if entry is None and not _MODULE_PATH.match(impl):
+        bad("backend.implementation", f"expected {SCHEMA['backend']['implementation'][2]}: one of "
+                                      f"{', '.join(registry.names())}, got {_SHOW.repr(impl)}")
     if not b["name"].strip():
         bad("backend.name", "expected a unique backend name, got an empty string")
     fallbacks = _fallbacks(b, impl, bad)
-    if "device" in b and impl in STACK_IMPLS:
+    if "device" in b and entry is not None and entry.kind == "regions":
         bad("backend.device", f'is a torch device, for implementation = "torch"; a {impl} backend takes its '
                               'device in [backend.options] device')
     if "device" in b and (why := device_problem(b["device"])):
@@ -227,7 +221,7 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
             bad("tuning.threads", f"expected thread counts (positive integers up to 4096), got {_SHOW.repr(n)}")
     _check_tables(data, positive, bad)
-    _check_options(b.get("options", {}), impl, bad)
+    options = _check_options(b.get("options", {}), entry, impl, bad)
     if "supported" in ops and "unsupported" in ops:
         bad("operators", "give supported or unsupported, not both")
     from .ops import OPS
@@ -248,26 +242,18 @@ def parse(data: dict, where: str, digest: str = "") -> Description:
         cores=int(hw.get("cores", 0)), supported=ops.get("supported"), unsupported=list(ops.get("unsupported", [])),
         low_precision=list(ops.get("low_precision", [])), tuning=dict(data.get("tuning", {})), path=where, digest=digest,
         thermal=dict(data.get("thermal", {})), interconnect=dict(data.get("interconnect", {})),
-        passes=dict(data.get("passes", {})), options=dict(b.get("options", {})))
+        passes=dict(data.get("passes", {})), options=options)
 
 
-def _check_options(options: dict, impl: str, bad) -> None:
-    """[backend.options]: only for a stack, only the keys it knows, each of its type."""
-    if options and impl not in STACK_IMPLS:
-        bad("backend.options", f"options are for a real compiler stack ({', '.join(STACK_IMPLS)}), not {impl}")
-    for key, value in options.items():
-        if key not in OPTIONS:
-            bad(f"backend.options.{key}", f"unknown option; expected one of {', '.join(OPTIONS)}")
-        types, meaning = OPTIONS[key]
-        if isinstance(value, bool) or not isinstance(value, types):
-            bad(f"backend.options.{key}", f"expected {meaning}, got {type(value).__name__} {_SHOW.repr(value)}")
-    for p in options.get("providers", []):
-        if not isinstance(p, str) or not p.strip():
-            bad("backend.options.providers", f"expected provider names (strings), got {_SHOW.repr(p)}")
-    if options.get("precision", "f32") not in PRECISIONS:
-        bad("backend.options.precision", f"expected one of {', '.join(PRECISIONS)}, got {_SHOW.repr(options['precision'])}")
-    if not 0 <= options.get("threads", 0) <= 4096:
-        bad("backend.options.threads", f"expected 0 to 4096 threads, got {_SHOW.repr(options['threads'])}")
+def _check_options(options: dict, entry, impl: str, bad) -> dict:
+    """[backend.options]: what the implementation's registry entry declares (its schema, its defaults filled in);
+    a module named by path checks its own."""
+    if entry is None:
+        return dict(options)
+    options = registry.check_options(options, entry, bad)
+    if (check := entry.hook("check")) is not None and entry.builtin:
+        check(options, bad)
+    return options
 
 
 def _check_tables(data: dict, positive, bad) -> None:

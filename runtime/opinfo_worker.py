@@ -34,7 +34,6 @@ TIMEOUT_S = 300.0                   # one OpInfo (three samples, or up to 500 dr
 START_S = 300.0                     # importing torch, the OpInfo database and the stack, on a loaded machine
 FD_ENV = "OPSCOPE_OPINFO_FD"        # the worker's end of the answer pipe
 PARENT_ENV = "OPSCOPE_OPINFO_PARENT"
-OWN_IMPLEMENTATIONS = ("numpy", "torch", "sim")   # opscope's own kernels, running in this process's Python
 
 
 class LineRefused(ValueError):
@@ -43,8 +42,14 @@ class LineRefused(ValueError):
 
 def runs_foreign_code(backend) -> bool:
     """Does anything in the backend's chain run code opscope does not own (a compiler stack, a vendor module)?
-    Decided by each description's implementation, so a .toml naming `implementation = "openvino"` counts too."""
-    return any(b.description.implementation not in OWN_IMPLEMENTATIONS for b in [backend, *backend.fallback_chain()])
+    Decided by each description's implementation, so a .toml naming `implementation = "openvino"` counts too:
+    only opscope's own per-op kernels (registry: built in, kind "ops") run in this process's Python."""
+    from . import registry
+
+    def own(b) -> bool:
+        entry = registry.get(b.description.implementation)
+        return entry is not None and entry.own_kernels
+    return not all(own(b) for b in [backend, *backend.fallback_chain()])
 
 
 def parse_line(raw: bytes) -> tuple[str, object]:

@@ -9,7 +9,9 @@
     def available(description) -> tuple[bool, str]     # (False, why) when it cannot run here
     def create(description) -> Backend                  # opscope names the backend after the spec it was given
 
-Optional: `description_file` (a .toml the bare spec `acme` means), `describe(device) -> (Description, name)`.
+Optional: `description_file` (the .toml the bare spec `acme` means; else a plain one: fallback numpy for a region
+stack), `summary` (one line for `opscope backends`; else the docstring's first), `usage` (how -b spells it).
+A `device` option makes `acme:DEVICE` a spec. Keep the module light: import the SDK inside create().
 `opscope backends` lists every entry; one that fails to import, lacks a function or declares a bad schema is
 "not available: <reason>" and nothing else notices. Nothing outside this module lists backend names: the
 CLI, descriptions, plans, the profiler and the OpInfo worker ask it (tests/test_registry.py checks).

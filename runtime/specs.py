@@ -12,23 +12,26 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from . import registry
 from .errors import UsageError
 from .home import opscope_home
 
 BUNDLED = Path(__file__).resolve().parent / "descriptions"
-# stack name -> its module under runtime/backends/ (imported when asked for: each pulls in a big package)
-STACKS = {"onnxruntime": "onnxruntime_backend", "openvino": "openvino_backend", "xla": "xla_backend"}
-SPECS_HELP = "numpy, torch:cpu, torch:cuda:0, sim:NAME, onnxruntime, openvino, xla or a path to a .toml description"
+
+
+def specs_help() -> str:
+    """What -b takes: every registered backend's spelling (runtime/registry.py), or a description file."""
+    return registry.specs_help()
 
 
 def description_paths() -> dict[str, Path]:
     """name -> sim description file: bundled first, then the user's own (which may override).
-    The stacks' bundled descriptions are theirs, not sim chips."""
+    A registered backend's bundled description (onnxruntime.toml) is its own, not a sim chip."""
     found = {}
     for folder in (BUNDLED, opscope_home() / "backends"):
         if folder.is_dir():
             for p in sorted(folder.glob("*.toml")):
-                if not (folder == BUNDLED and p.stem in STACKS):
+                if not (folder == BUNDLED and registry.get(p.stem) is not None):
                     found[p.stem] = p
     return found
 
@@ -71,7 +74,7 @@ def check_backend_spec(spec: str) -> str:
     Whether the device is there, or the description well-formed, is describe()'s to say."""
     spec = (spec or "").strip()
     base, _, device = spec.partition(":")
-    if spec == "numpy" or base == "torch" or base in STACKS:
+    if base != "sim" and registry.get(base) is not None:     # the entry's describe() checks the rest
         return spec
     if base == "sim":
         paths = description_paths()
@@ -84,6 +87,6 @@ def check_backend_spec(spec: str) -> str:
         raise UsageError(f"backend description {spec} {what}: give a path to a .toml file")
     if spec.endswith(".toml") or is_file(spec):
         return spec
-    names = ["numpy", "torch:cpu", *STACKS, *(f"sim:{n}" for n in description_paths())]
-    raise UsageError(f"unknown backend {spec!r}: use {SPECS_HELP} (`opscope backends` lists them)"
+    names = [n for n in registry.names() if n != "sim"] + [f"sim:{n}" for n in description_paths()]
+    raise UsageError(f"unknown backend {spec!r}: use {specs_help()} (`opscope backends` lists them)"
                      f"{did_you_mean(spec, names)}")

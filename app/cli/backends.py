@@ -18,7 +18,7 @@ def main(args) -> int:
         return 0
     t = table("backends", ["spec", "kind", "available", "summary / why not"],
               [[r["spec"], r.get("kind", ""), "yes" if r["available"] else "no",
-                r.get("summary", "") if r["available"] else r["reason"]] for r in rows])
+                r.get("summary", "") if r["available"] else f"not available: {r['reason']}"] for r in rows])
     t.columns[-1].no_wrap = False     # a long "why not" wraps instead of squeezing the spec to "sim…"
     console.print(t)
     return 0

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from opscope.runtime import backends, models, open_session
+from opscope.runtime import registry
 from opscope.runtime.child import python_command, start
 from opscope.runtime.dtypes import to_torch
 from opscope.runtime.errors import UsageError
@@ -110,7 +111,8 @@ def backend_spec(run: dict) -> str:
     name = run.get("backend") or ""
     try:
         b = backends.resolve(name)
-        if desc is None or b.description.digest == desc.digest or desc.implementation in ("torch", "numpy"):
+        own = registry.get(desc.implementation) if desc is not None else None
+        if desc is None or b.description.digest == desc.digest or (own is not None and own.host_kernels):
             return name
     except UsageError:
         pass

@@ -1,13 +1,13 @@
 """Backend specs -> Backend objects, in one walk read top to bottom:
 
-    1. spec -> Description      numpy, torch[:DEVICE] and STACK[:DEVICE] are built in; sim:NAME (a bundled
-                                description, or one in $OPSCOPE_HOME/backends/) and path/to/chip.toml load a file
-    2. Description -> Backend   IMPLEMENTATIONS[implementation].create(description), or a vendor's module
+    1. spec -> Description      NAME[:DEVICE] is what the registry's entry NAME says (runtime/registry.py: numpy,
+                                torch:DEVICE, sim:NAME, the stacks, a vendor's package); path/to/chip.toml is a file
+    2. Description -> Backend   registry.get(implementation).create(description), or a module named by its path
                                 (`implementation = "pkg.module"`, imported only from a trusted description)
     3. fallback chain           each spec in backend.fallback resolved the same way; a loop is refused
 
-Stacks (STACKS): onnxruntime[:PROVIDER], openvino[:DEVICE], xla[:PLATFORM] -- real compilers that claim
-regions of the graph (runtime/regions.py). One that is not installed is listed as not available.
+Region stacks (onnxruntime[:PROVIDER], openvino[:DEVICE], xla[:PLATFORM], a vendor's) claim regions of the graph
+(runtime/regions.py). One that is not installed, or a package that does not load, is listed as not available.
 """
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 
 from .. import description as _description
+from .. import registry
 from ..errors import UsageError, first_line
 from ..hdi import Backend
 from ..home import opscope_home
-from . import numpy_backend, sim_backend, torch_backend
+from . import sim_backend
 
 # what a spec may be lives in runtime/specs.py, which the CLI checks before torch is imported
-from ..specs import BUNDLED, SPECS_HELP, STACKS, description_paths, did_you_mean  # noqa: F401  (re-exported)
+from ..specs import BUNDLED, description_paths, did_you_mean, specs_help  # noqa: F401  (re-exported)
 from ..specs import check_backend_spec, is_file as _is_file
 
 
@@ -45,61 +46,63 @@ def resolve(spec: str, *, with_fallback: bool = True, trusted: bool | None = Non
 def describe(spec: str):
     """(Description, the backend's name) for a spec; a bad spec is a UsageError naming what exists."""
     base, _, device = spec.partition(":")
-    if spec == "numpy":
-        return numpy_backend.description(), "numpy"
-    if base == "torch":
-        device = device if spec != "torch" else "cpu"
-        ok, why = torch_backend.available(device)
-        if not ok:
-            raise UsageError(f"backend {spec} is not available: {why}; `opscope backends` lists what is")
-        return torch_backend.description(device), f"torch:{device}"
-    if base in STACKS:
-        desc = _description.load(BUNDLED / f"{base}.toml")
-        if device:
-            desc.options = {**desc.options, "device": device}
-        return desc, spec
-    if base == "sim":
-        paths = description_paths()
-        if device not in paths:
-            raise UsageError(f"unknown sim backend {device!r}: known are {', '.join(sorted(paths)) or 'none'}; "
-                             f"or give a path to a .toml description{did_you_mean(device, paths)}")
-        desc = _description.load(paths[device])
-        return desc, f"sim:{desc.name}" if desc.implementation in ("sim", "numpy") else desc.name
+    entry = registry.get(base)
+    if entry is not None:
+        return _described(entry, device, spec)
     if spec.endswith(".toml") or _is_file(spec):
         desc = _description.load(spec)
         return desc, f"sim:{desc.name}" if desc.implementation == "sim" else desc.name
     check_backend_spec(spec)               # raises, saying what exists and what is close
-    raise UsageError(f"unknown backend {spec!r}: use {SPECS_HELP} (`opscope backends` lists them)")
+    raise UsageError(f"unknown backend {spec!r}: use {specs_help()} (`opscope backends` lists them)")
 
 
 # --- 2. description -> backend ------------------------------------------------------------
+def _described(entry, device: str, spec: str):
+    """What NAME[:DEVICE] means to its entry: its own describe(), else its description file (or a plain one),
+    the device going to [backend.options] device."""
+    if entry.problem:
+        raise UsageError(f"backend {entry.name} is not available: {entry.problem}; `opscope backends` lists what is")
+    describe = entry.hook("describe")
+    if describe is not None and entry.builtin:
+        return describe(device)
+    where = entry.hook("description_file")
+    if where:
+        desc = _description.load(where)
+    else:
+        # a region stack fuses inside its own compiler (as the built-in stacks' descriptions say): opscope's fused
+        # nodes have no ATen target to claim and would split its regions
+        regions = entry.kind == "regions"
+        desc = _description.Description(name=entry.name, implementation=entry.name, summary=entry.summary,
+                                        fallbacks=["numpy"] if regions else [], path="",
+                                        passes={"fuse": False} if regions else {})
+        desc.options = registry.check_options({}, entry, _refuse(spec))
+    if device:
+        if "device" not in entry.options:
+            raise UsageError(f"backend {spec}: {entry.name} takes no device (it declares no device option); "
+                             f"use {entry.name}")
+        desc.options = {**desc.options, "device": device}
+    return desc, spec
+
+
+def _refuse(where: str):
+    def bad(key, what):
+        raise UsageError(f"{where}: {key}: {what}")
+    return bad
+
+
 def create(desc, name: str, spec: str = "", allowed: bool = True) -> Backend:
-    impl = desc.implementation
-    if impl == "sim":
-        return sim_backend.create(desc)
-    if impl == "numpy":
-        return numpy_backend.create(desc, name=name)
-    if impl == "torch":
-        device = desc.device or "cpu"
-        ok, why = torch_backend.available(device)
-        if not ok:
-            raise UsageError(f"backend {desc.name} ({desc.path}) needs torch device {device}: {why}")
-        return torch_backend.create(device, desc, name=name)
-    if impl in STACKS:
-        module = stack_module(impl)
-        ok, why = module.available(desc)
-        if not ok:
-            raise UsageError(f"backend {name} is not available: {why}")
-        return module.create(desc, name)
+    entry = registry.get(desc.implementation)
+    if entry is not None:                     # a registered backend: opscope's own or an installed package's
+        backend = entry.create(desc, name)
+        if not isinstance(backend, Backend):
+            raise UsageError(f"backend {name}: {entry.target}.create() returned {type(backend).__name__}, "
+                             "not an opscope Backend (opscope.runtime.plugin.Backend)")
+        return backend
     if not allowed:
-        raise UsageError(f"{desc.path}: backend.implementation: {impl!r} is not imported: a description's module is "
+        raise UsageError(f"{desc.path}: backend.implementation: {desc.implementation!r} is not imported: a description's module is "
                          "imported only when you name the description on the command line or keep it in "
                          f"{opscope_home() / 'backends'} (this one came from elsewhere, e.g. a plan or a shared run)")
     return _vendor_backend(desc)
-
-
-def stack_module(impl: str):
-    return importlib.import_module(f".{STACKS[impl]}", __name__)
 
 
 def _may_import(desc, spec: str) -> bool:
@@ -157,30 +160,21 @@ def _attach_fallbacks(backend: Backend, desc, spec: str, seen: tuple, trusted) -
 # --- the listing ------------------------------------------------------------------------
 def list_backends() -> list[dict]:
     """Every registered backend, whether it is available here, and why not."""
-    rows = [{"spec": "numpy", "implementation": "numpy", "kind": "cpu", "available": True, "reason": "",
-             "summary": "reference kernels in numpy (float64 available)"}]
-    for dev in ["cpu", "cuda:0", "mps"]:
-        ok, why = torch_backend.available(dev)
-        rows.append({"spec": f"torch:{dev}", "implementation": "torch", "kind": "cpu" if dev == "cpu" else "gpu",
-                     "available": ok, "reason": why, "summary": f"ATen kernels on torch device {dev}"})
-    for stack in STACKS:
-        desc = _description.load(BUNDLED / f"{stack}.toml")
-        module = stack_module(stack)
-        ok, why = module.available(desc)
-        rows.append({"spec": stack, "implementation": stack, "kind": desc.kind, "available": ok, "reason": why,
-                     "summary": desc.summary, "devices": module.devices() if ok else [],
-                     "path": str(desc.path)})
-    for name, path in description_paths().items():
-        row = {"spec": f"sim:{name}", "path": str(path)}
-        try:
-            d = _description.load(path)
-            row.update(implementation=d.implementation, kind=d.kind, available=True, reason="", summary=d.summary,
-                       unsupported=d.unsupported, fallback=d.fallback, fallbacks=d.fallbacks)
-            if d.implementation == "torch":
-                row["available"], row["reason"] = torch_backend.available(d.device or "cpu")
-            elif d.implementation in STACKS:
-                row["available"], row["reason"] = stack_module(d.implementation).available(d)
-        except UsageError as e:
-            row.update(available=False, reason=str(e))
+    rows = []
+    for entry in registry.entries().values():
+        listing = entry.hook("listing") if entry.builtin else None
+        if listing is not None:
+            rows += listing()
+            continue
+        row = {"spec": entry.usage, "implementation": entry.name, "kind": entry.kind, "available": False,
+               "reason": entry.problem, "summary": entry.summary, "package": entry.dist, "clock": entry.clock,
+               "options": {k: v["help"] for k, v in entry.options.items()}}
+        if not entry.problem:
+            try:
+                desc, _ = _described(entry, "", entry.name)
+                row["available"], row["reason"] = entry.available(desc)
+                row["summary"], row["kind"] = desc.summary or row["summary"], desc.kind
+            except UsageError as e:
+                row["reason"] = str(e)
         rows.append(row)
     return rows

@@ -447,23 +447,24 @@ def _memory_bytes() -> int:
 
 
 def plan_backend(doc: dict, where: str) -> str:
-    """The backend spec a plan may choose by itself: numpy, torch:DEVICE, a stack (onnxruntime...), or a
-    sim:NAME description the user has (bundled or in $OPSCOPE_HOME/backends) whose implementation is
-    opscope's own. Never a description file's path, never a description that imports a module: for
-    those the user passes -b."""
+    """The backend spec a plan may choose by itself: any registered backend (numpy, torch:DEVICE, a stack,
+    an installed vendor's package: runtime/registry.py), or a sim:NAME description the user has (bundled or in
+    $OPSCOPE_HOME/backends) whose implementation is registered. Never a description file's path, never a
+    description that imports a module by path: for those the user passes -b."""
     from .. import backends as _backends
+    from .. import registry
     try:
         spec = doc["backend"]["spec"]
     except (KeyError, TypeError):
         raise UsageError(f"{where}: corrupted (no backend); compile it again") from None
     base, _, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if not (base in ("numpy", "torch", "sim") or base in _backends.STACKS) or \
+    if registry.get(base) is None or \
             not re.fullmatch(r"[A-Za-z0-9_.:-]{0,64}", rest) or (base == "sim" and not rest):
         raise UsageError(f"{where} was compiled for backend {_spec_shown(spec)}; a plan does not choose a "
                          f"description file (nor the module it imports) by itself: pass -b {_spec_shown(spec)}, or "
                          "another backend, to run it")
     impl = _backends.describe(spec)[0].implementation
-    if impl not in ("sim", "numpy", "torch") and impl not in _backends.STACKS:
+    if registry.get(impl) is None:
         raise UsageError(f"{where} runs on {spec}, whose description imports module {_shown(impl)}; a plan does "
                          f"not choose a module by itself: pass -b {spec} to choose it yourself")
     return spec
