@@ -14,9 +14,13 @@ An op opscope does not map keeps its own name and namespace -- `aten:lstm`,
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import operator as _pyop
 import os
 import re
+import warnings
 
 import torch
 from torch.export import ExportGraphSignature
@@ -49,11 +53,51 @@ def export(model: torch.nn.Module, example_inputs: tuple, name: str = "") -> tor
     model.eval()
     try:
         # a KV cache among the outputs (transformers' use_cache=True) is traced as the tensors it holds
-        with torch.no_grad(), tensor_outputs(model):
+        with torch.no_grad(), tensor_outputs(model), quiet_torch():
             return torch.export.export(model, tuple(example_inputs), strict=False)
     except Exception as e:  # torch raises many types here; the user needs the first line
         raise ExportRefused(f"capture failed for {name or type(model).__name__}: {type(e).__name__}: "
-                            f"{first_line(e)}") from e
+                            f"{first_line(e)}{dynamo_hint(e)}") from e
+
+
+# torch.export refuses Python that depends on tensor values (a loop over `int(x.sum())`, Mixtral's eager loop
+# over the experts a batch routes to); TorchDynamo runs such code between graph breaks.
+_DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "UserError", "Unsupported",
+                   "UnsupportedOperatorException", "PendingUnbackedSymbolNotFound")
+
+
+def dynamo_hint(e: BaseException) -> str:
+    """'; --capture dynamo ...' when what stopped torch.export is what torch.compile's graph breaks handle."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if {c.__name__ for c in type(e).__mro__} & set(_DATA_DEPENDENT) or "data-dependent" in str(e).lower():
+            return ("; the model's Python depends on tensor values, which torch.export cannot trace: "
+                    "--capture dynamo (run, profile, debug) captures it in regions between graph breaks")
+        e = e.__cause__ or e.__context__
+    return ""
+
+
+@contextlib.contextmanager
+def quiet_torch():
+    """torch's own logs, warnings and stderr off while it traces: a failing fake-tensor op logs a 19-line
+    "E1204 ... Traceback" and torch.export prints the partial graph to stderr before raising, and opscope
+    reports the raised error in one line. OPSCOPE_DEBUG=1 keeps everything."""
+    if os.environ.get("OPSCOPE_DEBUG", "") not in ("", "0"):
+        yield
+        return
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+               if n == "torch" or n.startswith("torch.")]
+    was = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, disabled in zip(loggers, was):
+            lg.disabled = disabled
 
 
 def translate_export(ep: torch.export.ExportedProgram, model_name: str) -> Graph:

@@ -80,7 +80,8 @@ EXAMPLES = {
     # a command's verbs: "COMMAND VERB"
     "backend check": ["opscope backend check numpy", "opscope backend check sim:npu-a1 --ops linear,gelu --json",
                       "opscope backend check onnxruntime --opinfo --opinfos add,nn.functional.gelu"],
-    "trace export": ["opscope trace export RUN -o run.json", "opscope trace export RUN --format perfetto -o run.pftrace",
+    "trace export": ["opscope trace export RUN -o run.json",
+                     "opscope trace export RUN --format perfetto -o run.pftrace",
                      "opscope trace export RUN --format csv --by op -o ops.csv"],
     "trace import": ["opscope trace import trace.json", "opscope trace import traces/",
                      "opscope trace import onnxruntime_profile.json --json"],

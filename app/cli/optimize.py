@@ -14,7 +14,8 @@ HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (
 def register(sub) -> None:
     p = sub.add_parser("optimize", help="profile, apply the best advice, measure, repeat; keeps what helped")
     add_model_and_backend(p)
-    p.add_argument("--cycles", type=count_arg("--cycles"), default=3, help="at most this many apply-and-measure cycles")
+    p.add_argument("--cycles", type=count_arg("--cycles"), default=3,
+                   help="at most this many apply-and-measure cycles")
     p.add_argument("--suite", metavar="FILE", help="a file listing model specs, one a line (# comments): "
                                                    "optimize each, MODEL is ignored")
     p.add_argument("--output", "-o", metavar="FILE.opsplan", help="the plan to write (default: "

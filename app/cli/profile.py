@@ -101,7 +101,9 @@ def main(args) -> int:
                   f"({run['events']} events, {run['steps']} step(s) kept; `opscope show {live.run_id}`)",
                   file=sys.stderr)
             return 130
-        return 0 if live.status == "ok" else 1
+        if live.status != "ok":
+            return 1
+        raise KeyboardInterrupt    # the server ran until Ctrl-C: 130 and one line, as `opscope serve`
     from opscope.app.progress import progress_bar, shown
     try:
         with progress_bar(f"profiling {args.model} on {args.backend}", total=args.steps, unit="steps",

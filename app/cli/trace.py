@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from opscope.runtime.errors import UsageError
+
 from .common import add_json, console, count_arg, emit_json, fmt_bytes, say, terminal_text
 
 
@@ -34,14 +36,21 @@ def register(sub) -> None:
     i.set_defaults(func=import_main)
 
 
+SUFFIX = {"chrome": ".json", "perfetto": ".pftrace", "csv": ".csv"}     # what each format's file is named
+
+
 def export_main(args) -> int:
     from opscope.profiler.export import export, guess_format
     from opscope.profiler.store import RunStore
 
+    named = guess_format(args.output) if args.output else None
+    if args.format and named and named != args.format:      # e.g. Perfetto's protobuf in a .json: refused, unwritten
+        raise UsageError(f"-o {args.output}: the name says {named} but --format is {args.format}; name it "
+                         f"*{SUFFIX[args.format]}, or leave out --format to write {named}")
     store = RunStore()
     run = store.get_run(args.run)
-    fmt = args.format or (guess_format(args.output) if args.output else None) or "chrome"
-    out = args.output or f"opscope-{run['run_id']}" + {"chrome": ".json", "perfetto": ".pftrace", "csv": ".csv"}[fmt]
+    fmt = args.format or named or "chrome"
+    out = args.output or f"opscope-{run['run_id']}" + SUFFIX[fmt]
     gz = args.gzip or str(out).endswith(".gz")
     if args.gzip and not str(out).endswith(".gz") and args.output is None:
         out += ".gz"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import (OPTIMIZERS, add_fallback, add_json, add_model_and_backend, choice_arg, console, count_arg, emit_json,
-                     fallback_of, fmt_bytes, say, table)
+from .common import (OPTIMIZERS, add_fallback, add_json, add_model_and_backend, choice_arg, console, count_arg,
+                     emit_json, fallback_of, fmt_bytes, say, table)
 
 TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
 

@@ -15,9 +15,10 @@ from .joint import loss_of
 from .step import OptimizerSpec, Trainer
 
 
-def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps: int, on_step=None) -> dict:
+def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps: int, on_step=None,
+                spec: str = "") -> dict:
     """Train a copy of `model` for `steps` steps in eager PyTorch: losses, parameters, seconds.
-    on_step(n): called after the n-th step."""
+    on_step(n): called after the n-th step. spec: the model's name in messages (no scalar loss)."""
     model = copy.deepcopy(model).train()
     optimizer = opt.torch_optimizer(model.parameters())
     losses, times = [], []
@@ -28,7 +29,7 @@ def eager_steps(model: torch.nn.Module, inputs: tuple, opt: OptimizerSpec, steps
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         with rule if i == 0 or rule.drew else contextlib.nullcontext():
-            loss = loss_of(model(*inputs))
+            loss = loss_of(model(*inputs), spec or type(model).__name__)
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - t0)
@@ -50,7 +51,7 @@ def compare_with_eager(spec: str, backend_spec: str, *, steps: int = 10, optimiz
     backend = backends.resolve(backend_spec)          # a bad backend fails before the model loads
     if model is None:
         model, inputs = models.load_train(spec)
-    reference = eager_steps(model, inputs, opt, steps, on_step=lambda n: tell("eager PyTorch", n))
+    reference = eager_steps(model, inputs, opt, steps, on_step=lambda n: tell("eager PyTorch", n), spec=spec)
     tell("capturing", 0)
     trainer = Trainer.create(model, inputs, backend, opt, name=spec, allow_fallback=allow_fallback)
     trainer.drop_host_copies()      # peak memory near one model's: the backend's copy is the only one kept

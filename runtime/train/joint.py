@@ -66,8 +66,9 @@ def loss_of(out, spec: str = "") -> torch.Tensor:
             loss = out[0]
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.dtype.is_floating_point:
         what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(out).__name__
-        raise UsageError(f"model {spec or ''} does not return a scalar loss (got {what}); for training the model "
-                         "must return the loss: a scalar tensor, an object with .loss, or a tuple (loss, ...)")
+        raise UsageError(f"model {spec or '(unnamed)'} does not return a scalar loss (got {what}); for training "
+                         "the model must return the loss: a scalar tensor, an object with .loss, or a tuple "
+                         "(loss, ...)")
     return loss
 
 
