@@ -445,7 +445,7 @@ def test_profile_web_streams_the_run_live_then_keeps_serving(browser, opscope_ho
             proc.kill()
             raise
     err = proc.stderr.read()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err              # Ctrl-C, after the run ended too (issue 34)
     assert "Traceback" not in err, err
 
 
