@@ -1,10 +1,12 @@
-"""CPU time of `opscope --help` and of every `opscope COMMAND --help`, and whether each imported torch.
+"""CPU time of `opscope --help`, of every `opscope COMMAND --help` and of argument-value errors
+(`train --optimizer adam`, `profile --steps 0`, `run -b missing.toml`, ...), and whether each imported torch.
 
     python benchmarks/bench_cli.py [--repeat 3]
 
 Each measurement is a fresh interpreter (what a user's shell starts); CPU time (user + system of
-the child) rather than wall time, so a busy machine does not inflate it. The goal (issue 17) is
-under 0.3 s of CPU each; `python -c pass` is printed as the floor no command can go below.
+the child) rather than wall time, so a busy machine does not inflate it. The goals: under 0.3 s of
+CPU for --help (issue 17), under 0.5 s for a bad value, which must be refused before torch is
+imported (issue 34); `python -c pass` is printed as the floor no command can go below.
 """
 from __future__ import annotations
 
@@ -28,6 +30,14 @@ def cpu_of(argv: list[str]) -> tuple[float, bool]:
     return cpu, "TORCH=True" in r.stderr
 
 
+# argument-value errors: each must exit 2 before torch is imported (issue 34)
+BAD_VALUES = [["train", "demo:mlp", "--optimizer", "adam"], ["profile", "demo:gpt", "--steps", "0"],
+              ["run", "demo:mlp", "-b", "missing.toml"], ["run", "demo:gtp"], ["run", "demo:mlp", "-b", "nmupy"],
+              ["profile", "demo:mlp", "--warmup", "-1"], ["run", "demo:mlp", "--backedn", "numpy"],
+              ["backend", "check", "sim:npu"], ["optimize", "demo:mlp", "--cycles", "0"],
+              ["trace", "export", "RUN", "--format", "perfetto", "-o", "x.json"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept")
@@ -36,16 +46,26 @@ def main() -> None:
     floor = min(cpu_of([sys.executable, "-c", "pass"])[0] for _ in range(a.repeat))
     print(f"{'command':<28}{'CPU s':>8}{'over floor':>12}  torch")
     print(f"{'python -c pass (floor)':<28}{floor:>8.3f}{'':>12}")
-    worst = 0.0
+    worst, helps = 0.0, {}
     for name in [None, *COMMANDS]:
         argv = [name, "--help"] if name else ["--help"]
         runs = [cpu_of([sys.executable, "-c", PROBE, *argv]) for _ in range(a.repeat)]
         cpu = min(c for c, _ in runs)
         torch_loaded = any(t for _, t in runs)
         worst = max(worst, cpu)
+        helps[name] = cpu
         label = "opscope " + " ".join(argv)
         print(f"{label:<28}{cpu:>8.3f}{cpu - floor:>12.3f}  {'YES' if torch_loaded else 'no'}")
     print(f"worst: {worst:.3f} s CPU (goal: under 0.3 s); {os.cpu_count()} CPUs")
+    worst = 0.0
+    print(f"\n{'a bad value (exit 2)':<56}{'CPU s':>8}{'over --help':>12}  torch")
+    for argv in BAD_VALUES:
+        runs = [cpu_of([sys.executable, "-c", PROBE, *argv]) for _ in range(a.repeat)]
+        cpu = min(c for c, _ in runs)
+        worst = max(worst, cpu)
+        label = "opscope " + " ".join(argv)
+        print(f"{label:<56}{cpu:>8.3f}{cpu - helps[argv[0]]:>12.3f}  {'YES' if any(t for _, t in runs) else 'no'}")
+    print(f"worst: {worst:.3f} s CPU (goal: under 0.5 s, torch never imported)")
 
 
 if __name__ == "__main__":
