@@ -140,4 +140,6 @@ FORMS = {
     aten.tanh_backward.default: tanh_backward,
     aten.view.default: reshape,
     aten._unsafe_view.default: reshape,
+    # a tensor literal's copy (`x[:, 0] = 0.5` captures lift_fresh_copy(tensor(0.5))): no exporter has a rule for it
+    aten.lift_fresh_copy.default: torch.clone,
 }

@@ -33,6 +33,7 @@ class Placement:
     passed_over: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     # (op, fallback that took it) -> {earlier fallback: why it refused}
     left_out: list[dict] = field(default_factory=list)    # a stack's refusals: {node, op, reason}
+    splits: list = field(default_factory=list)            # regions the stack failed, split (partition.Split)
 
     def report(self) -> dict:
         per_backend: dict[str, int] = {}
@@ -55,6 +56,7 @@ class Placement:
         if placed or self.left_out:
             from .regions import report
             out.update(report(placed, self.left_out))
+            out["splits"] = [sp.row() for sp in self.splits]
         return out
 
 
@@ -140,14 +142,18 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
 
 
 def _claimed_regions(graph: Graph, backend: Backend, placement: Placement, volatile) -> list[Node]:
-    """The graph's nodes, each run of nodes a compiler stack claims replaced by one region node."""
-    from .regions import StackRegistry, group, region_node
+    """The graph's nodes, each run of nodes a compiler stack claims replaced by one region node, compiled; a
+    region the stack fails is split and the members it cannot take are left out (partition.py)."""
+    from .partition import partition
+    from .regions import StackRegistry, region_node
     if not isinstance(backend.ops, StackRegistry):
         return graph.nodes                                   # a per-op backend: nothing changes
-    answers = [backend.ops.supports(n) for n in graph.nodes]
+    registry = backend.ops
+    registry.refused, registry.remembered = dict(registry.remembered), {}     # a plan's splits, else none yet
+    answers = [registry.supports(n) for n in graph.nodes]
+    regions, placement.splits = partition(graph, registry, [a is True for a in answers], volatile=volatile)
     placement.left_out = [{"node": n.name, "op": n.op, "reason": str(a)}
-                          for n, a in zip(graph.nodes, answers) if a is not True]
-    regions = group(graph, [a is True for a in answers], volatile=volatile)
+                          for n in graph.nodes if (a := registry.supports(n)) is not True]
     first = {id(r.members[0]): r for r in regions}
     inside = {id(m) for r in regions for m in r.members}
     nodes = []

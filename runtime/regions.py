@@ -45,6 +45,9 @@ class Region:
     outputs: list[int]                # slots read after the region, returned by the graph, or carried
     constants: dict[int, Any]         # slot -> host value compiled into the program
     slot_meta: dict[int, TensorMeta]
+    # its RegionProgram once placement compiled it (partition.py); not copied by dataclasses.replace (a region
+    # with other outputs is another program)
+    program: Any = field(default=None, init=False, repr=False, compare=False)
 
     def member_of_scope(self, name: str) -> Node | None:
         """The member a stack's node name comes from (`/n12/MatMul`, `__module.n12/...` -> members[12])."""
@@ -96,6 +99,26 @@ class RegionProgram:
 
     def stop_profile(self) -> list[ChildEvent]:
         return []
+
+    @staticmethod
+    def fitted(durations: list[int], t0: int, t1: int) -> list[tuple[int, int]]:
+        """Spans for per-op durations that do not add up to the call's own time [t0, t1] (OpenVINO's per-layer
+        times sum to 1.05-1.6x it; XLA's thunks leave dispatch gaps between them): laid end to end in order,
+        scaled so they cover the call exactly, none shorter than 1 ns (an op that ran took time). Events built
+        from these say so in their clock."""
+        total, n = sum(max(d, 0) for d in durations), len(durations)
+        if not n:
+            return []
+        span = max(t1 - t0, n)
+        # NOTE: each op keeps 1 ns of its own; the rest of the call is shared by the durations
+        weights = [max(d, 0) / total if total else 1 / n for d in durations]
+        out, at, acc = [], t0, 0.0
+        for i, w in enumerate(weights):
+            acc += w
+            end = t0 + (i + 1) + int(round(acc * (span - n)))
+            out.append((at, max(end, at + 1)))
+            at = out[-1][1]
+        return out
 
     def child(self, stack_name: str, kernel: str, start_ns: int, end_ns: int, clock: str,
               covered: list[Node] | None = None) -> ChildEvent:
@@ -178,33 +201,44 @@ class StackRegistry:
 
     def __init__(self, claim: Callable[[Node], bool | str], compile: Callable[[Region], RegionProgram], *,
                  unsupported=(), supported=None, load: Callable[[Region, bytes], RegionProgram] | None = None,
-                 version: str = ""):
+                 version: str = "", stack: str = "the stack"):
         self._claim, self._compile, self._load = claim, compile, load
+        self.stack = stack                # its name in messages (onnxruntime, openvino, xla)
         self.unsupported = set(unsupported)
         self.supported = set(supported) if supported is not None else None
         self.dtypes = None
         self.version = version            # the stack's own version: a plan's saved programs are for this one
         self.saved: dict[str, SavedRegion] = {}     # region name -> a plan's program for it (bind_plan sets it)
+        # node name -> the stack's reason: members it failed inside a region (partition.py), for the placement
+        # under way; `remembered`: a plan's, handed to the next placement (plan_regions.arm)
+        self.refused: dict[str, str] = {}
+        self.remembered: dict[str, str] = {}
 
     def supports(self, node: Node) -> bool | str:
         if node.op == "region":
             return True
+        if node.name in self.refused:
+            return self.refused[node.name]
         if node.op in self.unsupported:
             return f"{node.op} is marked unsupported in the description"
         if self.supported is not None and node.op not in self.supported:
             return f"{node.op} is not in the description's supported list"
         return self._claim(node)
 
-    def kernel_for(self, node: Node) -> Callable:
-        region = node.attrs["region"] if node.op == "region" else single(node)
-        saved = self.saved.pop(region.name, None) if node.op == "region" else None
-        if saved is not None and self._load is not None and saved.fits(region):
-            program = _real_tensors(self._load, region, saved.blob)
+    def program(self, region: Region, *, saved: bool = True) -> RegionProgram:
+        """The region compiled: a plan's saved program for it when one fits, else the stack's compile."""
+        blob = self.saved.pop(region.name, None) if saved else None
+        if blob is not None and self._load is not None and blob.fits(region):
+            program = _real_tensors(self._load, region, blob.blob)
             program.from_plan = True
-        else:                             # none saved, or the weights changed since: compiled again
-            program = _real_tensors(self._compile, region)
-        if node.op == "region":
             return program
+        return _real_tensors(self._compile, region)   # none saved, or the weights changed since: compiled again
+
+    def kernel_for(self, node: Node) -> Callable:
+        if node.op == "region":           # placement compiled it already (partition.py); a region made elsewhere not
+            region = node.attrs["region"]
+            return region.program if region.program is not None else self.program(region)
+        program = self.program(single(node), saved=False)
 
         def one(*args, **kwargs):          # a plain node's call: its Ref'd args, in order, are the inputs
             out = program(*[a for a in _flat(args) if a is not None])

@@ -21,9 +21,9 @@ import warnings
 import numpy as np
 
 from ..description import Description
-from ..errors import ModelError, first_line
 from ..export_forms import FORMS
 from ..hdi import Backend
+from ..partition import StackFailed
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
 from .numpy_backend import NumpyMemory
 
@@ -75,7 +75,7 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
                                 unsupported=desc.unsupported, supported=desc.supported,
                                 load=lambda region, blob: load_region(region, blob, desc, chosen),
-                                version=f"onnxruntime {ort.__version__}")
+                                version=f"onnxruntime {ort.__version__}", stack="onnxruntime")
     return backend
 
 
@@ -95,9 +95,19 @@ def claim(node) -> bool | str:
     exportable = _exportable()
     if node.target in FORMS:                       # exported as its torch form (export_forms.py)
         return True
-    if exportable is not None and not exportable(name, OPSET):
+    if exportable is not None and not any(exportable(n, OPSET) for n in spellings(name)):
         return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"
     return True
+
+
+def spellings(name: str) -> list[str]:
+    """The names the exporter's registry may know an ATen op by: its own, the out-of-place op of an in-place one
+    (the exporter rewrites `add_` as `add` before it looks up a symbolic), and a dunder op as the registry spells
+    it (`aten::__and__` is registered as `aten::__and_`, a Python function name)."""
+    ns, _, op = name.partition("::")
+    if op.startswith("__") and op.endswith("__"):
+        return [name, f"{ns}::{op[:-1]}", f"{ns}::{op.strip('_')}"]
+    return [name, f"{ns}::{op[:-1]}"] if op.endswith("_") else [name]
 
 
 def _exportable():
@@ -262,12 +272,10 @@ def _onnx():
 
 
 def compile_region(region: Region, desc: Description, chosen: list[str]) -> OrtProgram:
-    ops = ", ".join(sorted({m.op for m in region.members}))
     try:
         return OrtProgram(region, export(region), desc, chosen)
     except Exception as e:       # the exporter or ONNX Runtime may raise anything on a graph it cannot take
-        raise ModelError(f"onnxruntime could not compile {region.name} ({len(region.members)} nodes: {ops}): "
-                         f"{type(e).__name__}: {first_line(e)[:200]}") from e
+        raise StackFailed("onnxruntime", region, e) from e
 
 
 def load_region(region: Region, blob: bytes, desc: Description, chosen: list[str]) -> OrtProgram:

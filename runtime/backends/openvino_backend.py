@@ -14,19 +14,27 @@ Per-op spans: PERF_COUNT's per-layer times, mapped back through the layers' orig
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 import warnings
 
 from ..description import Description
-from ..errors import ModelError, first_line
+from ..errors import first_line
 from ..export_forms import FORMS
 from ..hdi import Backend
+from ..partition import StackFailed
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
 from .numpy_backend import NumpyMemory
 
+# NOTE: importing openvino, and each convert_model, reports usage through openvino_telemetry from a process it
+# starts per event (24 for one region of demo:gpt; this machine has no network). Without that package OpenVINO
+# uses its own stub: opscope hides it from OpenVINO's imports (None in sys.modules makes `import` raise ImportError)
+if "openvino" not in sys.modules:
+    sys.modules.setdefault("openvino_telemetry", None)
+
 INSTALL = "pip install openvino (or opscope[openvino])"
-CLOCK = "openvino PERF_COUNT (per-layer durations, laid end to end from the region's start)"
+CLOCK = "openvino PERF_COUNT (per-layer durations, scaled to fit the region's call, laid end to end)"
 # its dtypes leave float64 out; its importer has no rule for aten::diff (transformers' GPT-2 mask uses it)
 _TAKES = Claim(refused=frozenset({"diff"}))
 
@@ -78,7 +86,7 @@ def create(desc: Description, name: str) -> OpenVinoBackend:
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc),
                                 unsupported=desc.unsupported, supported=desc.supported,
                                 load=lambda region, blob: load_region(region, blob, desc),
-                                version=f"openvino {ov.__version__}")
+                                version=f"openvino {ov.__version__}", stack="openvino")
     return backend
 
 
@@ -135,30 +143,26 @@ class OpenVinoProgram(RegionProgram):
         if request is None or self._span is None:
             return []
         names = self._names
-        t, children = self._span[0], []
-        for p in request.get_profiling_info():
-            dur = int(p.real_time.total_seconds() * 1e9)
-            if p.status.name != "EXECUTED":
-                continue
+        ran = [p for p in request.get_profiling_info() if p.status.name == "EXECUTED"]
+        # NOTE: the profile gives durations only, and they add up to more than the call (1.05-1.6x: each layer's
+        # time includes waits of its own); cut at the call's end the last layers got 0 ns, so they are scaled
+        spans = self.fitted([int(p.real_time.total_seconds() * 1e9) for p in ran], *self._span)
+        children = []
+        for p, (t0, t1) in zip(ran, spans):
             covered = [m for n in names.get(p.node_name, []) if (m := self.region.member_of_scope(n)) is not None]
-            # the profile gives durations only: laid end to end from the call's start, never past its end
-            end = min(t + dur, self._span[1])
-            children.append(self.child(p.node_name, p.node_type, t, end, CLOCK, covered))
-            t = end
+            children.append(self.child(p.node_name, p.node_type, t0, t1, CLOCK, covered))
         return children
 
 
 def compile_region(region: Region, desc: Description) -> OpenVinoProgram:
     import openvino as ov
-    ops = ", ".join(sorted({m.op for m in region.members}))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # the tracer's warnings about constants
             model = ov.convert_model(to_torch(region), example_input=example_inputs(region))
         return OpenVinoProgram(region, model, desc)
     except Exception as e:       # the converter or the plugin may raise anything on a graph it cannot take
-        raise ModelError(f"openvino could not compile {region.name} ({len(region.members)} nodes: {ops}): "
-                         f"{type(e).__name__}: {_why(e)[:200]}") from e
+        raise StackFailed("openvino", region, e, f"{type(e).__name__}: {_why(e)}") from e
 
 
 def _why(e: BaseException) -> str:

@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from ..description import Description
-from ..errors import ModelError, UsageError, first_line
+from ..errors import UsageError, first_line
 from ..hdi import Backend
+from ..partition import StackFailed
 from ..graph import materialize
 from ..regions import Claim, Region, RegionProgram, StackRegistry
 from ..regions import example_inputs as _examples
@@ -27,8 +28,8 @@ from .numpy_backend import NumpyMemory
 from .xla_lowering import more_lowerings
 
 INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
-CLOCK = ("xla profiler: XLA's thunk-executor spans (host clock, placed by a TraceAnnotation around the region's "
-         "call)")
+CLOCK = ("xla profiler: XLA's thunk-executor spans, in their order, scaled to fit the region's call (the gaps "
+         "between thunks, the call's own dispatch, shared out)")
 _MARK = "opscope-region-call"
 
 
@@ -146,7 +147,7 @@ def create(desc: Description, name: str) -> XlaBackend:
     dev = jax.devices(platform(desc))[0]
     backend = XlaBackend(name=name, description=desc, ops=None, memory=JaxMemory(), device=f"xla:{dev.platform}")
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, lower, dev),
-                                unsupported=desc.unsupported, supported=desc.supported)
+                                unsupported=desc.unsupported, supported=desc.supported, stack="xla")
     return backend
 
 
@@ -158,6 +159,7 @@ class XlaProgram(RegionProgram):
         slots = list(region.constants)
         self.consts = [jax.device_put(np.asarray(region.constants[s].detach().numpy()), device) for s in slots]
         members = region.members
+        mutated = _mutated(region)
 
         def run(consts, *inputs):
             env = dict(zip(region.inputs, inputs)) | dict(zip(slots, consts))
@@ -168,6 +170,8 @@ class XlaProgram(RegionProgram):
                 outs = list(out) if m.multi_output else [out]
                 for s, v, meta in zip(m.outputs, outs, m.output_meta):
                     env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v
+                if m.name in mutated:             # an in-place op: later readers of its input see the new value
+                    env[mutated[m.name]] = env[m.outputs[0]]
             return tuple(env[s] for s in region.outputs)
         self.fn = jax.jit(run)
         self._block = jax.block_until_ready
@@ -214,13 +218,34 @@ class XlaProgram(RegionProgram):
                 thunks.append((ev.start_ns, ev.start_ns + ev.duration_ns, ev.name))
         children = []
         for (t0, t1), (lo, hi) in zip(calls, sorted(marks)):
-            for s, e, op in sorted(thunks):
-                if lo <= s and e <= hi and op in self._covers:
-                    kind, members = self._covers[op]
-                    # NOTE: the trace's clock is not perf_counter: each call's annotation pins its offset
-                    children.append(self.child(op, kind, max(t0, t0 + int(s - lo)), min(t1, t0 + int(e - lo)),
-                                               CLOCK, members))
+            inside = [(s, e, op) for s, e, op in sorted(thunks) if lo <= s and e <= hi and op in self._covers]
+            # NOTE: the thunks alone covered as little as 52% of a call (host dispatch between them, the
+            # annotation's own cost): in order, scaled to the call, so the children account for its whole time
+            for (s, e, op), (c0, c1) in zip(inside, self.fitted([e - s for s, e, _ in inside], t0, t1)):
+                kind, members = self._covers[op]
+                children.append(self.child(op, kind, c0, c1, CLOCK, members))
         return children
+
+
+def _mutated(region: Region) -> dict[str, int]:
+    """In-place members -> the slot each overwrites. jax has no aliasing, so the program rebinds that slot; it can
+    only when the slot is made in the region by an op that is not a view (a view's base, or a value from outside
+    the region, would keep the old value): otherwise compiling refuses, and the member goes to the fallback."""
+    from ..ops import OPS
+    from .xla_lowering import IN_PLACE
+    made = {s: m for m in region.members for s in m.outputs}
+    out = {}
+    for i, m in enumerate(region.members):
+        if m.target._schema.name not in IN_PLACE:
+            continue
+        slot = m.args[0].slot if m.args and hasattr(m.args[0], "slot") else None
+        maker = made.get(slot)
+        if maker is None or getattr(OPS.get(maker.op), "kind", "") == "view":
+            # named by its scope /n<i>/: the split (partition.py) sends this member alone to the fallback
+            raise NotImplementedError(f"in-place member /n{i}/ ({m.name}) writes a value from outside the region "
+                                      "or a view: jax cannot write through it")
+        out[m.name] = slot
+    return out
 
 
 class _Trace:
@@ -284,11 +309,9 @@ def _keep(kwargs: dict) -> dict:
 
 
 def compile_region(region: Region, lower: dict, device) -> XlaProgram:
-    ops = ", ".join(sorted({m.op for m in region.members}))
     try:
         program = XlaProgram(region, lower, device)
         program(*[x.numpy() for x in _examples(region)])       # trace and compile now, not in the first step
         return program
     except Exception as e:       # a lowering that does not fit the arguments, or XLA refusing the program
-        raise ModelError(f"xla could not compile {region.name} ({len(region.members)} nodes: {ops}): "
-                         f"{type(e).__name__}: {first_line(e)[:200]}") from e
+        raise StackFailed("xla", region, e) from e

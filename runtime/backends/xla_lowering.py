@@ -119,6 +119,196 @@ def _adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight
     return [p - m / denom * (lr / (1 - beta1 ** t)), m, v]
 
 
+def _conv(x, w, b, stride, padding, dilation, groups, lhs_dilation=None):
+    """N-d convolution in torch's layout (NC..., OI...); padding a number per dim, pairs, or 'same'/'valid'."""
+    import jax
+    nd = x.ndim - 2
+    tup = lambda v: tuple(v) * (nd if len(tuple(v)) == 1 else 1) if isinstance(v, (list, tuple)) else (v,) * nd  # noqa: E731
+    if isinstance(padding, str):
+        pad = padding.upper()
+    else:
+        pad = [p if isinstance(p, tuple) else (p, p) for p in (padding if isinstance(padding, list) and padding
+                                                              and isinstance(padding[0], tuple) else tup(padding))]
+    dims = ("NCH", "OIH", "NCH") if nd == 1 else ("NCHW", "OIHW", "NCHW") if nd == 2 else ("NCDHW", "OIDHW", "NCDHW")
+    y = jax.lax.conv_general_dilated(x, w, tup(stride), pad, lhs_dilation=lhs_dilation, rhs_dilation=tup(dilation),
+                                     feature_group_count=groups, dimension_numbers=dims)
+    return y if b is None else y + b.reshape((1, -1) + (1,) * nd)
+
+
+def _conv_transpose(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """torch's transposed convolution as the gradient of a convolution: the input dilated by the stride, the
+    kernel flipped with in and out swapped (per group), padded dilation*(k-1)-padding, output_padding on the end."""
+    import jax.numpy as jnp
+    nd = x.ndim - 2
+    tup = lambda v: tuple(v) * (nd if len(tuple(v)) == 1 else 1) if isinstance(v, (list, tuple)) else (v,) * nd  # noqa: E731
+    k = w.shape[2:]
+    cin, cout_g = w.shape[0], w.shape[1]
+    wg = w.reshape((groups, cin // groups, cout_g) + k)
+    wg = jnp.swapaxes(wg, 1, 2).reshape((groups * cout_g, cin // groups) + k)
+    wg = jnp.flip(wg, axis=tuple(range(2, 2 + nd)))
+    pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op)
+            for kk, p, op, d in zip(k, tup(padding), tup(output_padding), tup(dilation))]
+    return _conv(x, wg, b, 1, pads, dilation, groups, lhs_dilation=tup(stride))
+
+
+def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled=False):
+    import jax.numpy as jnp
+    if training:              # batch statistics and running-stat updates: eager's, on the fallback
+        raise NotImplementedError("batch_norm in training mode has no xla lowering (it updates running statistics)")
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + eps)
+    y = y * weight.reshape(shape) if weight is not None else y
+    return y + bias.reshape(shape) if bias is not None else y
+
+
+def _max_pool(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    import jax
+    import jax.numpy as jnp
+    nd = len(kernel_size)
+    tup = lambda v: tuple(v) * (nd if len(tuple(v)) == 1 else 1) if isinstance(v, (list, tuple)) else (v,) * nd  # noqa: E731
+    if ceil_mode:
+        raise NotImplementedError("max_pool with ceil_mode has no xla lowering")
+    k, st = tup(kernel_size), tup(stride) if stride else tup(kernel_size)
+    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    return jax.lax.reduce_window(x, jnp.asarray(init, x.dtype), jax.lax.max, (1, 1) + k, (1, 1) + st,
+                                 [(0, 0), (0, 0)] + [(p, p) for p in tup(padding)], window_dilation=(1, 1) + tup(dilation))
+
+
+def _source(n_in, n_out, scale, align_corners, nearest=False):
+    """Source coordinate of each output position along one axis, as ATen's upsample kernels compute it."""
+    import jax.numpy as jnp
+    i = jnp.arange(n_out, dtype=jnp.float32)
+    if nearest:
+        s = (1.0 / scale) if scale else n_in / n_out
+        return jnp.minimum(jnp.floor(i * s).astype(jnp.int32), n_in - 1)
+    if align_corners:
+        return i * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    s = (1.0 / scale) if scale else n_in / n_out
+    return jnp.maximum((i + 0.5) * s - 0.5, 0.0)
+
+
+def _out_size(x, output_size, scale_factors):
+    nd = x.ndim - 2
+    if output_size:
+        return list(output_size), [None] * nd
+    return [int(math.floor(d * f)) for d, f in zip(x.shape[2:], scale_factors)], list(scale_factors)
+
+
+def _upsample_linear(x, output_size, align_corners, scale_factors=None):
+    import jax.numpy as jnp
+    sizes, scales = _out_size(x, output_size, scale_factors)
+    for axis, (n_out, sc) in enumerate(zip(sizes, scales), start=2):
+        n_in = x.shape[axis]
+        src = _source(n_in, n_out, sc, align_corners)
+        lo = jnp.minimum(jnp.floor(src).astype(jnp.int32), n_in - 1)
+        hi = jnp.minimum(lo + 1, n_in - 1)
+        t = (src - lo).astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+        x = jnp.take(x, lo, axis=axis) * (1 - t) + jnp.take(x, hi, axis=axis) * t
+    return x
+
+
+def _upsample_nearest(x, output_size, scale_factors=None):
+    import jax.numpy as jnp
+    sizes, scales = _out_size(x, output_size, scale_factors)
+    for axis, (n_out, sc) in enumerate(zip(sizes, scales), start=2):
+        x = jnp.take(x, _source(x.shape[axis], n_out, sc, False, nearest=True), axis=axis)
+    return x
+
+
+def _pad_mode(x, pad, mode="constant", value=None):
+    import jax.numpy as jnp
+    if mode == "constant":
+        return _pad(x, pad, 0.0 if value is None else value)
+    widths = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
+    return jnp.pad(x, widths, mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
+
+
+def _topk(x, k, dim=-1, largest=True, sorted=True):
+    import jax
+    import jax.numpy as jnp
+    moved = jnp.moveaxis(x, dim, -1)
+    v, i = jax.lax.top_k(moved if largest else -moved, k)
+    return jnp.moveaxis(v if largest else -v, -1, dim), jnp.moveaxis(i, -1, dim)
+
+
+def _sort(x, dim=-1, descending=False, stable=False):
+    import jax.numpy as jnp
+    i = jnp.argsort(x, axis=dim, descending=descending, stable=True)
+    return jnp.take_along_axis(x, i, axis=dim), i
+
+
+def _min_max(pick, arg):
+    def op(x, *a, **k):
+        import jax.numpy as jnp
+        if not a and not k:                                   # the whole tensor
+            return pick(x)
+        other = a[0] if a else k.get("other", k.get("dim"))
+        if hasattr(other, "shape"):                           # elementwise, against another tensor
+            return (jnp.minimum if pick is jnp.min else jnp.maximum)(x, other)
+        keep = (a[1] if len(a) > 1 else k.get("keepdim", False))
+        return pick(x, axis=other, keepdims=keep), arg(x, axis=other, keepdims=keep)
+    return op
+
+
+def _histc(x, bins=100, min=0, max=0):      # noqa: A002 - ATen's argument names
+    import jax.numpy as jnp
+    lo, hi = (x.min(), x.max()) if min == max else (jnp.asarray(min, x.dtype), jnp.asarray(max, x.dtype))
+    flat = x.reshape(-1)
+    idx = jnp.floor((flat - lo) / (hi - lo) * bins).astype(jnp.int32)
+    idx = jnp.where(flat == hi, bins - 1, idx)
+    keep = (flat >= lo) & (flat <= hi)
+    return jnp.zeros((bins,), x.dtype).at[jnp.where(keep, idx, 0)].add(keep.astype(x.dtype))
+
+
+def _chunk(x, chunks, dim=0):
+    import jax.numpy as jnp
+    size = -(-x.shape[dim] // chunks)
+    return jnp.split(x, list(range(size, x.shape[dim], size)), axis=dim)
+
+
+def _index_put(x, indices, values, accumulate=False):
+    at = x.at[tuple(slice(None) if i is None else i for i in indices)]
+    return at.add(values) if accumulate else at.set(values)
+
+
+def _lstm(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """aten::lstm.input: a scan per layer and direction, gates in torch's order (input, forget, cell, output)."""
+    import jax
+    import jax.numpy as jnp
+    if train and dropout:
+        raise NotImplementedError("lstm with dropout in training has no xla lowering")
+    h0, c0 = hx
+    dirs = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    seq = jnp.swapaxes(x, 0, 1) if batch_first else x           # (time, batch, features)
+    hs, cs = [], []
+    for layer in range(num_layers):
+        outs = []
+        for d in range(dirs):
+            k = (layer * dirs + d) * per
+            w_ih, w_hh = params[k], params[k + 1]
+            b = params[k + 2] + params[k + 3] if has_biases else 0
+
+            def cell(carry, xt, w_ih=w_ih, w_hh=w_hh, b=b):
+                h, c = carry
+                i, f, g, o = jnp.split(xt @ w_ih.T + h @ w_hh.T + b, 4, axis=-1)
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(c)
+                return (h, c), h
+            (h, c), y = jax.lax.scan(cell, (h0[layer * dirs + d], c0[layer * dirs + d]), seq, reverse=d == 1)
+            outs.append(y)
+            hs.append(h)
+            cs.append(c)
+        seq = jnp.concatenate(outs, axis=-1) if dirs == 2 else outs[0]
+    out = jnp.swapaxes(seq, 0, 1) if batch_first else seq
+    return out, jnp.stack(hs), jnp.stack(cs)
+
+
+# ops a region may run in place: the program rebinds the value they mutate (xla_backend.XlaProgram)
+IN_PLACE = {"aten::relu_": "aten::relu", "aten::add_": "aten::add", "aten::sub_": "aten::sub",
+            "aten::mul_": "aten::mul", "aten::div_": "aten::div", "aten::index_put_": "aten::index_put"}
+
+
 def more_lowerings(base: dict) -> dict:
     """`base` plus the lowerings above; GELU's backward is jax.vjp of base's own forward."""
     import jax
@@ -160,6 +350,11 @@ def more_lowerings(base: dict) -> dict:
 
     same = lambda x, *_, **__: x  # noqa: E731
     compare = {f"aten::{n}": getattr(operator, n) for n in ("ge", "gt", "le", "lt", "eq", "ne")}
+    table = _table(base, compare, same, gelu, flash, flash_backward, gelu_backward, sgd, jax, jnp)
+    return table | {k: table[v] for k, v in IN_PLACE.items()}
+
+
+def _table(base, compare, same, gelu, flash, flash_backward, gelu_backward, sgd, jax, jnp):
     return {**base, **compare,
             "aten::detach": same, "aten::alias": same, "aten::clone": same, "aten::contiguous": same,
             "aten::lift_fresh_copy": same, "aten::dropout": _dropout,
@@ -191,4 +386,26 @@ def more_lowerings(base: dict) -> dict:
                 axis=dim, keepdims=True),
             "aten::nll_loss_forward": _nll_loss, "aten::nll_loss_backward": _nll_loss_backward,
             "aten::embedding_dense_backward": _embedding_backward,
-            "opscope::sgd": sgd, "opscope::adamw": _adamw}
+            "opscope::sgd": sgd, "opscope::adamw": _adamw,
+            # casts: the program casts each output to the dtype capture recorded (dtype= is dropped before the call)
+            "aten::to": lambda x, *_, **__: x, "aten::_to_copy": lambda x, *_, **__: x,
+            "aten::sin": jnp.sin, "aten::cos": jnp.cos, "aten::abs": jnp.abs, "aten::log": jnp.log,
+            "aten::cumsum": lambda x, dim, **_: jnp.cumsum(x, axis=dim),
+            "aten::diff": lambda x, n=1, dim=-1, prepend=None, append=None: jnp.diff(x, n, axis=dim, prepend=prepend,
+                                                                                   append=append),
+            "aten::__and__": jnp.bitwise_and, "aten::__or__": jnp.bitwise_or,
+            "aten::logical_and": jnp.logical_and, "aten::logical_or": jnp.logical_or,
+            "aten::floor_divide": jnp.floor_divide, "aten::relu": jax.nn.relu,
+            "aten::log_softmax": lambda x, dim, **_: jax.nn.log_softmax(x, axis=dim),
+            "aten::zeros": lambda size, **_: jnp.zeros(size), "aten::ones": lambda size, **_: jnp.ones(size),
+            "aten::full_like": lambda x, v, **_: jnp.full_like(x, v), "aten::empty_like": lambda x, **_: jnp.zeros_like(x),
+            "aten::min": _min_max(jnp.min, jnp.argmin), "aten::max": _min_max(jnp.max, jnp.argmax),
+            "aten::conv1d": lambda x, w, b=None, stride=1, padding=0, dilation=1, groups=1: _conv(
+                x, w, b, stride, padding, dilation, groups),
+            "aten::conv_transpose2d": _conv_transpose, "aten::conv_transpose1d": _conv_transpose,
+            "aten::batch_norm": _batch_norm, "aten::max_pool2d": _max_pool,
+            "aten::upsample_bilinear2d": _upsample_linear, "aten::upsample_nearest2d": _upsample_nearest,
+            "aten::pad": _pad_mode,
+            "aten::roll": lambda x, shifts, dims=(): jnp.roll(x, shifts, axis=tuple(dims) if dims else None),
+            "aten::topk": _topk, "aten::sort": _sort, "aten::histc": _histc, "aten::chunk": _chunk,
+            "aten::index_put": _index_put, "aten::lstm": _lstm}

@@ -17,7 +17,8 @@ plan.json: {"format": "opscope-plan", "version": 1, "model": spec, "fingerprint"
 parameter names, shapes and dtypes), inputs}, "backend": {spec, name, digest (of its description)},
 "versions": {opscope, torch}, "passes", "pass_log", "placement": [[node, backend]], "graph": {nodes,
 num_slots, input_slots, output_refs, slot_meta, constants: {slot: {"param": name} | {"file": path} | null}},
-"carry", "train", "timing": {capture_seconds, compile_seconds}, "memory_plan", "regions"}.
+"carry", "train", "timing": {capture_seconds, compile_seconds}, "memory_plan", "regions", "splits": [{node,
+reason}] (members a stack failed inside a region: they stay on the fallback when the plan is loaded)}.
 Values in args/attrs are JSON, with tagged objects for what JSON lacks: {"$ref": slot}, {"$tuple": [...]},
 {"$dict": [[k, v], ...]}, {"$float": "nan"|"inf"|"-inf"}, {"$dtype": name}, {"$device": str},
 {"$torch": "channels_last"|"strided"|...}, {"$node": node} (a fused node's members).
@@ -230,6 +231,7 @@ def save_plan(path, plan, *, model, inputs, model_spec: str, backend_spec: str, 
         "memory_plan": plan.memory_plan,
     }
     doc["regions"], programs = plan_regions.collect(plan)      # a stack's compiled regions, when it has them
+    doc["splits"] = plan_regions.splits(plan)                  # and the members it failed inside them
     files.update(programs)
     body = json.dumps(doc, allow_nan=False).encode()
     members = {"plan.json": body, "plan.sha256": hashlib.sha256(body).hexdigest().encode(), **files}
@@ -489,7 +491,8 @@ def bind_plan(doc: dict, files: dict, path, *, model, inputs, backend=None, t0: 
     check_plan(doc, path, model=model, inputs=inputs, backend=backend)
     try:
         graph, carry = decode_graph(doc, files, model, where)
-        plan_regions.arm(backend, plan_regions.declared(doc, where), files, where)
+        plan_regions.arm(backend, plan_regions.declared(doc, where), files, where,
+                         plan_regions.declared_splits(doc, where))
         plan = compile_plan(graph, backend, carry=carry, passes=[])
         regions = plan_regions.loaded(plan)
         placed = [[n.name, b.name] for n, b in plan.placement.assignments]

@@ -63,15 +63,37 @@ def declared(doc: dict, where: str) -> list[dict]:
     return rows
 
 
+def splits(plan) -> list[dict]:
+    """plan.json's "splits": the members the stack failed inside a region, and why (partition.py), so a run of
+    the plan does not compile the regions that failed again."""
+    registry = plan.backend.ops
+    if not isinstance(registry, StackRegistry):
+        return []
+    return [{"node": n, "reason": why} for n, why in registry.refused.items()]
+
+
+def declared_splits(doc: dict, where: str) -> dict[str, str]:
+    rows = doc.get("splits", [])          # plans from before splits had none
+    ok = isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("node"), str) and len(r["node"]) <= 1000
+                                        and isinstance(r.get("reason"), str) and len(r["reason"]) <= 2000 for r in rows)
+    if not ok:
+        raise UsageError(f"{where}: corrupted (splits is not a list of nodes and reasons); compile it again")
+    return {r["node"]: r["reason"] for r in rows}
+
+
 def check_bytes(row: dict, data: bytes, where: str) -> None:
     if hashlib.sha256(data).hexdigest() != row["sha256"]:
         raise UsageError(f"{where}: corrupted ({row['file']} does not match its checksum); compile it again")
 
 
-def arm(backend, rows: list[dict], files: dict, where: str) -> None:
-    """Hand the saved programs to the stack's registry (refused when another stack version made them)."""
+def arm(backend, rows: list[dict], files: dict, where: str, refused: dict[str, str] | None = None) -> None:
+    """Hand the saved programs and the remembered splits to the stack's registry (refused when another stack
+    version made them)."""
     registry = backend.ops
-    if not rows or not isinstance(registry, StackRegistry):
+    if not isinstance(registry, StackRegistry):
+        return
+    registry.remembered = dict(refused or {})
+    if not rows:
         return
     for r in rows:
         if r["stack"] != registry.version:

@@ -24,3 +24,23 @@ class UNet(nn.Module):
 def factory():
     torch.manual_seed(0)
     return UNet().eval(), (torch.randn(2, 3, 16, 16),)
+
+
+class InPlaceUNet(UNet):
+    """The UNet written the way real ones are: in-place ReLU, `+=` and `/=` on the skip, a boolean `&` mask and an
+    index_put_ (a pixel row set): ops the ONNX exporter runs though its registry names them otherwise."""
+
+    def forward(self, x):
+        e = torch.relu_(self.enc(x))
+        d = torch.relu_(self.down(e))
+        u = self.up(d)
+        u += e
+        u /= 2.0
+        u = u * ((u > 0) & (e > 0))
+        u[:, 0, 0] = 0.5
+        return self.head(torch.cat([e, u], dim=1))
+
+
+def in_place_factory():
+    torch.manual_seed(0)
+    return InPlaceUNet().eval(), (torch.randn(2, 3, 16, 16),)
