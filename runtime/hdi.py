@@ -89,6 +89,27 @@ class MemoryStats:
     frees: int = 0
 
 
+# A partial view reaches a backend with its whole storage only while that storage is at most this many times the
+# view (or this many elements larger): as_strided over a slice then reads what eager reads, and a parameter that
+# is a slice of a large flat buffer is not copied whole once per parameter.
+STORAGE_SLACK, STORAGE_SLACK_ELEMENTS = 4, 1 << 16
+
+
+def keeps_storage(t) -> bool:
+    """Whether a host tensor goes to a backend as a view into a copy of its whole storage (same strides and storage
+    offset), not as a fresh tensor of its values: a strided view into a larger storage, or at an offset, whose
+    elements do not share memory (an expanded tensor arrives as its values: a write to it must not alias)."""
+    import torch
+    if t.layout != torch.strided or t.is_conj() or t.is_neg():
+        return False
+    n, size = t.untyped_storage().nbytes() // t.element_size(), t.numel()
+    if t.storage_offset() == 0 and n == size and t.is_contiguous():
+        return False                   # it is its storage: nothing to keep
+    if n > max(STORAGE_SLACK * size, size + STORAGE_SLACK_ELEMENTS):
+        return False
+    return torch._debug_has_internal_overlap(t) == 0
+
+
 class MemoryManager:
     """Moves values between the host (numpy arrays) and the device, and counts bytes."""
 

@@ -61,6 +61,11 @@ KERNELS = {
     "lu_factor": (torch.linalg.lu_factor, SQUARE), "solve_triangular":
         (lambda a, b: torch.linalg.solve_triangular(a, b, upper=True), SQUARE, torch.randn(2, 4, 2)),
     "matrix_norm_nuc": (lambda a: torch.linalg.matrix_norm(a, "nuc"), X), "cond": (torch.linalg.cond, SQUARE),
+    "isin": (torch.isin, torch.randint(0, 9, (4, 5)), torch.randint(0, 9, (6,))),
+    "take": (torch.take, X, torch.tensor([[0, -1], [7, 19]])),
+    "bucketize": (lambda x, b: torch.bucketize(x, b, right=True), X, torch.linspace(-2, 2, 7)),
+    "searchsorted": (lambda s, v: torch.searchsorted(s, v, side="right"), torch.sort(torch.randn(4, 6)).values, X),
+    "isclose": (lambda a, b: torch.isclose(a, b, rtol=0.1, atol=0.05), X, X + torch.randn(4, 5) * 0.1),
 }
 
 
@@ -155,33 +160,33 @@ def test_wav2vec2_with_default_specaugment_trains_on_numpy_like_eager(optimizer)
     assert abs(unmasked - r["eager_losses"][0]) > 1e-6, (unmasked, r["eager_losses"])
 
 
-class Searchsorted(torch.nn.Module):
+class Angle(torch.nn.Module):          # aten.angle: no numpy kernel (an op numpy refuses, for the hint)
     def forward(self, x):
-        return torch.searchsorted(torch.arange(5.0), x) + 1
+        return torch.angle(x) + 1
 
 
 def test_a_refusal_under_torch_compile_names_the_options_key_not_a_cli_flag():
     """Under torch.compile the way out is `options={"fallback": [...]}`; the hint named `--fallback`, a flag no
-    torch.compile call has. The key it names works: the same model then runs, searchsorted on torch."""
+    torch.compile call has. The key it names works: the same model then runs, angle on torch."""
     import torch._dynamo
 
     torch._dynamo.reset()
-    x = torch.tensor([0.5, 2.5, 4.5])
+    x = torch.tensor([0.5, -2.5, 4.5])
     with pytest.raises(Exception) as err:
-        torch.compile(Searchsorted(), backend="opscope", options={"backend": "numpy"})(x)
+        torch.compile(Angle(), backend="opscope", options={"backend": "numpy"})(x)
     text = str(err.value)
     assert 'options={"backend": ..., "fallback": ["torch:cpu"]}' in text and "--fallback" not in text, text
     torch._dynamo.reset()
-    out = torch.compile(Searchsorted(), backend="opscope", options={"backend": "numpy", "fallback": ["torch:cpu"]})(x)
-    assert out.tolist() == Searchsorted()(x).tolist()
+    out = torch.compile(Angle(), backend="opscope", options={"backend": "numpy", "fallback": ["torch:cpu"]})(x)
+    assert out.tolist() == Angle()(x).tolist()
 
 
 def test_a_refusal_under_the_clis_dynamo_capture_still_names_the_flag(cli, tmp_path):
     """`opscope run --capture dynamo` goes through the same TorchDynamo regions: there the flag is the way out."""
-    path = tmp_path / "sorted_model.py"
+    path = tmp_path / "angle_model.py"
     path.write_text("import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
-                    "        return torch.searchsorted(torch.arange(5.0), x) + 1\n\n\n"
-                    "def model():\n    return M(), (torch.tensor([0.5, 2.5, 4.5]),)\n")
+                    "        return torch.angle(x) + 1\n\n\n"
+                    "def model():\n    return M(), (torch.tensor([0.5, -2.5, 4.5]),)\n")
     r = cli("run", f"{path}:model", "-b", "numpy", "--capture", "dynamo")
     assert r.returncode != 0 and "--fallback torch:cpu" in r.stderr and "options=" not in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

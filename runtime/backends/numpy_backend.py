@@ -6,7 +6,7 @@ import torch
 
 from ..description import Description
 from ..dtypes import round_to_storage, to_numpy
-from ..hdi import Backend, MemoryManager, OperatorRegistry
+from ..hdi import Backend, MemoryManager, OperatorRegistry, keeps_storage
 from ..ops import OPS
 from ..ops.registry import accepts
 
@@ -19,7 +19,7 @@ class NumpyMemory(MemoryManager):
             t = host.detach().cpu()
             if t.is_conj() or t.is_neg():      # lazily conjugated or negated (an ifft's result): its values
                 t = t.resolve_conj().resolve_neg()
-            if t.layout == torch.strided and not _plain_layout(t):
+            if keeps_storage(t):
                 return _with_storage(t)
             if t.dtype == torch.bfloat16:
                 t = t.float()
@@ -36,12 +36,6 @@ class NumpyMemory(MemoryManager):
 
     def copy(self, dst, src):
         np.copyto(dst, src)
-
-
-def _plain_layout(t: torch.Tensor) -> bool:
-    """A tensor that is its whole storage, in row-major order from its start."""
-    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    return t.storage_offset() == 0 and t.is_contiguous() and whole
 
 
 def _with_storage(t: torch.Tensor) -> np.ndarray:

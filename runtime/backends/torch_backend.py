@@ -6,7 +6,7 @@ import torch
 
 from ..description import Description, device_problem
 from ..dtypes import to_torch
-from ..hdi import Backend, HostClock, MemoryManager, MemoryStats, OperatorRegistry
+from ..hdi import Backend, HostClock, MemoryManager, MemoryStats, OperatorRegistry, keeps_storage
 from ..ops import OPS
 
 
@@ -18,15 +18,14 @@ class TorchMemory(MemoryManager):
     def to_device(self, host):
         if isinstance(host, torch.Tensor):
             t = host.detach()
-            if t.layout == torch.strided and t.element_size() and (
-                    t.storage_offset() or t.untyped_storage().nbytes() != t.numel() * t.element_size()):
+            if keeps_storage(t):
                 # a partial view: its whole storage goes over, so as_strided reads what it reads in eager
                 n = t.untyped_storage().nbytes() // t.element_size()
                 whole = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
                 whole = whole.to(self.device, copy=True)
                 out = torch.empty(0, dtype=t.dtype, device=self.device).set_(
                     whole.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-                return out.conj() if t.is_conj() else (torch._neg_view(out) if t.is_neg() else out)
+                return out
             return t.to(self.device, copy=True)
         a = np.asarray(host)        # NOTE: not ascontiguousarray alone: it makes a 0-d value 1-d
         return torch.from_numpy(np.ascontiguousarray(a).reshape(a.shape)).to(self.device)
