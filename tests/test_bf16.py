@@ -61,6 +61,7 @@ def test_bfloat16_results_equal_torchs_bit_for_bit(name):
                 assert torch.equal(torch.from_numpy(np.array(a, dtype=np.float32)), e.float()), (name, sample)
 
 
+@pytest.mark.slow
 def test_opinfo_bfloat16_samples_pass_on_numpy():
     report = check_opinfo(backends.resolve("numpy"), names=EXACT + CLOSE, dtype="bfloat16")
     assert report.counts()["pass"] == len(EXACT + CLOSE), [(r.name, r.status, r.message) for r in report.results]

@@ -173,6 +173,7 @@ async def advice_shown(pilot, app):
     raise AssertionError("the advisor pane never showed its advice")
 
 
+@pytest.mark.slow
 async def test_advisor_pane_shows_the_advice_for_this_session():
     """A (shift+a) opens the advisor on the ops run so far; it works in a thread and the UI keeps going."""
     s = open_session("demo:gpt", "sim:npu-a1")        # gelu is unsupported there: it falls back
@@ -282,6 +283,7 @@ async def test_p_steps_back_to_an_op_as_it_was_and_n_comes_forward(mlp):
         assert "looking back" not in text_of(app, "op")
 
 
+@pytest.mark.slow
 async def test_breakpoints_and_watches_can_be_deleted(mlp):
     app = app_for(mlp, breakpoints=["relu", "linear"])
     async with app.run_test(size=SIZE) as pilot:

@@ -29,6 +29,7 @@ def opinfo_db():
     return op_db()
 
 
+@pytest.mark.slow
 def test_opinfo_regressions_and_new_families_pass_on_numpy():
     report = check_opinfo(resolve("numpy"), names=REGRESSIONS + FAMILIES)
     status = {r.name: r.status for r in report.results}
@@ -146,6 +147,7 @@ def test_random_ops_are_compared_by_distribution():
 PER_CHANNEL = ["nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.feature_alpha_dropout.with_train"]
 
 
+@pytest.mark.slow
 def test_per_channel_dropout_is_judged_by_its_channels_not_its_values():
     """dropout3d on 5 channels zeroes 125 values at one draw: a KS test over values called an honest kernel wrong
     in 11 runs of 30 (CI saw it). Judged by its channel draws, twelve honest checks all pass; a kernel keeping

@@ -59,6 +59,7 @@ def test_opinfo_check_on_each_stack_is_valid_json_and_says_what_crashed(stack, c
         assert "Torch IR graph at exception" in r.stderr and "Torch IR graph" not in r.stdout
 
 
+@pytest.mark.slow
 def test_opinfo_check_on_xla_falls_back_where_it_has_no_lowering():
     from opscope.runtime.opinfo import check_opinfo
     doc = check_opinfo(resolve(_stack("xla")), OPINFOS).as_dict()
