@@ -13,14 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .c_scan import _INCLUDE, _WORD, blank
+from .c_scan import _INCLUDE, _WORD, blank, defined_here
 from .rewrite import FileRewrite
 from .rules import Finding, Table
 
 # a name from a CUDA family: cudaMalloc, cublasSgemm_v2, CUBLAS_OP_N, curandState, __shfl_down_sync ...
-_CUDA_WORD = re.compile(r"(?:cuda|cu|cublas(?:Lt)?|cudnn|nccl|cufft|curand|cusparse|cusolver|nvrtc|nvtx)[A-Z_]\w*"
+_CUDA_WORD = re.compile(r"(?:cuda|cu|cublas(?:Lt)?|cudnn|nccl|cufft|curand|cusparse|cusolver|nvrtc|nvtx)[A-Z0-9]\w*"
                         r"|(?:CUDA|CUBLAS|CUDNN|CURAND|CUFFT|CUSPARSE|CUSOLVER)_\w+|__(?:nv_|shfl|any_sync|all_sync|"
-                        r"ballot_sync|activemask|CUDA)\w*|__DRIVER_TYPES_H__|nv_bfloat\w*|curandState\w*")
+                        r"ballot_sync|activemask|CUDA)\w*|__DRIVER_TYPES_H__|nv_bfloat\w*|curandState\w*"
+                        r"|CU[a-z]\w*")                # the driver API's types: CUresult, CUdeviceptr, CUstream
 _CLEAN = re.compile(r"[A-Za-z_][\w:./]*")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -119,9 +120,10 @@ def rewrite_c(path: str, text: str, table: Table, launch: str = "keep") -> CRewr
             edits.append((m.start(1), m.end(1), hip))
 
     words = []                                     # (start, end, name, HIP name or None)
+    own = defined_here(code)                       # the file's own macros (guards, checks) keep their names
     for m in _WORD.finditer(code):
         name = m.group(0)
-        if not _CUDA_WORD.fullmatch(name) or any(hs <= m.start() < he for hs, he in headers):
+        if not _CUDA_WORD.fullmatch(name) or name in own or any(hs <= m.start() < he for hs, he in headers):
             continue
         call = code[m.end():m.end() + 64].lstrip().startswith("(")
         words.append((m.start(), m.end(), name, hip_name(table, name, "call" if call else "identifier"), call))

@@ -28,6 +28,20 @@ _MEMBER = re.compile(r"(?:\.|->)\s*(\w+)\s*\(")
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;()]*>)?\s*<<<")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 _GLOBAL = re.compile(r"\b__global__\b(?:[^;{(]*?)\b(\w+)\s*\(", re.S)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+# TORCH_LIBRARY_IMPL(ns, KEY, m): a device registration only when KEY is a CUDA dispatch key
+_LIBRARY_IMPL = re.compile(r"\bTORCH_LIBRARY_IMPL\s*\(\s*\w+\s*,\s*(\w+)")
+
+
+def defined_here(code: str) -> set[str]:
+    """Macros the file defines itself (#define NAME: include guards, checking macros): the user's names, never
+    an API to flag or rename, whatever they look like (CUBLAS_COMMON_H, cudaCheck)."""
+    return {m.group(1) for m in _DEFINE.finditer(code)}
+
+
+def not_cuda_registrations(code: str) -> set[int]:
+    """Positions of TORCH_LIBRARY_IMPL(ns, KEY, m) whose KEY is no CUDA key (CPU, Meta, Autograd...)."""
+    return {m.start() for m in _LIBRARY_IMPL.finditer(code) if "CUDA" not in m.group(1)}
 
 
 def blank(text: str) -> str:
@@ -41,9 +55,12 @@ def scan_c(path: str, text: str, table: Table) -> list[Finding]:
     starts = _line_starts(code)
     found: list[Finding] = []
 
-    seen: set[int] = set()
+    seen: set[int] = not_cuda_registrations(code)
+    own = defined_here(code)
 
     def add(pos: int, api: str, pattern: str, kind: str = "call") -> bool:
+        if pattern in own:
+            return False
         rule = table.c_rule(pattern, kind)
         if rule is None or pos in seen:
             return False

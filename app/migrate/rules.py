@@ -100,7 +100,7 @@ class Table:
     @functools.lru_cache(maxsize=16384)
     def c_rule(self, name: str, kind: str = "call") -> Rule | None:
         for r in (self.c if kind == "call" else self.c_other.get(kind, ())):
-            if r.api == name or ("*" in r.api and fnmatch.fnmatchcase(name, r.api)):
+            if r.api == name or ("*" in r.api and fnmatch.fnmatchcase(name, r.api) and api_shaped(name, r.api)):
                 return r
         return None
 
@@ -110,6 +110,39 @@ class Table:
         return frozenset(r.api[0] for r in self.c_other.get("identifier", ()))
 
     __hash__ = object.__hash__      # lru_cache on a method needs a hashable self
+
+
+# The CUDA libraries' C prefixes. Their API names are camelCase after the prefix (cudaMalloc, cublasSgemm,
+# curandCreateGenerator, ncclAllReduce), so a glob row `cuda*` must not take a user's `cuda_device` or
+# `cuda_layer_norm` (apex's own functions): hipify renames neither, it has no such name in its table.
+FAMILIES = ("cublasLt", "cublas", "cudnn", "cufft", "curand", "cusparse", "cusolver", "cuda", "nccl", "nvrtc",
+            "nvtx", "cu")
+# Enum and macro families of the UPPER_CASE names (CUBLAS_STATUS_SUCCESS, CUDNN_DATA_FLOAT): a glob `CUBLAS_*`
+# must not take an include guard (CUBLAS_COMMON_H) or a user's macro.
+UPPER_FAMILIES = ("CUBLAS_", "CUDNN_", "CURAND_", "CUSPARSE_", "CUSOLVER_", "CUFFT_")
+_USER_UPPER = ("_H", "_HPP", "_H_", "_INCLUDED", "_CHECK", "_ERROR", "_GUARD")
+
+
+# The driver API (cu* with nothing more to go by) is these groups; a kernel library's own `cuWelfordOnlineSum` or
+# `cuApplyLayerNorm` (apex) is none of them, and hipify leaves it alone too.
+DRIVER_GROUPS = ("Init", "Driver", "Device", "Ctx", "DevicePrimaryCtx", "Module", "Mem", "Launch", "Func", "Stream",
+                 "Event", "GetError", "Link", "Tex", "Surf", "Array", "Mipmapped", "Graph", "Occupancy", "Pointer",
+                 "Ipc", "Profiler", "GetProcAddress", "Library", "Kernel", "Memcpy", "Memset",
+                 "Signal", "Wait", "Import", "Destroy", "External", "Flush", "Coredump", "Tensor",
+                 "Multicast", "Green", "Log", "Checkpoint", "UserObject")
+
+
+def api_shaped(name: str, pattern: str) -> bool:
+    """Does `name`, which the glob `pattern` matched, have the shape of that library's API names?"""
+    head = pattern.split("*", 1)[0]
+    if pattern == "cu*":                         # the driver API: a known group after the prefix
+        return name[2:].startswith(DRIVER_GROUPS)
+    if head in FAMILIES:                         # cuda*, cublas*_t: camelCase after the prefix
+        rest = name[len(head):]
+        return bool(rest) and (rest[0].isupper() or rest[0].isdigit())
+    if head in UPPER_FAMILIES:                   # CUBLAS_*: not a guard or a user's checking macro
+        return not name.endswith(_USER_UPPER)
+    return True
 
 
 def load_table(path: str | Path | None = None) -> Table:
