@@ -227,8 +227,9 @@ class StackRegistry:
 
     def program(self, region: Region, *, saved: bool = True) -> RegionProgram:
         """The region compiled: a plan's saved program for it when one fits, else the stack's compile."""
-        blob = self.saved.pop(region.name, None) if saved else None
+        blob = self.saved.get(region.name) if saved else None
         if blob is not None and self._load is not None and blob.fits(region):
+            del self.saved[region.name]       # (a bisection's prefix may share the name: it does not fit)
             program = _real_tensors(self._load, region, blob.blob)
             program.from_plan = True
             return program
