@@ -11,12 +11,28 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 
 from opscope.runtime.child import start
 
 RATE = 200
+
+
+def find_py_spy() -> str | None:
+    """py-spy on PATH, else the one installed beside this interpreter: a venv's bin/ (pip puts py-spy's binary
+    there) is not on PATH unless the venv is activated, and `.venv/bin/opscope --py-spy` must still find it."""
+    exe = shutil.which("py-spy")
+    if exe is not None:
+        return exe
+    for folder in {os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)),
+                   sysconfig.get_path("scripts")}:
+        cand = shutil.which("py-spy", path=folder) if folder else None
+        if cand is not None:
+            return cand
+    return None
 
 
 class PySpy:
@@ -31,9 +47,10 @@ class PySpy:
         self.path = os.path.join(self._dir, "profile.speedscope.json")
 
     def start(self) -> "PySpy":
-        exe = shutil.which("py-spy")
+        exe = find_py_spy()
         if exe is None:
-            self.note = "py-spy is not installed (pip install py-spy); the run was not sampled"
+            self.note = ("py-spy is not installed (pip install py-spy): not on PATH, nor beside this Python "
+                         f"({os.path.dirname(sys.executable)}); the run was not sampled")
             return self
         self.t0_ns = time.perf_counter_ns()
         self.proc = start([exe, "record", "--pid", str(self.pid), "-f", "speedscope", "-o", self.path,
