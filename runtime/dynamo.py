@@ -308,7 +308,9 @@ class DynamoRun:
                 f0 = fell.setdefault(f["op"], {**f, "nodes": 0})
                 f0["nodes"] += f["nodes"]
         return {"nodes_per_backend": dict(per_backend), "fallback_ops": sorted(fell.values(), key=lambda r: r["op"]),
-                "transfers": transfers, "transfer_bytes": transfer_bytes}
+                "transfers": transfers, "transfer_bytes": transfer_bytes,
+                # regions a compiler stack failed and split (runtime/partition.py), in every graph
+                "splits": [sp.row() for plan in self.plans for sp in plan.placement.splits]}
 
     def stats(self) -> dict:
         return {"backend": self.backend.name, "regions": len(self.regions), "graph_breaks": self.graph_breaks,

@@ -120,3 +120,22 @@ def test_onnxruntime_asks_the_exporters_registry_by_the_names_it_registers_ops_u
     assert "aten::__and_" in spellings("aten::__and__")
     assert "aten::relu" in spellings("aten::relu_") and "aten::index_put" in spellings("aten::index_put_")
     assert spellings("aten::linear") == ["aten::linear"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_under_torch_compile_a_router_openvino_fails_is_split_the_same_way():
+    # NOTE: not the LSTM: dynamo leaves nn.LSTM to eager (allow_rnn), so no region of it reaches OpenVINO
+    pytest.importorskip("openvino")
+    from models.routing import factory
+
+    from opscope.runtime.dynamo import compile as opscope_compile
+    model, inputs = factory()
+    compiled = opscope_compile(model, "openvino")
+    with torch.no_grad():
+        got, want = compiled(*inputs), model(*inputs)
+    assert compare([g.numpy() for g in got], [w.numpy() for w in want])["max_abs"] < 1e-4
+    placement = compiled.stats()["placement"]
+    (histc,) = [sp for sp in placement["splits"] if sp["ops"] == ["histc"]]
+    assert "aten::histc" in histc["reason"]
+    assert {f["op"]: f["backend"] for f in placement["fallback_ops"]}["histc"] == "torch:cpu"
