@@ -35,7 +35,8 @@ def progress_bar(what: str, total: int | None = None, *, unit: str = "", show: b
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn)
-    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn()]
+    # a short bar: the counts and the note must fit an 80-column terminal beside a long model name
+    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(bar_width=20)]
     if total is not None:                # a status line (spinner, pulsing bar, note) until a total is known
         columns.append(MofNCompleteColumn())
         if unit:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, add_model_and_backend, console, count_arg, emit_json, fmt_bytes, output_path, say, table
+from .common import (add_json, add_model_and_backend, check_specs, console, count_arg, emit_json, fmt_bytes, output_path,
+                     say, table)
 
 HOST_MIN_GAIN = 0.02        # wall-clock runs must gain this fraction to count (run-to-run noise)
 
@@ -23,7 +24,8 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace a plan file that already exists")
     p.add_argument("--steps", type=count_arg("--steps"), default=2, help="measured steps per configuration")
     add_json(p)
-    p.set_defaults(func=main)
+    # with --suite, MODEL is a placeholder the suite's specs replace: only the backend is checked before torch
+    p.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None if args.suite else "model"))
 
 
 def main(args) -> int:
