@@ -21,6 +21,7 @@ import math
 import numpy as np
 import torch
 
+from ..samples import F32_64, SAMPLES, F, Sample
 from .user import operator
 
 MAX_QUBITS = 16                     # a statevector of 2**16 amplitudes per sample: beyond it, a simulator's job
@@ -215,6 +216,18 @@ def _backward(ctx, grad):
 
 
 quantum_expval.register_autograd(_backward, setup_context=_setup)
+
+
+# conformance samples: float32/float64 (the statevector is float64 inside; half precision is not a circuit's)
+_Q = torch.ops.opscope
+_CIRCUITS = [((3, 2), (2, 2, 2)), ((2, 4), (1, 4, 2)), ((4, 1), (0, 1, 2)), ((1, 3), (3, 3, 2))]
+SAMPLES["quantum_expval"] = Sample(_Q.quantum_expval.default,
+                                   [(F(*x, lo=-3.0, hi=3.0), F(*w, lo=-3.0, hi=3.0)) for x, w in _CIRCUITS],
+                                   dtypes=F32_64)
+for _name in ("quantum_expval_grad_input", "quantum_expval_grad_weights"):
+    SAMPLES[_name] = Sample(getattr(_Q, _name).default,
+                            [(F(*x), F(*x, lo=-3.0, hi=3.0), F(*w, lo=-3.0, hi=3.0)) for x, w in _CIRCUITS],
+                            dtypes=F32_64)
 
 
 class QuantumLayer(torch.nn.Module):
