@@ -15,7 +15,8 @@ program(*numpy inputs) -> [numpy outputs]; its start_profile()/stop_profile() gi
 (program.child(scope_name, kernel, start_ns, end_ns, clock)) on time.perf_counter_ns's clock, which the
 profiler nests under the region. to_torch(region) is the region as a torch module (one submodule n<i> per
 member), example_inputs(region) tensors of its input shapes. A host-timed stack's device string starts with
-its registered name (`acme:npu0`): the profiler classes that track as host calls.
+its registered name (`acme:npu0`): the profiler classes that track as host calls. A compile that fails raises
+StackFailed(stack, region, error, why): the region is split there and the rest compiled again (partition.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .backends.numpy_backend import NumpyMemory as HostMemory
 from .description import Description
 from .errors import ModelError, UsageError
 from .hdi import Backend, HostClock, MemoryManager, OperatorRegistry
+from .partition import StackFailed
 from .regions import ChildEvent, Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
 
 __all__ = ["Backend", "ChildEvent", "Claim", "Description", "HostClock", "HostMemory", "MemoryManager", "ModelError",
-           "OperatorRegistry", "Region", "RegionProgram", "StackRegistry", "UsageError", "example_inputs", "to_torch"]
+           "OperatorRegistry", "Region", "RegionProgram", "StackFailed", "StackRegistry", "UsageError", "example_inputs", "to_torch"]
