@@ -268,12 +268,27 @@ def register(app, data):
                 ("step · seq", f"{ev['step']} · {ev['seq']}"),
                 ("input shapes", _pretty(ev["input_shapes"])), ("input dtypes", _pretty(ev["input_dtypes"])),
                 ("output shapes", _pretty(ev["output_shapes"])), ("output dtypes", _pretty(ev["output_dtypes"])),
-                ("FLOPs", f"{int(ev['flops'] or 0):,}"), ("bytes moved", ui.fmt_bytes(ev["bytes"] or 0)),
-                ("achieved", ui.fmt_flops((ev["flops"] or 0) / (dur / 1e9))),
+                *_work(ev, dur),
                 ("fell back", "yes: the backend has no kernel for it" if ev["fallback"] else "no"),
                 ("live bytes after", ui.fmt_bytes(ev["live_bytes"]) if ev["live_bytes"] is not None else "n/a"),
                 *_kernel_args(data, status["run"], ev),
             ])]), target
+
+
+# ops that move bytes and compute nothing: a FLOP count on them (a transfer's 8,192) is the recorder counting
+# elements, and "1.23 GFLOP/s" on a copy reads as arithmetic it never did
+_MOVES_ONLY = {"transfer", "copy", "copy_", "to", "clone", "contiguous", "memcpy"}
+
+
+def _work(ev: dict, dur) -> list[tuple[str, str]]:
+    """FLOPs and FLOP/s on compute ops; bytes and bandwidth on copies."""
+    nbytes, secs = ev["bytes"] or 0, (dur or 0) / 1e9
+    op = str(ev["op"] or "")
+    if op in _MOVES_ONLY or op.lower().startswith("memcpy") or not (ev["flops"] or 0):
+        return [("bytes moved", ui.fmt_bytes(nbytes)),
+                ("achieved", f"{ui.fmt_bytes(nbytes / secs)}/s (a copy: no FLOPs)" if secs > 0 else "n/a")]
+    return [("FLOPs", f"{int(ev['flops']):,}"), ("bytes moved", ui.fmt_bytes(nbytes)),
+            ("achieved", ui.fmt_flops(ev["flops"] / secs) if secs > 0 else "n/a")]
 
 
 def _members(data, run_id: str, ev: dict) -> list[tuple[str, str]]:

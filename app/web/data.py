@@ -117,7 +117,7 @@ class WebData:
             out: dict = {}
             for kind, sim in rows:
                 out[kind] = "simulated" if sim or out.get(kind) == "simulated" else "wall"
-            return out
+            return _modelled_host(out, any(sim for _k, sim in rows))
         return self._memoized(("clocks", *self._stamp(run)), compute)
 
     @staticmethod
@@ -243,8 +243,9 @@ class WebData:
                           else f"↳ {fam} depth {lane[4]}" for k, lane in enumerate(lanes) for b, d, t, fam, _dp in [lane]]
         labels += [_track_label(b, d, t, by_thread, rank=r if ranked else None, comm=c) if not p
                    else f"↳ {stack_lanes.get((b, d, t, p)) or f'depth {p}'}" for r, c, b, d, t, p in tracks]
-        clocks = [None] * len(bands) + [_clock(d) for _b, d, _t, _f, _dp in lanes]
-        clocks += [_clock(d) for *_k, d, _t, _p in tracks]
+        sim_run = any(str(d or "").startswith("sim:") for *_k, d, _t, _p in tracks)
+        clocks = [None] * len(bands) + [_clock(d, sim_run) for _b, d, _t, _f, _dp in lanes]
+        clocks += [_clock(d, sim_run) for *_k, d, _t, _p in tracks]
         start = np.asarray(cols["start_ns"], np.int64)
         end = np.asarray(cols["end_ns"], np.int64)
         track = np.asarray(cols["track"], np.int64) + len(bands) + len(lanes)
@@ -532,9 +533,21 @@ def _span_name_sql(table: str = "", imported: bool = False) -> str:
     return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
 
 
-def _clock(device) -> str:
-    """The clock a track's times come from: a simulated chip's, or the host's (and a GPU's measured) wall clock."""
-    return "simulated" if str(device or "").startswith("sim:") else "wall"
+MODELLED_HOST = "modelled host"   # a sim run's fallback ops: the host's roofline on the sim's time base
+
+
+def _clock(device, sim_run: bool = False) -> str:
+    """The clock a track's times come from: a simulated chip's, the host's (and a GPU's measured) wall clock, or
+    on a sim run the modelled host time its fallback ops take (sim_backend.HOST: every gelu alike, not measured)."""
+    if str(device or "").startswith("sim:"):
+        return "simulated"
+    return MODELLED_HOST if sim_run else "wall"
+
+
+def _modelled_host(clocks: dict, sim_run: bool) -> dict:
+    # NOTE: OPSCOPE_HOST_TIME=measured keeps real host durations, but the run does not record it; modelled is
+    # the default, so that is what a sim run's host lanes are labelled
+    return {k: MODELLED_HOST if sim_run and v == "wall" else v for k, v in clocks.items()}
 
 
 def _floats(col) -> np.ndarray:

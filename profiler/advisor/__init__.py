@@ -17,7 +17,7 @@ __all__ = ["Advice", "Rule", "RunData", "advise", "analyze", "evaluate", "load",
            "run_analyses"]
 
 ANALYSES_ARTIFACT = "advisor-analyses"      # the artifacts kind a finished run's analyses are kept under
-_ANALYSES_VERSION = 1                       # NOTE: bump when analyses.py changes what it computes
+_ANALYSES_VERSION = 2                       # NOTE: bump when analyses.py changes what it computes
 
 
 def report(run_id: str, store=None, rules: list | None = None,

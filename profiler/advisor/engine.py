@@ -81,12 +81,17 @@ def _fire(rule: Rule, analyses: dict, base: float) -> list[Advice]:
         gain = float(rule.gain.evaluate(ns)) if rule.gain is not None else 0.0
         gain = max(gain, 0.0)
         evidence = {k: e.evaluate(ns) for k, e in rule.evidence.items()}
+        # NOTE: no change can save more than the measured step: a rule (a user's too) whose estimate says so is
+        # capped, and its evidence says by how much, instead of printing a gain above 100 %
+        if base > 0 and gain > base:
+            evidence["gain_capped_from_seconds"] = gain
+            gain = base
         apply = {k: t.render(ns) for k, t in rule.apply.items()} or None
         if apply is not None and apply.get("kind") == "none":
             apply = None
         out.append(Advice(id=rule.id + (f":{_item_key(item, len(out))}" if item is not None else ""), rule=rule.id,
                           title=rule.title.render(ns), message=rule.message.render(ns), evidence=evidence,
-                          estimated_gain={"seconds": gain, "fraction": gain / base if base > 0 else 0.0},
+                          estimated_gain={"seconds": gain, "fraction": gain / base if base > 0 else 0.0},  # 0..1
                           severity=rule.severity, applies_to=list(rule.applies_to), apply=apply))
         if rule.limit and len(out) >= rule.limit:
             break
