@@ -47,6 +47,26 @@ class _Collect:
         return True
 
 
+def sent_bytes(shapes: str, dtypes: str) -> int:
+    """The bytes a c10d op sends: its inputs. The engine counts inputs and outputs, and an in-place collective
+    (allreduce_, broadcast_) returns its input, so that counted every byte twice."""
+    import json
+
+    import torch
+    try:
+        shapes, dtypes = json.loads(shapes or "[]"), json.loads(dtypes or "[]")
+    except ValueError:
+        return 0
+    total = 0
+    for shape, dtype in zip(shapes, dtypes):
+        n = 1
+        for d in shape if isinstance(shape, list) else []:
+            n *= int(d) if isinstance(d, int) else 1
+        item = getattr(torch, str(dtype), None)
+        total += n * (item.itemsize if isinstance(item, torch.dtype) else 0)
+    return total
+
+
 def _nbytes(value) -> int:
     import torch
     if isinstance(value, torch.Tensor):
@@ -167,7 +187,7 @@ class RankProfile:
         run = None
         if self.rank == 0:
             run = {"model": os.environ.get(ENV_COMMAND) or "torchrun job", "backend": "torch:cpu",
-                   "world_size": self.world, "steps": max(1, info["steps"] + (1 if info["tail"]["ops"] else 0)),
+                   "world_size": self.world, "steps": max(1, info["steps"]),
                    "engine": self.profile.engine_name, "hybrid": "",
                    "clock": "wall: each rank's monotonic clock (one clock for the ranks of one host)"}
         writer.begin(run, {"backend": "torch:cpu", "engine": self.profile.engine_name,
@@ -185,16 +205,29 @@ class RankProfile:
         from .schema import EVENT_COLUMNS
         per: dict[int, list] = {}
         idx = {c: i for i, c in enumerate(SITE_COLUMNS)}
+        # steps as the script has them: what runs after the last optimizer.step() (the loop's logging
+        # all-reduce, destroy_process_group) belongs to the last step, not to one more
+        last = self.step - 1 if self.step > 0 else None
+        tail: list = []
+
+        def step_of(step: int) -> int:
+            return last if last is not None and step > last else step
         for step, thread, ev in self.sink.events:
             for site, seq, s, e, live in ev.tolist():
                 row = self.sink.sites.get(site)
                 if row is None:
                     continue
-                per.setdefault(step, []).append(
-                    {**{c: row[i] for c, i in idx.items() if c in EVENT_COLUMNS and c != "step"},
-                     "seq": seq, "start_ns": s, "end_ns": e, "live_bytes": live, "thread": thread})
+                r = {**{c: row[i] for c, i in idx.items() if c in EVENT_COLUMNS and c != "step"},
+                     "seq": seq, "start_ns": s, "end_ns": e, "live_bytes": live, "thread": thread}
+                if str(r.get("op", "")).startswith("c10d:"):
+                    r["bytes"] = sent_bytes(r.get("input_shapes"), r.get("input_dtypes"))
+                (tail if step_of(step) != step else per.setdefault(step, [])).append(r)
+        if tail:                          # numbered after the last step's own ops: (step, seq) stays a key
+            rows = per.setdefault(last, [])
+            base = max((r["seq"] for r in rows), default=-1) + 1
+            rows.extend({**r, "seq": base + r["seq"]} for r in tail)
         for i, (step, op, s, e, nbytes, source) in enumerate(sorted(self.comms, key=lambda c: c[2])):
-            rows = per.setdefault(step, [])
+            rows = per.setdefault(step_of(step), [])
             seq = max((r["seq"] for r in rows), default=-1) + 1
             rows.append({"op": op, "node": f"{op}_{i}", "module": "", "source": source, "backend": "torch:cpu",
                          "device": "cpu", "depth": 0, "input_shapes": "[]", "input_dtypes": "[]",

@@ -46,25 +46,27 @@ def kind_sql(t: str = "") -> str:
 _KEYS = {"name": "op", "op": "op", "module": "coalesce(nullif(module, ''), '(top)')", "node": "node"}
 _IMPORTED_NAME = "coalesce(nullif(node, ''), op)"
 # HTA's kernel categories (compute, communication, memory copy / set); host ops apart
-CATEGORY_SQL = ("CASE WHEN " + KIND_SQL.format(t="") + " = 'host' THEN 'host' "
-                "WHEN op = 'memcpy' THEN 'memory copy' WHEN op = 'memset' THEN 'memory set' "
-                "WHEN phase = 'communication' OR lower(coalesce(node, '')) SIMILAR TO "
+# a collective is communication on any track (a rank's c10d ops and its DDP buckets run on CPU threads; filed
+# under "host" they hid every byte a CPU job sends)
+CATEGORY_SQL = ("CASE WHEN phase = 'communication' OR starts_with(op, 'c10d:') OR lower(coalesce(node, '')) SIMILAR TO "
                 "'.*(nccl|rccl|hccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|"
-                "broadcast|sendrecv).*' THEN 'communication' ELSE 'compute' END")
+                "broadcast|sendrecv).*' THEN 'communication' "
+                "WHEN " + KIND_SQL.format(t="") + " = 'host' THEN 'host' "
+                "WHEN op = 'memcpy' THEN 'memory copy' WHEN op = 'memset' THEN 'memory set' ELSE 'compute' END")
 _KEYS["category"] = CATEGORY_SQL
 # the most frequent op of a group; grouped by op, that is the key itself (no second aggregate)
 _OP = {"name": "mode(op)", "op": "any_value(op)", "module": "mode(op)", "node": "mode(op)", "category": "mode(op)"}
 
 _FLAT = """
     WITH raw AS (
-        SELECT op, node, module, step, thread, start_ns, end_ns, end_ns - start_ns AS dur, flops, bytes, fallback,
-               {depth} AS depth, {kind} AS kind, {key} AS gkey
+        SELECT op, node, module, step, coalesce(rank, 0) AS rank, thread, start_ns, end_ns, end_ns - start_ns AS dur,
+               flops, bytes, fallback, {depth} AS depth, {kind} AS kind, {key} AS gkey
         FROM events WHERE run_id = $run {step}
     ), ev AS (
         SELECT *, CASE WHEN kind = 'device' THEN incl ELSE dur END AS self_dur FROM (
             SELECT op, node, module, dur, flops, bytes, fallback, depth, kind, gkey,
                    greatest(end_ns - greatest(start_ns, coalesce(max(end_ns) OVER (
-                       PARTITION BY gkey, step, kind ORDER BY start_ns, end_ns DESC
+                       PARTITION BY gkey, rank, step, kind ORDER BY start_ns, end_ns DESC
                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns)), 0) AS incl,
                    true AS is_outer
             FROM raw)
@@ -72,20 +74,20 @@ _FLAT = """
 
 _NESTED = """
     WITH base AS (
-        SELECT row_number() OVER () AS id, step, thread, {depth} AS depth, start_ns, end_ns, op, node, module,
+        SELECT row_number() OVER () AS id, step, coalesce(rank, 0) AS rank, thread, {depth} AS depth, start_ns, end_ns, op, node, module,
                flops, bytes, fallback, end_ns - start_ns AS dur, {kind} AS kind, {key} AS gkey
         FROM events WHERE run_id = $run {step}
     ), parent AS (
         SELECT c.id AS child, p.id AS pid, c.dur AS cdur, c.end_ns AS c_end, p.end_ns AS p_end
         FROM base c ASOF JOIN base p
-          ON c.step = p.step AND c.thread = p.thread AND c.depth = p.depth + 1 AND c.start_ns >= p.start_ns
+          ON c.rank = p.rank AND c.step = p.step AND c.thread = p.thread AND c.depth = p.depth + 1 AND c.start_ns >= p.start_ns
     ), child_time AS (
         SELECT pid, sum(cdur) AS kids FROM parent WHERE c_end <= p_end GROUP BY pid
     ), grouped AS (
         SELECT b.*, greatest(b.dur - coalesce(k.kids, 0), 0) AS self_dur, k.kids IS NOT NULL AS has_kids,
-               max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.thread ORDER BY b.start_ns, b.end_ns DESC, b.id
+               max(b.end_ns) OVER (PARTITION BY b.gkey, b.rank, b.step, b.thread ORDER BY b.start_ns, b.end_ns DESC, b.id
                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach,
-               max(b.end_ns) OVER (PARTITION BY b.gkey, b.step, b.kind ORDER BY b.start_ns, b.end_ns DESC, b.id
+               max(b.end_ns) OVER (PARTITION BY b.gkey, b.rank, b.step, b.kind ORDER BY b.start_ns, b.end_ns DESC, b.id
                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach_kind
         FROM base b LEFT JOIN child_time k ON k.pid = b.id
     ), ev AS (
@@ -105,12 +107,14 @@ _AGG = """
     , total AS (SELECT greatest(sum(dur) FILTER (WHERE depth = 0), 1) AS t FROM ev)
     , agg AS (
         SELECT {key} AS key, {op} AS op, count(*) FILTER (WHERE is_outer) AS count, sum(incl)::BIGINT AS total_ns,
-               sum(self_dur)::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
+               -- self <= total: spans of one group that overlap on one thread (a rank's async collectives)
+               -- each keep their own self time, their total counts the overlap once
+               least(sum(self_dur), sum(incl))::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
                quantile_cont(dur, [0.5, 0.95]) FILTER (WHERE is_outer) AS q,
                (sum(flops) FILTER (WHERE is_outer))::BIGINT AS flops, (sum(bytes) FILTER (WHERE is_outer))::BIGINT AS bytes,
                CASE WHEN sum(incl) > 0 THEN coalesce(sum(flops) FILTER (WHERE is_outer), 0) / (sum(incl) / 1e9)
                     ELSE 0 END AS achieved_flops,
-               sum(self_dur) / any_value(total.t) AS share,
+               least(sum(self_dur), sum(incl)) / any_value(total.t) AS share,
                bool_or(fallback) AS fallback
         FROM ev, total
         GROUP BY {key}
@@ -192,9 +196,10 @@ def _op_stats(con, run_id: str, by: str, step) -> list[dict]:
 
 
 # a cached grouping's name carries the rules it was computed with: a store cached before nested same-group ops
-# were counted once (issue 27, @2), before a compiler stack's device was a host thread (@3), or before any span with
-# children (a plugin stack's region on a device track) left them its time (@4), is recomputed, not read
-_CACHE_RULES = "@4"
+# were counted once (issue 27, @2), before a compiler stack's device was a host thread (@3), before any span with
+# children (a plugin stack's region on a device track) left them its time (@4), or before ranks were apart and self
+# capped at total (@5, issue 39), is recomputed, not read
+_CACHE_RULES = "@5"
 
 
 def _cached(con, run_id: str, by: str, events: int):
@@ -321,7 +326,7 @@ def step_summary(times: dict) -> dict:
 
 _BREAKDOWN = """
     SELECT {key} AS key, kind, {op} AS op, count(*) FILTER (WHERE is_outer) AS count, sum(incl)::BIGINT AS total_ns,
-           sum(self_dur)::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
+           least(sum(self_dur), sum(incl))::BIGINT AS self_ns, avg(dur) FILTER (WHERE is_outer) AS mean_ns,
            quantile_cont(dur, [0.5, 0.95]) FILTER (WHERE is_outer) AS q,
            (sum(flops) FILTER (WHERE is_outer))::BIGINT AS flops, (sum(bytes) FILTER (WHERE is_outer))::BIGINT AS bytes,
            CASE WHEN sum(incl) > 0 THEN coalesce(sum(flops) FILTER (WHERE is_outer), 0) / (sum(incl) / 1e9)

@@ -85,3 +85,64 @@ def test_a_job_whose_ranks_record_nothing_exits_1_saying_why():
     assert p.returncode == 1
     assert "no rank recorded anything" in p.stderr and "Traceback" not in p.stderr
     assert RunStore().list_runs() == []
+
+
+# --- issue 39: the reports of a profiled DDP job say what the script did --------------------------------------
+
+def _cli(home, *args):
+    p = subprocess.run([sys.executable, "-m", "opscope.app", *args], env={**os.environ, "OPSCOPE_HOME": str(home)},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+def test_a_c10d_collective_counts_the_bytes_it_sends_not_input_and_output(slow_rank_job):
+    store, doc = slow_rank_job
+    rows = store.query("SELECT DISTINCT bytes FROM events WHERE run_id = ? AND op = 'c10d:allreduce_' AND "
+                       "phase = 'backward'", [doc["run_id"]])
+    params = (32 * 64 + 64 + 64 * 8 + 8) * 4          # one bucket: every gradient, sent once
+    assert [r[0] for r in rows] == [params]
+
+
+def test_self_time_never_exceeds_total_and_collectives_are_communication(slow_rank_job):
+    store, doc = slow_rank_job
+    home = store.path.parent
+    for by in ("name", "op", "category"):
+        ops = json.loads(_cli(home, "show", doc["run_id"], "--by", by, "--json"))["ops"]
+        assert ops and all(o["self_ns"] <= o["total_ns"] for o in ops), [(o["key"], o["self_ns"], o["total_ns"])
+                                                                          for o in ops]
+    cats = {o["key"]: o for o in json.loads(_cli(home, "show", doc["run_id"], "--by", "category", "--json"))["ops"]}
+    assert "communication" in cats and "host" in cats
+    comm = store.query("SELECT count(*) FROM events WHERE run_id = ? AND (op = 'all_reduce' OR op LIKE 'c10d:%')",
+                       [doc["run_id"]])[0][0]
+    assert cats["communication"]["count"] == comm
+
+
+def test_four_script_steps_are_four_steps(slow_rank_job):
+    store, doc = slow_rank_job
+    assert doc["steps"] == 4 and store.get_run(doc["run_id"])["steps"] == 4
+    steps = store.query("SELECT rank, count(DISTINCT step) FROM events WHERE run_id = ? GROUP BY rank ORDER BY rank",
+                        [doc["run_id"]])
+    assert steps == [(0, 4), (1, 4)]
+
+
+def test_show_json_names_the_slow_rank(slow_rank_job):
+    store, doc = slow_rank_job
+    shown = json.loads(_cli(store.path.parent, "show", doc["run_id"], "--json"))
+    assert shown["slowest_rank"] == 1 and shown["others_waited_s"] > 0
+    assert [r["rank"] for r in shown["ranks"]] == [0, 1]
+
+
+def test_trace_export_puts_each_rank_in_its_own_process_with_named_threads(slow_rank_job, tmp_path):
+    store, doc = slow_rank_job
+    out = tmp_path / "job.json"
+    _cli(store.path.parent, "trace", "export", doc["run_id"], "-o", str(out))
+    events = json.loads(out.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert sorted(procs.values()) == ["rank 0", "rank 1"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    buckets = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X" and e["name"] == "all_reduce"}
+    assert {procs[pid] for pid, _ in buckets} == {"rank 0", "rank 1"}     # one track per rank, not one for both
+    assert all(threads[b].startswith("collectives (rank ") for b in buckets)

@@ -55,7 +55,9 @@ def print_op_table(run: dict, stats: list[dict], title: str, by: str = "op") -> 
              fmt_ns(s["p50_ns"] or 0), fmt_ns(s["p95_ns"] or 0), f"{100 * s['share']:.1f}%",
              fmt_flops(s["achieved_flops"] or 0) if s["flops"] else "", "yes" if s["fallback"] else ""]
             for s in stats]
-    cols = [by, "count", "total", "self", "mean", "p50", "p95", "share", "achieved", "fallback"]
+    # NOTE: the Operators page shows total and self shares of each kind's busy time and the timeline a share of
+    # the window: each view names its definition, this one is self time over the whole run's busy time
+    cols = [by, "count", "total", "self", "mean", "p50", "p95", "self % of busy", "achieved", "fallback"]
     console.print(table(title, cols, rows, justify_right=set(cols[1:9])))
 
 
@@ -177,8 +179,9 @@ def main_show(args) -> int:
     stats = store.op_stats(run["run_id"], by=args.by, step=args.step)
     if args.top > 0:
         stats = stats[:args.top]
+    ranks = _ranks_doc(store, run)
     if args.json:
-        emit_json({"run": run, "by": args.by, "step": args.step, "ops": stats_doc(stats, run)})
+        emit_json({"run": run, "by": args.by, "step": args.step, "ops": stats_doc(stats, run), **ranks})
         return 0
     console.print(say("run [bold]{}[/]: {} on {} ({}), {}, {} events, {} step(s), started {}", run["run_id"],
                       run["model"], run["backend"], run["engine"], run["status"], run["events"], run["steps"],
@@ -190,7 +193,22 @@ def main_show(args) -> int:
     # "name" is the trace's own name on an import; on opscope's own runs it is the op
     by = "op" if args.by == "name" and run.get("engine") != "import" else args.by
     print_op_table(run, stats, f"per {by}" + (f", step {args.step}" if args.step is not None else ""), by)
+    if ranks.get("slowest_rank") is not None:
+        console.print(say("slowest rank: {} (the others waited {:.3f} s for it)", ranks["slowest_rank"],
+                          ranks["others_waited_s"]))
     return 0
+
+
+def _ranks_doc(store, run: dict) -> dict:
+    """A run of several ranks: the rank the others waited for (profiler/ranks.py), as the Ranks page names it."""
+    ranks = store.query("SELECT count(DISTINCT rank) FROM events WHERE run_id = ?", [run["run_id"]])
+    if not ranks or (ranks[0][0] or 0) < 2:
+        return {}
+    from opscope.profiler.ranks import Ranks
+    summary = Ranks.of_run(store, run["run_id"]).summary()
+    slow = summary["slowest_rank"]
+    waited = next((r["others_waited_s"] for r in summary["ranks"] if r["rank"] == slow), 0.0)
+    return {"slowest_rank": slow, "others_waited_s": waited, "ranks": summary["ranks"]}
 
 
 def main_compare(args) -> int:

@@ -5,7 +5,9 @@ formats show the same processes, threads, spans and step markers. It reads the r
 never touches one op at a time in Python (a run can hold millions): text columns come back once
 per distinct op "kind", numbers as numpy arrays, and flat threads are clamped vectorized.
 
-A process is a (backend, device) pair; a thread is one recorded thread of that process. Viewers
+A process is a (backend, device) pair, and in a run of several ranks one per rank ("rank N": each rank is its
+own process, so a viewer keeps their tracks apart); a thread is one recorded thread of that process, named
+"collectives" where it holds only communication (a rank's all-reduces and DDP buckets). Viewers
 want small integers, so pids and tids are renumbered from 1 (tids are unique across the whole
 trace, which Perfetto requires and Chrome accepts) and the original ids go into the names.
 
@@ -25,7 +27,7 @@ STACKS_PROCESS = "python stacks"
 # what makes two ops look alike in a trace: all their text (and the thread), not their numbers. A run
 # repeats few of these (nodes x steps), so they are read once each, not once per event.
 KIND_COLUMNS = ["op", "node", "module", "source", "backend", "device", "thread", "input_shapes", "input_dtypes",
-                "output_shapes", "output_dtypes", "fallback", "phase", "fwd_node"]
+                "output_shapes", "output_dtypes", "fallback", "phase", "fwd_node", "rank"]
 # the numbers of each op; the NULL-able ones come with a mask of where they are NULL
 NUMBER_COLUMNS = ["step", "seq", "depth", "start_ns", "end_ns"]
 NULLABLE_COLUMNS = ["flops", "bytes", "live_bytes"]
@@ -165,19 +167,31 @@ def load_timeline(store, run_id: str, with_stacks: bool = True) -> Timeline:
         starts.append(stk["t_ns"].min())
     t0 = int(min(starts)) if starts else 0
 
-    # processes and threads, numbered in order of first appearance
+    # processes and threads, numbered in order of first appearance (ranks in rank order)
+    ranks = sorted({int(k["rank"] or 0) for k in kinds})
+    per_rank: dict[int, set] = {}
+    comm_only: dict[tuple, bool] = {}
+    for k in kinds:
+        per_rank.setdefault(int(k["rank"] or 0), set()).add((k["backend"], k["device"]))
+        key = (int(k["rank"] or 0), k["backend"], k["device"], k["thread"])
+        comm_only[key] = comm_only.get(key, True) and k["phase"] == "communication"
     processes: dict[tuple, int] = {}
     names: dict[int, str] = {}
     tracks: dict[tuple, Track] = {}
-    for k in kinds:
-        key = (k["backend"], k["device"], k["thread"])
+    for k in sorted(kinds, key=lambda k: int(k["rank"] or 0)) if len(ranks) > 1 else kinds:
+        rank = int(k["rank"] or 0)
+        key = (rank, k["backend"], k["device"], k["thread"])
         if key not in tracks:
-            pkey = (k["backend"], k["device"])
+            pkey = (rank, k["backend"], k["device"]) if len(ranks) > 1 else (0, k["backend"], k["device"])
             pid = processes.setdefault(pkey, len(processes) + 1)
-            names[pid] = _process_name(*pkey)
+            name = _process_name(*pkey[1:])
+            if len(ranks) > 1:
+                name = f"rank {rank}" if len(per_rank[rank]) == 1 else f"rank {rank}: {name}"
+            names[pid] = name
             th = k["thread"]
-            tracks[key] = Track(pid, len(tracks) + 1, names[pid], f"thread {th}" if th is not None else "thread",
-                                int(th or 0))
+            thread = "collectives" if comm_only[key] else f"thread {th}" if th is not None else "thread"
+            tracks[key] = Track(pid, len(tracks) + 1, names[pid],
+                                f"{thread} (rank {rank})" if len(ranks) > 1 else thread, int(th or 0))
         k["pid"], k["tid"] = tracks[key].pid, tracks[key].tid
         # the span's name in the viewer: an imported trace's own (its node: `aten::mm`, a kernel's name), so an
         # export shows what was recorded; opscope's op goes beside it (args.op). opscope's own runs: the op.
@@ -231,7 +245,7 @@ def _memory(mem, ops, nulls, kinds, processes, t0) -> dict[str, np.ndarray]:
     """Live bytes over time, one counter per process: the memory table, else the events' live_bytes."""
     if len(mem.get("t_ns", ())):
         pid_of_backend: dict[str, int] = {}
-        for (b, _d), pid in processes.items():
+        for (_rank, b, _d), pid in processes.items():
             pid_of_backend.setdefault(b, pid)
         pid = np.asarray([pid_of_backend.get(b, 1) for b in mem["backend"].tolist()], dtype=np.int64)
         live = np.asarray([0 if v is None else v for v in mem["live_bytes"].tolist()], dtype=np.int64)
