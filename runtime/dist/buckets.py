@@ -28,6 +28,18 @@ from ..comm import all_reduce_async, reduce_scatter_async
 from .split import pack_shards
 
 
+DDP_BUCKET_BYTES = 25 * 2 ** 20        # DDP's bucket_cap_mb
+AUTO_BUCKETS = 4                        # --bucket-mb not given: the gradients in about this many buckets
+
+
+def auto_bucket_bytes(sizes: dict[str, int]) -> int:
+    """The bucket size when none is asked: a quarter of the model's float32 gradients, at most DDP's 25 MiB.
+    DDP's 25 MiB holds the whole of a small model's gradients (demo:gpt's 17 MB): one bucket, sent after
+    backward, overlaps nothing."""
+    total = 4 * sum(int(n) for n in sizes.values())
+    return max(1, min(DDP_BUCKET_BYTES, -(-total // AUTO_BUCKETS)))
+
+
 class GradientBuckets:
     def __init__(self, gs, weight: float, cap_bytes: int, sizes: dict[str, int], *,
                  shards: list[list[str]] | None = None, rank: int = 0):

@@ -41,7 +41,7 @@ class CollectiveFailed(ModelError):
 class DistTrainer:
     def __init__(self, model, inputs: tuple, specs: list[str], ratios: list[float], rank: int, opt: OptimizerSpec,
                  *, name: str = "", rebalance: Rebalancer | None = None, allow_fallback: bool = True,
-                 overlap: bool = False, bucket_bytes: int = 25 * 2 ** 20, shard: str = ""):
+                 overlap: bool = False, bucket_bytes: int | None = None, shard: str = ""):
         if not inputs or not all(hasattr(x, "shape") and len(x.shape) >= 1 for x in inputs):
             raise ModelError("hybrid training splits dim 0 of every input: the inputs must be tensors")
         self.model, self.inputs, self.name = model, tuple(inputs), name
@@ -50,7 +50,7 @@ class DistTrainer:
         self.comm = self.backend.comm
         self.opt_spec = opt
         self.allow_fallback = allow_fallback
-        self.overlap, self.bucket_bytes = overlap, bucket_bytes     # --overlap: buckets.py
+        self.overlap, self.bucket_bytes = overlap, bucket_bytes     # --overlap: buckets.py (None: chosen there)
         self.shard = shard                                  # "optimizer": ZeRO-1, "gradients": ZeRO-2
         self.shards: list[list[str]] | None = None
         self.ratios = [r / sum(ratios) for r in ratios]
@@ -191,8 +191,10 @@ class DistTrainer:
         buckets = None
         scatter = self.shard == "gradients"
         if self.overlap:
-            from .buckets import GradientBuckets
-            buckets = GradientBuckets(gs, weight, self.bucket_bytes, {n: self.params[n].size for n in names},
+            from .buckets import GradientBuckets, auto_bucket_bytes
+            sizes = {n: self.params[n].size for n in names}
+            cap = self.bucket_bytes or auto_bucket_bytes(sizes)
+            buckets = GradientBuckets(gs, weight, cap, sizes,
                                       shards=self.shards if scatter else None, rank=self.rank)
         loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch),
                                                                *([buckets] if buckets else []))
@@ -241,7 +243,7 @@ class DistTrainer:
                   "backend": self.specs[self.rank], "loss": float(info[0]), "local_loss": loss, "rows": rows,
                   "ratios": [round(r, 4) for r in self.ratios], "device_seconds": times,
                   "comm_seconds": comm_s, "exposed_gradient_comm_seconds": exposed,
-                  "buckets": buckets.buckets if buckets else 1,
+                  "buckets": buckets.buckets if buckets else 1, "bucket_bytes": cap if buckets else None,
                   "optimizer_state_bytes": self.optimizer.state_bytes(), "gradient_bytes": gradient_bytes,
                   "step_seconds": time.perf_counter() - t_start,
                   "digest": digests[self.rank], "digests": digests, "identical": identical, "spans": spans}
