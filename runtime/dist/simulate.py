@@ -16,6 +16,7 @@ two latency-bound collectives (the loss all-reduce and the parameter-check all-g
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections import Counter
@@ -96,12 +97,32 @@ class _PhaseClock:
             self.ns[call.node.attrs.get("phase", "forward")] += call.end_ns - call.start_ns
 
 
-def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 5,
-            optimizer: str = "sgd") -> Measured:
-    """Time one training step of each backend's share in this process (the median of `repeats`, after a
-    warm-up), with its phases, its host bookkeeping, and its model shape."""
-    import torch
+def rank_threads(world: int) -> int:
+    """The torch threads each rank of `train --hybrid` over `world` ranks gets (launch.py's rule: the
+    OMP_NUM_THREADS asked, else the rank's share of this host's cores)."""
+    from .launch import threads_per_rank
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    return int(asked) if asked.isdigit() and int(asked) > 0 else threads_per_rank(world)
 
+
+def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 5,
+            optimizer: str = "sgd", threads: int | None = None) -> Measured:
+    """Time one training step of each backend's share in this process (the median of `repeats`, after a
+    warm-up), with its phases, its host bookkeeping, and its model shape; with the torch threads each rank
+    will get (`threads`, default rank_threads(len(specs))): this process's default of a thread per core
+    made demo:cnn's compute 29-65x off on 2 ranks, whose ranks run one thread each."""
+    import torch
+    threads = threads or rank_threads(len(specs))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _measure(model_spec, specs, ratios, repeats, optimizer, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measure(model_spec: str, specs: list[str], ratios: list[float], repeats: int, optimizer: str,
+             threads: int) -> Measured:
     from .. import backends, models
     from ..step_clock import clock_name
     from ..train.joint import capture_joint
@@ -155,7 +176,7 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
                        "ops": len(train.graph.nodes)})
     s0 = shapes[0]
     return Measured(model_spec, shares, s0.grad_bytes, sum(s // 4 for s in s0.param_sizes), shapes, optimizer,
-                    torch.get_num_threads())
+                    threads)
 
 
 def _bookkeeping(step, grads: dict, params: dict) -> float:
