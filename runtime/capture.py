@@ -25,7 +25,6 @@ import warnings
 import torch
 from torch.export import ExportGraphSignature
 
-from .decompose import implicit_composite
 from .dtypes import name_of
 from .errors import ModelError, first_line
 from .graph import Graph, Node, Ref, TensorMeta
@@ -248,6 +247,32 @@ def _runtime_checks(fx_graph) -> set:
         elif getattr(fx.target, "__module__", "") == "_operator" and fx.users and all(u in dropped for u in fx.users):
             dropped.add(fx)
     return dropped
+
+
+def implicit_composite(target) -> str | None:
+    """The op name for an op opscope does not map that torch defines in other ops -- its CompositeImplicitAutograd
+    kernel, or a decomposition in torch._decomp -- registered as a composition on first sight, else None. Backends with a kernel for the ATen op
+    (torch) run it as is; the others run its definition."""
+    from .ops import OPS
+    from .ops.registry import OpDef
+    name = getattr(target, "name", None)
+    if not isinstance(target, torch._ops.OpOverload) or not callable(name):
+        return None
+    from torch._decomp import decomposition_table
+    try:
+        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+    except RuntimeError:
+        implicit = False
+    # else torch's own Python decomposition of the op (torch._decomp: huber_loss, mish, logsumexp, ...)
+    body = (lambda *a, **k: target.decompose(*a, **k)) if implicit else decomposition_table.get(target)
+    if body is None:
+        return None
+    op = op_name(target).split(":", 1)[1] if target.namespace == "aten" else op_name(target)
+    if op not in OPS:
+        how = "CompositeImplicitAutograd kernel" if implicit else "torch._decomp decomposition"
+        OPS[op] = OpDef(op, "custom", None, (), None, doc=f"{target.name()}: defined by its {how}", torch=target,
+                        composite=body, extra={"implicit": True})
+    return op if OPS[op].composite is not None else None
 
 
 def op_name(target) -> str:

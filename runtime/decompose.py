@@ -5,7 +5,7 @@ Three kinds of composite share this: a user's `@operator` (every argument a tens
 set defines as a composition (`slice_backward` is zeros + `slice_scatter`; runtime/ops/registry.py
 `composition`), and any other op with a CompositeImplicitAutograd kernel -- ATen's own definition in
 other ops (`einsum`, `cross_entropy_loss`, `kl_div`), or a library's torch.library op -- which capture
-registers under its name the first time it meets one (`implicit_composite`). Non-tensor arguments
+registers under its name the first time it meets one (runtime/capture.py `implicit_composite`). Non-tensor arguments
 (sizes, dims) are fixed per node and baked into the body.
 """
 from __future__ import annotations
@@ -99,30 +99,3 @@ def decomposed_kernel(node, backend):
 
     cache[key] = run
     return run
-
-
-def implicit_composite(target) -> str | None:
-    """The op name for an op opscope does not map that torch defines in other ops -- its CompositeImplicitAutograd
-    kernel, or a decomposition in torch._decomp -- registered as a composition on first sight, else None. Backends with a kernel for the ATen op
-    (torch) run it as is; the others run its definition."""
-    from .ops import OPS
-    from .ops.registry import OpDef
-    name = getattr(target, "name", None)
-    if not isinstance(target, torch._ops.OpOverload) or not callable(name):
-        return None
-    from torch._decomp import decomposition_table
-    try:
-        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
-    except RuntimeError:
-        implicit = False
-    # else torch's own Python decomposition of the op (torch._decomp: huber_loss, mish, logsumexp, ...)
-    body = (lambda *a, **k: target.decompose(*a, **k)) if implicit else decomposition_table.get(target)
-    if body is None:
-        return None
-    from .capture import op_name
-    op = op_name(target).split(":", 1)[1] if target.namespace == "aten" else op_name(target)
-    if op not in OPS:
-        how = "CompositeImplicitAutograd kernel" if implicit else "torch._decomp decomposition"
-        OPS[op] = OpDef(op, "custom", None, (), None, doc=f"{target.name()}: defined by its {how}", torch=target,
-                        composite=body, extra={"implicit": True})
-    return op if OPS[op].composite is not None else None

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextvars
 
+from .errors import UsageError
+from .hdi import Backend
+
 SUGGESTED = "torch:cpu"        # runs every ATen op and any torch.library op: the way out a refusal names
 # How the caller asks for one more fallback, in the words of where the refusal happens: the CLI's flag, or (under
 # torch.compile, runtime/dynamo.py) its options key. {spec} is the backend suggested.
@@ -21,14 +24,23 @@ def fallback_chain(backend, allow_fallback) -> list:
         return []
     chain = backend.fallback_chain()
     if isinstance(allow_fallback, (list, tuple)):
-        from .backends import resolve
         names = {backend.name} | {b.name for b in chain}
         for spec in allow_fallback:
-            extra = resolve(spec)
+            extra = spec if isinstance(spec, Backend) else _resolver(backend)(spec)
             if extra.name not in names:
                 chain.append(extra)
                 names.add(extra.name)
     return chain
+
+
+def _resolver(backend):
+    """How a spec becomes a backend: the resolver of the session that made `backend` (runtime/backends `resolve`
+    hands it down), so placement needs no import of the backends above it."""
+    resolve = getattr(backend, "resolve_spec", None)
+    if resolve is None:
+        raise UsageError(f"--fallback: backend {backend.name} was not made by opscope's resolve(); pass the "
+                         "fallback backends themselves, not their specs")
+    return resolve
 
 
 def suggestion(backend, chain, lasting: str) -> str:

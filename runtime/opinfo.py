@@ -113,23 +113,13 @@ def select(names=None, dtype: str = "float32") -> list:
 
 
 def check_opinfo(backend, names=None, progress=None, samples_per_op: int = SAMPLES_PER_OP,
-                 dtype: str = "float32", *, spec: str | None = None, timeout: float | None = None,
-                 on_result=None) -> OpInfoReport:
-    """Run the OpInfo samples (of `dtype`) of every selected OpInfo on `backend`; `progress(name)` before each,
-    `on_result(result)` after each.
-
-    `spec`: what `backend` was resolved from. Given, and the backend runs code opscope does not own (a compiler
-    stack), the OpInfos run in worker processes (runtime/opinfo_worker.py), so a stack that dies by a signal or
-    hangs (more than `timeout` s on one OpInfo) is that OpInfo's crash, not the end of the check."""
+                 dtype: str = "float32", *, on_result=None) -> OpInfoReport:
+    """Run the OpInfo samples (of `dtype`) of every selected OpInfo on `backend`, in this process; `progress(name)`
+    before each, `on_result(result)` after each. A compiler stack's check runs in worker processes instead:
+    runtime/opinfo_worker.py `check` decides."""
     import time
 
     from .backends import resolve
-    if spec is not None:
-        from . import opinfo_worker
-        if opinfo_worker.runs_foreign_code(backend):
-            return opinfo_worker.check_in_workers(
-                spec, [_full_name(o) for o in select(names, dtype)], backend_name=backend.name, progress=progress,
-                samples_per_op=samples_per_op, dtype=dtype, timeout=timeout or opinfo_worker.TIMEOUT_S)
     if backend.fallback is None and not backend.name.startswith("torch"):
         backend.fallback = resolve("torch:cpu")      # refused nodes still run, so their answer is checked
     report = OpInfoReport(backend.name)

@@ -52,6 +52,18 @@ def runs_foreign_code(backend) -> bool:
     return not all(own(b) for b in [backend, *backend.fallback_chain()])
 
 
+def check(backend, names=None, *, spec: str, progress=None, timeout: float | None = None, samples_per_op: int = 3,
+          dtype: str = "float32"):
+    """`backend check SPEC --opinfo`: the OpInfos in worker processes when the backend runs code opscope does not
+    own (a stack that dies by a signal or hangs more than `timeout` s on one OpInfo is that OpInfo's crash, not the
+    end of the check), else in this process. `spec`: what `backend` was resolved from (the workers resolve it)."""
+    from .opinfo import _full_name, check_opinfo, select
+    if not runs_foreign_code(backend):
+        return check_opinfo(backend, names, progress, samples_per_op, dtype)
+    return check_in_workers(spec, [_full_name(o) for o in select(names, dtype)], backend_name=backend.name,
+                            progress=progress, samples_per_op=samples_per_op, dtype=dtype, timeout=timeout or TIMEOUT_S)
+
+
 def parse_line(raw: bytes) -> tuple[str, object]:
     """(kind, value) of one worker line: ("running", name), ("result", OpInfoResult) or ("error", message).
     Anything else -- too long, not UTF-8, not JSON, nested past reason, the wrong fields -- is LineRefused."""

@@ -85,7 +85,8 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 def _main_opinfo(args) -> int:
     from opscope.app.progress import progress_bar, shown
     from opscope.runtime.backends import resolve
-    from opscope.runtime.opinfo import check_opinfo, select
+    from opscope.runtime.opinfo import select
+    from opscope.runtime.opinfo_worker import check
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
     # also NaN and inf: select() cannot wait past time_t, and a week is more than any OpInfo needs
     if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
@@ -95,8 +96,8 @@ def _main_opinfo(args) -> int:
     total = len(select(names))
     with progress_bar(f"OpInfos on {args.backend}", total=total, unit="OpInfos", show=shown(args)) as update:
         # the spec: a compiler stack is checked in worker processes that start from it (runtime/opinfo_worker.py)
-        report = check_opinfo(backend, names, progress=lambda name: update(advance=1, note=name),
-                              spec=args.backend, timeout=args.timeout)
+        report = check(backend, names, progress=lambda name: update(advance=1, note=name),
+                       spec=args.backend, timeout=args.timeout)
     if args.json:
         emit_json(report.as_dict())
     else:

@@ -39,6 +39,9 @@ def resolve(spec: str, *, with_fallback: bool = True, trusted: bool | None = Non
     backend = create(desc, name, spec, allowed)                       # 2. description -> backend
     if with_fallback:                                                 # 3. the fallback chain
         _attach_fallbacks(backend, desc, spec, _seen, allowed or (False if trusted is False else None))
+    # `--fallback SPEC` reaches placement as specs (runtime/fallback.py); the backend the session resolved
+    # carries the resolver, so placement never imports the backends (the runtime's imports stay a DAG)
+    backend.resolve_spec = resolve
     return backend
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..graph import Graph, Node, Ref
+from ..ops import OPS
 
 
 @dataclass(frozen=True)
@@ -142,3 +143,21 @@ def pure(node: Node) -> bool:
     return node.op not in RANDOM_OPS and not is_inplace(node) and node.op != "transfer" and \
         not node.op.startswith(("aten:", "python:")) and ":" not in node.op and \
         node.attrs.get("phase") != "optimizer"
+
+
+# kinds whose ops compute each output element from the same element of their inputs
+_POINTWISE_KINDS = ("elementwise", "activation")
+_NOT_POINTWISE = frozenset({"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "grid_sampler_2d",
+                            "diff", "sgd", "adamw", "nll_loss_backward", "mse_loss_backward"})
+
+
+def pointwise(node: Node) -> bool:
+    op = OPS.get(node.op)
+    if op is None or node.multi_output or len(node.outputs) != 1 or node.output_meta[0] is None:
+        return False
+    if node.op == "batch_norm":      # inference batch norm is a per-channel affine map
+        return node.attrs.get("training") is False
+    if op.kind not in _POINTWISE_KINDS or node.op in _NOT_POINTWISE:
+        return False
+    out = node.output_meta[0].shape
+    return all(m is not None and len(m.shape) <= len(out) for m in node.input_meta)

@@ -10,14 +10,9 @@ line), so tools can name and step into them.
 from __future__ import annotations
 
 from ..graph import Node, Ref
-from ..ops import OPS
 from ..ops.registry import define, members_flops
-from .base import Context, Pass, output_slots, readers, renumber
+from .base import Context, Pass, output_slots, pointwise, readers, renumber  # noqa: F401  (pointwise: re-exported)
 
-# kinds whose ops compute each output element from the same element of their inputs
-_POINTWISE_KINDS = ("elementwise", "activation")
-_NOT_POINTWISE = frozenset({"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "grid_sampler_2d",
-                            "diff", "sgd", "adamw", "nll_loss_backward", "mse_loss_backward"})
 # reductions that may close a chain (over the chain's last value)
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "prod", "softmax", "log_softmax", "layer_norm", "rms_norm"})
 MIN_MEMBERS = 2
@@ -44,18 +39,6 @@ def member_records(node: Node) -> list[dict]:
 def fused_members(nodes) -> dict[str, list[dict]]:
     """{fused node name: member_records(...)} for every fused node among `nodes` (a graph's or a plan's)."""
     return {n.name: member_records(n) for n in nodes if n.op == "fused"}
-
-
-def pointwise(node: Node) -> bool:
-    op = OPS.get(node.op)
-    if op is None or node.multi_output or len(node.outputs) != 1 or node.output_meta[0] is None:
-        return False
-    if node.op == "batch_norm":      # inference batch norm is a per-channel affine map
-        return node.attrs.get("training") is False
-    if op.kind not in _POINTWISE_KINDS or node.op in _NOT_POINTWISE:
-        return False
-    out = node.output_meta[0].shape
-    return all(m is not None and len(m.shape) <= len(out) for m in node.input_meta)
 
 
 def reduction(node: Node) -> bool:

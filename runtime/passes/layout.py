@@ -12,9 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..graph import Node, Ref, TensorMeta
-from .base import Context, Pass, output_slots, readers, renumber
+from .base import Context, Pass, output_slots, pointwise, readers, renumber
 from ..ops.registry import define
-from .fuse import pointwise
 
 CONVS = frozenset({"conv2d", "convolution"})
 _FIRST_ARG = CONVS | {"batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"}

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ops import OPS
-from .base import Context, Pass, is_inplace, output_slots
-from .fuse import pointwise
+from .base import Context, Pass, is_inplace, output_slots, pointwise
 
 _TRANSPOSES = frozenset({"transpose", "permute", "t"})
 _RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view"})
