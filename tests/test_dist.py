@@ -105,7 +105,7 @@ def test_two_ranks_may_share_a_backend():
 
 @pytest.mark.multiprocess
 def test_bad_hybrid_spec_on_the_command_line_is_one_line_exit_2():
-    r = subprocess.run([sys.executable, "-m", "opscope.runtime.dist", "demo:mlp", "--hybrid", "torch:cpu=x"],
+    r = subprocess.run([sys.executable, "-m", "opscope.app.hybrid", "demo:mlp", "--hybrid", "torch:cpu=x"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0 and "--hybrid" in r.stderr
@@ -128,7 +128,7 @@ def test_unequal_shares_train_like_the_full_batch_with_identical_parameters():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_gpt_two_process_hybrid_training_matches_full_batch(cli):
-    r = subprocess.run([sys.executable, "-m", "opscope.runtime.dist", "demo:gpt", "--hybrid", HYBRID, "--steps", "5",
+    r = subprocess.run([sys.executable, "-m", "opscope.app.hybrid", "demo:gpt", "--hybrid", HYBRID, "--steps", "5",
                         "--json"], capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(r.stdout)
@@ -146,7 +146,7 @@ def test_gpt_two_process_hybrid_training_matches_full_batch(cli):
 def test_gpt_under_torchrun_matches_full_batch():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "opscope.runtime.dist", "demo:gpt", "--hybrid", HYBRID, "--steps", "5", "--json"],
+                        "-m", "opscope.app.hybrid", "demo:gpt", "--hybrid", HYBRID, "--steps", "5", "--json"],
                        capture_output=True, text=True, timeout=280, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     docs = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -185,7 +185,7 @@ def _chip(tmp_path, name, peak, thermal=""):
 
 
 def _train(*args):
-    r = subprocess.run([sys.executable, "-m", "opscope.runtime.dist", "demo:mlp", *args, "--json"],
+    r = subprocess.run([sys.executable, "-m", "opscope.app.hybrid", "demo:mlp", *args, "--json"],
                        capture_output=True, text=True, timeout=200)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)

@@ -15,7 +15,7 @@ from conftest import ctrl_c_able
 from opscope.profiler.ranks import Ranks
 from opscope.profiler.shared import RankWriter, import_shared, job_name
 from opscope.profiler.store import RunStore
-from opscope.runtime.dist.cli_support import span_events
+from opscope.profiler.hybrid_rank import span_events
 from opscope.runtime.dist.job import DistJob
 from opscope.runtime.errors import UsageError
 
@@ -59,7 +59,7 @@ def test_a_torchrun_job_writes_every_rank_and_imports_as_one_run(cli, tmp_path):
     shared = tmp_path / "shared"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "opscope.runtime.dist", "demo:mlp", "--hybrid", HYBRID, "--steps", "3", "--json",
+                        "-m", "opscope.app.hybrid", "demo:mlp", "--hybrid", HYBRID, "--steps", "3", "--json",
                         "--shared-dir", str(shared)], capture_output=True, text=True, timeout=280, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     report = next(json.loads(line) for line in r.stdout.splitlines() if line.startswith("{"))
@@ -125,7 +125,7 @@ def test_a_rank_that_dies_keeps_its_steps_and_the_run_is_incomplete_naming_it(tm
         if rec.get("kind") == "step" and rec["rank"] == 1 and rec["step"] == 1:
             os.kill(procs[1].pid, signal.SIGKILL)
 
-    result = launch(job, on_record=kill_rank_1)
+    result = launch(job, on_record=kill_rank_1, worker="opscope.profiler.hybrid_rank")   # the rank that writes DIR
     assert result.exit_codes[1] == -signal.SIGKILL and result.exit_codes[0] == 1
     folder = Path(result.of("start", 0)[0]["shared"])
     assert json.loads((folder / "rank-1.json").read_text())["status"] == "running"      # it never said goodbye
@@ -143,6 +143,18 @@ def test_a_rank_that_dies_keeps_its_steps_and_the_run_is_incomplete_naming_it(tm
     ev = store.events_frame(rid, columns=["rank", "step"])
     kept = set(zip(ev["rank"].tolist(), ev["step"].tolist()))
     assert {(0, 0), (0, 1), (1, 0), (1, 1)} <= kept and {(1, n) for n in written} <= kept
+
+
+def test_the_runtime_rank_refuses_a_shared_folder_it_cannot_write(tmp_path):
+    """runtime/dist imports none of the tools: its own rank has no --shared-dir writer, so a job that asks for one
+    is refused in one line before any process starts, rather than run without writing the folder."""
+    from opscope.runtime.dist.launch import launch
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    job = DistJob.parse("demo:mlp", HYBRID, steps=1, shared_dir=str(shared))
+    with pytest.raises(UsageError, match="hybrid_rank"):
+        launch(job)
+    assert list(shared.iterdir()) == []
 
 
 # --- a job written without processes: the hostile folders start from it --------------------------------

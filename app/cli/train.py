@@ -17,7 +17,7 @@ def register(sub) -> None:
                    help="optimizer (default sgd, momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
     add_fallback(p)
-    from opscope.runtime.dist.cli_support import add_hybrid_arguments
+    from opscope.app.hybrid import add_hybrid_arguments
     add_hybrid_arguments(p)
     add_json(p)
     p.set_defaults(func=main)
@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     if args.hybrid:                      # data-parallel over several backends, one process per share
-        from opscope.runtime.dist.cli_support import train_hybrid
+        from opscope.app.hybrid import train_hybrid
         return train_hybrid(args)
     from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, compare_with_eager
 

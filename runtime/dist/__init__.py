@@ -3,14 +3,15 @@
     report = train("demo:gpt", HybridStrategy(ratios={"torch:cpu": 0.7, "sim:npu-a1": 0.3}), steps=5)
     report["losses"], report["identical_parameters"], report["events"]     # one process per share
     # the same from a shell, spawned by opscope or under torchrun:
-    #   python -m opscope.runtime.dist demo:gpt --hybrid torch:cpu=0.7,sim:npu-a1=0.3 [--rebalance]
-    #   torchrun --nproc-per-node 2 -m opscope.runtime.dist demo:gpt --hybrid torch:cpu=0.7,sim:npu-a1=0.3
+    #   python -m opscope.app.hybrid demo:gpt --hybrid torch:cpu=0.7,sim:npu-a1=0.3 [--rebalance]   (app/hybrid.py)
+    #   torchrun --nproc-per-node 2 -m opscope.app.hybrid demo:gpt --hybrid torch:cpu=0.7,sim:npu-a1=0.3
     predict(measure("demo:gpt", ["sim:npu-a1"], [1.0]), ranks=1024, link=Interconnect(1e11, 5e-6))
 
 Rooms: job.py (what a job is, one rank of it), launch.py (spawn and watch the ranks), trainer.py (one
 rank's step: its rows, weighted all-reduce, optimizer), split.py (the training step cut at the
 optimizer), balance.py (shares, auto ratios, re-balancing), thermal.py (sim chips' throttling),
-simulate.py (what-if at N ranks), cli_support.py (the --hybrid flags and report).
+simulate.py (what-if at N ranks), cli_support.py (the job's report). The flags, the store and --shared-dir
+are the tools' (app/hybrid.py, profiler/hybrid_rank.py): nothing here imports them.
 """
 from __future__ import annotations
 

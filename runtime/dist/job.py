@@ -3,7 +3,7 @@
     job = DistJob.parse("demo:gpt", "torch:cpu=0.7,sim:npu-a1=0.3", steps=5)
     for record in run_rank(job, rank, world_size):  # inside a process group's process
         ...                                         # {"kind": "start"|"step"|"calibrate"|"done"|"error", ...}
-    DistJob.parse(..., shared_dir="/mnt/shared")    # every rank also writes its steps there (profiler/shared.py)
+    DistJob.parse(..., shared_dir="/mnt/shared")    # every rank also writes its steps there (profiler/hybrid_rank.py)
     DistJob.parse(..., elastic=True, checkpoint_dir="/mnt/ck")   # 1..N ranks, resumed from a checkpoint (elastic.py)
 
 The job travels to child processes as JSON in OPSCOPE_DIST_JOB (nothing is unpickled); ranks,
@@ -17,7 +17,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..errors import OpscopeError, UsageError
+from ..errors import UsageError
 
 ENV_JOB = "OPSCOPE_DIST_JOB"
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -151,8 +151,10 @@ def mismatch(job: DistJob, world_size: int) -> str | None:
             f"({', '.join(job.specs)}): start one process per share (torchrun --nproc-per-node {len(job.specs)})")
 
 
-def run_rank(job: DistJob, rank: int, world_size: int):
-    """Join the process group, train, and yield this rank's records; leaves the group when done."""
+def run_rank(job: DistJob, rank: int, world_size: int, records=None):
+    """Join the process group, train, and yield this rank's records; leaves the group when done.
+    `records(job, start)`: what keeps them (a context manager with keep(rec), records and writer); the tools pass
+    one that also writes --shared-dir (profiler/hybrid_rank.py), the runtime alone keeps them in memory."""
     if mismatch(job, world_size):
         raise UsageError(mismatch(job, world_size))
     from .. import models
@@ -187,7 +189,7 @@ def run_rank(job: DistJob, rank: int, world_size: int):
         start = {"kind": "start", "rank": rank, "world_size": world_size, "backend": specs[rank],
                  "engine": engine, "pid": os.getpid(), "rows": trainer.rows, "base": trainer.base,
                  "threads": _threads()}
-        shared = _SharedRank(job, start)
+        shared = (records or Records)(job, start)
         if shared.writer is not None:
             start["shared"] = str(shared.writer.folder)
         with shared:
@@ -239,47 +241,20 @@ def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -
             "parameter_error": _worst(params), "step_seconds": sorted(ref["step_seconds"])[len(ref["step_seconds"]) // 2]}
 
 
-class _SharedRank:
-    """--shared-dir: this rank's steps, status and (rank 0) the job's report, written where every node can
-    read them (profiler/shared.py owns the layout). Without --shared-dir it only passes records through."""
+class Records:
+    """A rank's records, kept for its reference check: no --shared-dir writer in the runtime (the tools' keeper,
+    profiler/hybrid_rank.py SharedRank, writes the shared folder)."""
+    writer = None
 
     def __init__(self, job: DistJob, start: dict):
-        self.job, self.start, self.records, self.writer = job, start, [start], None
-        if not job.shared_dir:
-            return
-        from opscope.profiler.shared import RankWriter, job_name
-        rank = start["rank"]
-        self.writer = RankWriter(job.shared_dir, job_name(job.model, start["base"]), rank)
-        run = None
-        if rank == 0:
-            run = {"model": job.model, "hybrid": job.hybrid, "backends": job.specs, "world_size": start["world_size"],
-                   "steps": job.steps, "engine": start["engine"]}
-        self.writer.begin(run, {"backend": start["backend"], "rows": start["rows"]})
+        self.job, self.records = job, [start]
 
     def keep(self, rec: dict) -> dict:
         self.records.append(rec)
-        if self.writer is not None and rec.get("kind") == "step":
-            from .cli_support import span_events
-            self.writer.step(rec["step"], span_events(rec))
         return rec
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, exc, tb):
-        if self.writer is None:
-            return False
-        from ..errors import first_line
-        from .cli_support import summarize
-        error = None
-        if exc is not None:
-            # a generator closed early (the launcher went away) is no error of the rank's, but it did not finish
-            error = "stopped before the end" if kind is GeneratorExit else \
-                (str(exc) if isinstance(exc, OpscopeError) else f"{kind.__name__}: {first_line(exc)}")
-        status = "failed" if exc is not None else "ok"
-        try:
-            self.writer.end(status, error, report=summarize(self.job, self.records, error))
-        except OSError:           # the shared folder went away: the training's own outcome matters more
-            if exc is None:
-                raise
         return False

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..child import python_command, start
-from ..errors import signal_name
+from ..errors import UsageError, signal_name
 from .job import ENV_JOB, DistJob
 
 MARK = "@opscope-dist "
@@ -55,8 +55,14 @@ def emit(record: dict, stream=None) -> None:
     stream.flush()
 
 
-def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> DistResult:
-    """Run `job` in len(job.specs) processes; `on_record(record, procs)` sees each record as it arrives."""
+def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None,
+           worker: str = "opscope.runtime.dist.worker") -> DistResult:
+    """Run `job` in len(job.specs) processes; `on_record(record, procs)` sees each record as it arrives.
+    `worker`: the rank's module (`-m`); the tools name theirs, which also writes --shared-dir."""
+    if job.shared_dir and worker == "opscope.runtime.dist.worker":
+        # the runtime's rank keeps its records in memory; the folder's writer is the tools' (never dropped silently)
+        raise UsageError("--shared-dir is written by the tools' rank process: launch(job, worker="
+                         "\"opscope.profiler.hybrid_rank\") (what `opscope train --hybrid` starts)")
     world = len(job.specs)
     port = free_port()
     base = {**os.environ, ENV_JOB: job.to_json(), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
@@ -65,7 +71,7 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None) -> 
         # torchrun's rule: each rank gets its share of the cores, not all of them (with the default every
         # rank starts a thread per core, and on a 2-core machine the job ran ~7x slower)
         base["OMP_NUM_THREADS"] = str(threads_per_rank(world))
-    procs = [start(python_command("opscope.runtime.dist.worker"),
+    procs = [start(python_command(worker),
                    env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(world)]
     result = DistResult(exit_codes=[None] * world, stderr=[""] * world)

@@ -1,11 +1,13 @@
-"""The child process of `launch`: one rank; its records go to stdout after a marker line prefix."""
+"""The child process of `launch`: one rank; its records go to stdout after a marker line prefix.
+The tools start profiler/hybrid_rank.py instead, which is this with the --shared-dir writer."""
 from __future__ import annotations
 
 import os
 import sys
 
 
-def main() -> int:
+def main(records=None) -> int:
+    """`records`: what keeps the rank's records (job.run_rank); None keeps them in memory."""
     from ..errors import OpscopeError, first_line
     from .job import ENV_JOB, DistJob, run_rank, torchrun_env
     from .launch import emit
@@ -18,7 +20,7 @@ def main() -> int:
     rank = env["rank"]
     try:
         job = DistJob.from_json(os.environ[ENV_JOB])
-        for record in run_rank(job, rank, env["world_size"]):
+        for record in run_rank(job, rank, env["world_size"], records):
             emit(record)
     except CollectiveFailed as e:
         emit({"kind": "error", "rank": rank, "message": str(e), "collective": True})
