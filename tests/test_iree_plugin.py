@@ -86,6 +86,7 @@ def test_a_small_model_runs_as_one_region_and_a_refused_member_is_split_off():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.timeout(1800)         # IREE compiles each region in a process; minutes on a loaded 2-core machine
 def test_demo_gpt_runs_and_profiles_with_per_op_children(cli, opscope_home):
     r = cli("run", "demo:gpt", "-b", "iree", "--json", timeout=900)
     assert r.returncode == 0, r.stderr
@@ -125,10 +126,16 @@ def test_transformers_gpt2_and_bert_match_eager_in_iree_regions(name):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.timeout(3000)         # a region IREE fails is bisected: a compile per step of the search
 def test_demo_gpt_trains_like_eager_or_reports_what_iree_could_not_take(cli, opscope_home):
-    r = cli("train", "demo:gpt", "-b", "iree", "--steps", "2", "--json", timeout=1200)
+    r = cli("train", "demo:gpt", "-b", "iree", "--steps", "2", "--json", timeout=2900)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for a, e in zip(out["losses"], out["eager_losses"]):
         assert abs(a - e) <= 1e-4 * max(1.0, abs(e))
-    assert out["parameter_error"]["max_abs"] <= 1e-4
+    assert out["within_tolerance"] and out["parameter_error"]["max_abs"] <= 1e-4
+    rep = out["placement"]
+    assert rep["nodes_per_backend"].get("iree", 0) > 0          # IREE ran regions of the step
+    # what IREE failed to compile (its backward meets ops it cannot legalize) is on the fallback, with IREE's reason
+    for f in rep["fallback_ops"]:
+        assert f["backend"] == "numpy" and f["reason"]
