@@ -23,6 +23,7 @@ from opscope.profiler.importers.kineto import DEVICE_OPS
 PATH = "/timeline"
 NAME = "Timeline"
 ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
+LIVE_ENDPOINT = "/_opscope/live_spans"   # GET ?run=&since=N: the op spans stored after the first N (JSON)
 VIEW, PICKED, FORWARD, FORWARD_TARGET = ids.TL_VIEW, ids.TL_PICKED, ids.TL_FORWARD, ids.TL_FORWARD_TARGET
 _MAX_OFFSET = 2.0 ** 53           # t0, t1, at past this would overflow int64 ns once the run's clock is added
 
@@ -170,6 +171,21 @@ def _goto(spans, match, at, forward: bool, out: dict) -> dict:
                             "name": spans.names[spans.label[i]]}}
 
 
+def live_spans(data, query) -> tuple[dict, int]:
+    """The live endpoint's answer: the spans that arrived after the first `since` (what the page has), so a
+    page following a run asks for what changed instead of the whole run on every new event."""
+    try:
+        since = int(query.get("since") or 0)
+    except ValueError:
+        return {"error": "since is a count of spans the page already has: a whole number"}, 400
+    if since < 0:
+        return {"error": "since is a count of spans the page already has: 0 or more"}, 400
+    run = data.run(query.get("run") or None)
+    if run is None:
+        return {"run": None, "message": _missing(query.get("run"))}, 200
+    return {"run": run["run_id"], "status": run.get("status"), **data.live_spans(run, since)}, 200
+
+
 def register(app, data):
     from flask import Response, request
 
@@ -183,6 +199,13 @@ def register(app, data):
                         headers={"Cache-Control": "no-store"})
 
     app.server.add_url_rule(ENDPOINT, "opscope_timeline", endpoint)
+
+    def live_endpoint():
+        body, status = live_spans(data, request.args)
+        return Response(orjson.dumps(body), status=status, mimetype="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    app.server.add_url_rule(LIVE_ENDPOINT, "opscope_live_spans", live_endpoint)
 
     # Two callbacks: the canvas's VIEW needs no store query, so a live run's new events reach the canvas without
     # waiting for the step list's (which took 0.6-1.2 s a tick while the collector wrote, issue 27's live lag)
