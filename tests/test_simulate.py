@@ -73,3 +73,34 @@ def test_simulate_bad_input_is_one_line_exit_2(cli, args, why):
     r = cli("simulate", "demo:mlp", *args)
     assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0
+
+
+def _hybrid_run(store, step_s: float, optimizer: str, shard: str, overlap: bool) -> str:
+    """A finished `train --hybrid torch:cpu=0.5,torch:cpu=0.5` run of demo:mlp as train writes it in the store."""
+    run = store.create_run(model="demo:mlp", backend="hybrid:torch:cpu=0.5,torch:cpu=0.5", engine="dist", steps=2,
+                           config={"hybrid": "torch:cpu=0.5,torch:cpu=0.5", "backends": ["torch:cpu"] * 2})
+    dist = {"world_size": 2, "optimizer": {"name": optimizer, "lr": 1e-3}, "shard": shard, "overlap": overlap,
+            "step_seconds": step_s, "steps": [{"step": 0, "buckets": 1}, {"step": 1, "buckets": 1}]}
+    store.update_run(run, config={"dist": dist})
+    store.finish_run(run, "ok", None)
+    return run
+
+
+def test_the_measured_step_beside_a_prediction_is_a_run_of_the_same_optimizer_strategy_and_overlap(cli, tmp_path,
+                                                                                                   monkeypatch):
+    """Issue 39: the demo:gpt "measured" column came from an AdamW --shard gradients run while the prediction was
+    for SGD data parallelism; now only a matching run is shown, with the prediction's error beside it."""
+    from opscope.profiler import RunStore
+    monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
+    store = RunStore()
+    other = _hybrid_run(store, 0.5, "adamw", "gradients", False)
+    args = ("simulate", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--ranks", "2", "--json")
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "measured" not in json.loads(r.stdout)["predictions"][0]
+    same = _hybrid_run(store, 0.04, "sgd", "", False)
+    pred = json.loads(cli(*args).stdout)["predictions"][0]
+    assert pred["measured"]["run_id"] == same
+    assert pred["error"] == pytest.approx(pred["step_seconds"] / 0.04 - 1)
+    r = cli(*args[:-1], "--measured", other)
+    assert r.returncode == 2 and "optimizer adamw (predicted: sgd)" in r.stderr and "zero2" in r.stderr

@@ -128,6 +128,7 @@ def main(args) -> int:
         for r in rows:
             if measured_run and r["ranks"] == measured_run["world_size"]:
                 r["measured"] = measured_run
+                r["error"] = r["step_seconds"] / measured_run["step_seconds"] - 1     # predicted vs measured
         doc["strategy"] = strategy.name
         doc["predictions"] = [_row(r) for r in rows]
         doc["assumptions"] = rows[0]["assumptions"]
@@ -148,9 +149,24 @@ def _capacity(spec: str) -> float | None:
     return float(cap) if cap else None
 
 
+_SHARD_STRATEGY = {"": "dp", "optimizer": "zero1", "gradients": "zero2"}
+
+
+def _mismatch(dist: dict, args) -> str | None:
+    """How a `train --hybrid` run differs from what is predicted (optimizer, strategy, overlap), or None. A run
+    that does not say its strategy and overlap (older than issue 39) matches nothing: its demo:gpt "measured"
+    step had been an AdamW --shard gradients run beside an SGD data-parallel prediction."""
+    ran = {"optimizer": (dist.get("optimizer") or {}).get("name"),
+           "strategy": _SHARD_STRATEGY.get(dist["shard"]) if "shard" in dist else None,
+           "overlap": dist.get("overlap")}
+    want = {"optimizer": args.optimizer, "strategy": args.strategy.strip().lower(), "overlap": bool(args.overlap)}
+    diff = [f"{k} {ran[k]} (predicted: {want[k]})" for k in want if ran[k] != want[k]]
+    return ", ".join(diff) or None
+
+
 def _measured_run(args) -> dict | None:
     """The measured step of a `train --hybrid` run of this model and hybrid: --measured, else the newest
-    ok one whose overlap matches (bucketed steps iff --overlap)."""
+    ok one that ran what is predicted: the same optimizer, strategy (--shard) and overlap (shares: --hybrid)."""
     if not args.model:
         return None
     try:
@@ -172,8 +188,12 @@ def _measured_run(args) -> dict | None:
             if args.measured:
                 raise UsageError(f"run {args.measured} is not a `train --hybrid` run with step times")
             continue
-        bucketed = any((s.get("buckets") or 1) > 1 for s in steps)
-        if args.measured or bucketed == args.overlap:
+        differs = _mismatch(dist, args)
+        if differs and args.measured:
+            raise UsageError(f"run {args.measured} is not what is predicted: it ran {differs}; give the run of the same "
+                             "optimizer, --strategy (dp, zero1 = --shard optimizer, zero2 = --shard gradients) and "
+                             "--overlap")
+        if not differs:
             return {"run_id": run["run_id"], "world_size": dist["world_size"], "step_seconds": dist["step_seconds"],
                     "steps": len(steps)}
     return None
@@ -212,8 +232,8 @@ def _print(args, link, m, doc) -> None:
         cols = ["ranks", "step ms", "measured ms", "compute ms", "comm ms", "comm share", "efficiency", "memory/rank"]
         console.print(table(f"prediction: {doc['strategy']}" + (", overlapped" if args.overlap else ""), cols,
                             [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}",
-                              f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']})"
-                              if r.get("measured") else "-",
+                              f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']}, error "
+                              f"{r['error']:+.0%})" if r.get("measured") else "-",
                               f"{r['compute_seconds'] * 1e3:.3f}", f"{r['communication_seconds'] * 1e3:.3f}",
                               f"{r['communication_share']:.1%}", f"{r['scaling_efficiency']:.1%}", mem(r)]
                              for r in rows], justify_right=set(cols) - {"measured ms"}))

@@ -91,7 +91,8 @@ def _report(job, records, steps, events, error) -> dict:
     world = next((r["world_size"] for r in records if r.get("kind") == "start"), len(job.specs))   # elastic: the last
     return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs[:world], "world_size": world,
             "engine": next((r["engine"] for r in records if r.get("kind") == "start"), None),
-            "optimizer": {"name": job.optimizer, "lr": job.lr}, "steps_requested": job.steps,
+            "optimizer": {"name": job.optimizer, "lr": job.lr}, "shard": job.shard, "overlap": job.overlap,
+            "steps_requested": job.steps,
             "steps": [steps[k] for k in sorted(steps)], "losses": [steps[k]["loss"] for k in sorted(steps)],
             "identical_parameters": bool(steps) and all(s["identical"] for s in steps.values()),
             "events": events, "status": "failed" if error else "ok", "error": error,
