@@ -23,6 +23,10 @@ _CUDA_WORD = re.compile(r"(?:cuda|cu|cublas(?:Lt)?|cudnn|nccl|cufft|curand|cuspa
                         r"ballot_sync|activemask|CUDA)\w*|__DRIVER_TYPES_H__|nv_bfloat\w*|curandState\w*"
                         r"|CU[a-z]\w*")                # the driver API's types: CUresult, CUdeviceptr, CUstream
 _CLEAN = re.compile(r"[A-Za-z_][\w:./]*")
+# what needs HIP's runtime header in scope: kernel syntax and the built-in variables
+_KERNEL_SYNTAX = re.compile(r"\b(?:__global__|__device__|__shared__|__constant__|__host__|__syncthreads|threadIdx"
+                            r"|blockIdx|blockDim|gridDim|dim3)\b|<<<")
+RUNTIME_HEADER = "hip/hip_runtime.h"
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -48,6 +52,8 @@ class CRewrite(FileRewrite):
 
 
 _LAUNCH = re.compile(r"\b([A-Za-z_][\w:]*)\s*(<[^<>;()]*>)?\s*<<<")
+# `extern __shared__ float s[];`: the size comes from the launch; HIP-CPU needs HIP_DYNAMIC_SHARED(float, s)
+_EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\s+((?:[\w:]+\s*\**\s+)+?\**)\s*(\w+)\s*\[\s*\]\s*;")
 
 
 def launches(code: str) -> list[tuple[int, int, str]]:
@@ -89,7 +95,8 @@ def _split_top(text: str) -> list[str]:
 
 
 def rewrite_c(path: str, text: str, table: Table, launch: str = "keep") -> CRewrite:
-    """`launch`: keep the `<<<...>>>` syntax (hipcc takes it, as hipify leaves it) or "ggl" (hipLaunchKernelGGL)."""
+    """`launch`: keep the `<<<...>>>` syntax (hipcc takes it, as hipify leaves it) or "ggl" (hipLaunchKernelGGL and
+    HIP_DYNAMIC_SHARED: the forms HIP-CPU's g++ route takes)."""
     code = blank(text)
     edits: list[tuple[int, int, str]] = []        # (start, end, new text) in `text`
     unmapped: list[Finding] = []
@@ -108,9 +115,11 @@ def rewrite_c(path: str, text: str, table: Table, launch: str = "keep") -> CRewr
                                 note="not rewritten: left as written"))
 
     headers = []                                   # spans of #include names: their words are not identifiers
+    has_runtime = False
     for m in _INCLUDE.finditer(text):
         header = m.group(1)
         headers.append((m.start(1), m.end(1)))
+        has_runtime |= RUNTIME_HEADER in (header, hip_name(table, header, "include"))
         if table.c_rule(header, "include") is None:
             continue
         hip = hip_name(table, header, "include")
@@ -140,12 +149,20 @@ def rewrite_c(path: str, text: str, table: Table, launch: str = "keep") -> CRewr
             report(start, name + ("()" if call else ""), "no HIP name in opscope's table")
         elif hip != name and not any(fs <= start < fe for fs, fe in frozen):
             edits.append((start, end, hip))
+    uses_runtime = any(hip and hip.startswith("hip") for _, _, _, hip, _ in words) or _KERNEL_SYNTAX.search(code)
+    if uses_runtime and not has_runtime:
+        # as hipify does: CUDA compilers include the runtime implicitly, HIP's need it named in every unit using it
+        first = re.search(r"\S", code)
+        at = 0 if first is None else code.rfind("\n", 0, first.start()) + 1
+        edits.append((at, at, f'#include "{RUNTIME_HEADER}"\n'))
     if launch == "ggl":
         for s_, e_, head in launches(code):
             # the launch's own text is taken from the rewritten source: names inside its <<<...>>> keep their edits
             config = [(a, b, n) for a, b, n in edits if s_ <= a < e_]
             edits = [x for x in edits if not s_ <= x[0] < e_]
             edits.append((s_, e_, _apply(text, s_, e_, head, config)))
+        for m in _EXTERN_SHARED.finditer(code):
+            edits.append((m.start(), m.end(), f"HIP_DYNAMIC_SHARED({' '.join(m.group(1).split())}, {m.group(2)})"))
     out, at = [], 0
     for s, e, new in sorted(edits):
         if s < at:

@@ -7,8 +7,11 @@
 hipcc (ROCm) is used when it is on PATH. Otherwise HIP-CPU, a header-only HIP runtime for CPUs, when
 $OPSCOPE_HIP_CPU names its folder (the one holding include/hip/hip_runtime.h): g++ compiles the HIP
 source as C++17 and links TBB. g++ has no `<<<...>>>`, so for HIP-CPU launches are written as
-hipLaunchKernelGGL. $OPSCOPE_HIP_CPU_EXTRA may name headers to force-include (HIP calls HIP-CPU lacks).
-A program is each source with a `main`, linked with the sources beside it that share its name's start
+hipLaunchKernelGGL and `extern __shared__` arrays as HIP_DYNAMIC_SHARED. HIP-CPU lacks some of HIP's runtime
+(hipDeviceGetAttribute, hipOccupancy*, __any_sync...): opscope's answers for the CPU, hip_cpu/hip_cpu_gaps.h in
+this package, are force-included in every unit; $OPSCOPE_HIP_CPU_EXTRA may name more headers to force-include.
+A program is each source with a `main`, linked with the other sources in its folder when it is the folder's only
+main (simpleCallback.cu + multithreading.cpp), else with those that share its name's start
 (simpleAtomicIntrinsics.cu + simpleAtomicIntrinsics_cpu.cpp).
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from .scan import source_files
 
 ENV = "OPSCOPE_HIP_CPU"
 EXTRA = "OPSCOPE_HIP_CPU_EXTRA"
+GAPS = Path(__file__).with_name("hip_cpu") / "hip_cpu_gaps.h"
 _MAIN = re.compile(r"\bint\s+main\s*\(")
 _UNITS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
@@ -39,7 +44,7 @@ _UNITS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 class Program:
     source: str
     built: bool
-    error: str = ""                 # the compiler's first error lines
+    error: str = ""                 # the compiler's and linker's output, whole
     returncode: int | None = None   # when run
     output: str = ""
 
@@ -64,7 +69,7 @@ def find_compiler() -> tuple[str, list[str]]:
         gxx = shutil.which("g++")
         if gxx is None:
             raise UsageError(f"${ENV} is set but g++ is not on PATH; install g++ (and libtbb-dev) to compile")
-        cmd = [gxx, "-std=c++17", "-O1", f"-I{Path(root, 'include')}"]
+        cmd = [gxx, "-std=c++17", "-O1", f"-I{Path(root, 'include')}", "-include", str(GAPS)]
         for extra in filter(None, os.environ.get(EXTRA, "").split(os.pathsep)):
             cmd += ["-include", extra]
         return "HIP-CPU (g++ -std=c++17, TBB)", cmd
@@ -102,12 +107,14 @@ def compile_tree(path: str | Path, *, run: bool = False, args: dict[str, list[st
             written.append(out / rel)
         folders = sorted({f.parent for f in written})
         includes = [f"-I{d}" for d in folders]
+        jobs = []
         for unit in written:
             if unit.suffix not in _UNITS or not _MAIN.search(blank(unit.read_text(errors="replace"))):
                 continue
-            stem = unit.stem
-            partners = [f for f in written if f.parent == unit.parent and f != unit and f.suffix in _UNITS
-                        and f.stem.startswith(stem + "_") and not _MAIN.search(blank(f.read_text(errors="replace")))]
+            units = [f for f in written if f.parent == unit.parent and f.suffix in _UNITS]
+            mains = [f for f in units if _MAIN.search(blank(f.read_text(errors="replace")))]
+            # a folder with one main is one program; in a folder of several, a unit joins the main its name starts with
+            partners = [f for f in units if f not in mains and (len(mains) == 1 or f.stem.startswith(unit.stem + "_"))]
             exe = unit.with_suffix(".bin")
             lang = ["-x", "c++"] if name != "hipcc" else []
             build = [*cmd, *includes, *lang, str(unit), *[str(f) for f in partners],
@@ -116,20 +123,28 @@ def compile_tree(path: str | Path, *, run: bool = False, args: dict[str, list[st
                 build += ["-ltbb", "-lpthread"]
             prog = Program(unit.relative_to(out).as_posix(), False)
             result.programs.append(prog)
-            try:
-                r = subprocess.run(build, capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                prog.error = f"the compiler ran past {timeout:g} s"
-                continue
-            if r.returncode != 0:
-                prog.error = "\n".join(line for line in r.stderr.splitlines() if "error" in line)[:2000] or r.stderr[-2000:]
-                continue
-            prog.built = True
-            if run:
-                try:
-                    ran = subprocess.run([str(exe), *(args or {}).get(unit.name, [])], capture_output=True,
-                                         text=True, timeout=timeout, cwd=unit.parent)
-                    prog.returncode, prog.output = ran.returncode, ran.stdout + ran.stderr
-                except subprocess.TimeoutExpired:
-                    prog.returncode, prog.output = -1, f"ran past {timeout:g} s"
+            jobs.append((prog, build, exe, (args or {}).get(unit.name, [])))
+        # programs build one per core: g++ on HIP-CPU's headers takes tens of seconds a unit
+        with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            list(pool.map(lambda job: _build(*job, run=run, timeout=timeout), jobs))
     return result
+
+
+def _build(prog: Program, build: list[str], exe: Path, argv: list[str], *, run: bool, timeout: float) -> None:
+    try:
+        r = subprocess.run(build, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        prog.error = f"the compiler ran past {timeout:g} s"
+        return
+    if r.returncode != 0:
+        # whole: a linker's undefined symbols and a compiler's notes are on lines without "error"
+        prog.error = (r.stderr + r.stdout).strip() or f"the compiler exited {r.returncode}"
+        return
+    prog.built = True
+    if run:
+        try:
+            ran = subprocess.run([str(exe), *argv], capture_output=True, text=True, errors="replace",
+                                 timeout=timeout, cwd=exe.parent)
+            prog.returncode, prog.output = ran.returncode, ran.stdout + ran.stderr
+        except subprocess.TimeoutExpired:
+            prog.returncode, prog.output = -1, f"ran past {timeout:g} s"
