@@ -35,6 +35,7 @@ COMMANDS = {
     "debug": ("debug", "step through a model op by op in a terminal UI"),
     "diff": ("diff", "every op's output against a reference backend (accuracy report)"),
     "advise": ("advise", "recommendations for a run, ranked by estimated gain; --apply measures one"),
+    "sql": ("sql", "a read-only SQL query over one run's tables (events, stacks, memory, ...)"),
     "tune": ("tune", "search a backend's knobs (threads, dtype, batch chunking) and cache the best"),
     "migrate": ("migrate", "find CUDA-specific code, rewrite it, predict how a model runs elsewhere"),
     "compile": ("compile", "optimize and place a model once, save the execution plan (.opsplan)"),
@@ -63,6 +64,8 @@ EXAMPLES = {
     "debug": ["opscope debug demo:gpt --backend sim:npu-a1", "opscope debug demo:mlp --reference numpy --break-on-nan"],
     "diff": ["opscope diff demo:gpt --backend sim:npu-a1 --reference numpy"],
     "advise": ["opscope advise RUN", "opscope advise RUN --apply 1"],
+    "sql": ["opscope sql RUN \"SELECT op, count(*), sum(end_ns - start_ns) FROM events GROUP BY op ORDER BY 3 DESC\"",
+            "opscope sql RUN \"SELECT * FROM events LIMIT 5\" --json"],
     "tune": ["opscope tune demo:gpt --backend torch:cpu", "opscope tune demo:mlp --backend numpy --budget 4 --json"],
     "torchrun": ["opscope torchrun --standalone --nproc-per-node 2 -m opscope.app train demo:gpt "
                  "--hybrid torch:cpu=0.5,torch:cpu=0.5"],

@@ -1,0 +1,39 @@
+"""`opscope sql RUN "SELECT ..."`: a read-only SQL console over one run's tables (profiler/sql.py says how it is
+sandboxed: no file or network access, no extensions, one SELECT, bounded rows and time)."""
+from __future__ import annotations
+
+import sys
+
+from .common import add_json, console, emit_json, table
+
+
+def register(sub) -> None:
+    from opscope.profiler.sql import MAX_ROWS, SECONDS
+    p = sub.add_parser("sql", help="a read-only SQL query over one run's tables (events, stacks, memory, ...)")
+    p.add_argument("run", help="a run id (or a unique prefix); `opscope runs` lists them")
+    p.add_argument("query", help="one SELECT (or WITH ... SELECT, EXPLAIN); each table is this run's rows")
+    p.add_argument("--max-rows", type=int, default=MAX_ROWS, help="rows shown at most (the query is cut there)")
+    p.add_argument("--timeout", type=float, default=SECONDS, help="seconds before the query is stopped")
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from opscope.profiler.sql import query
+    from opscope.runtime.errors import UsageError
+    if not 1 <= args.max_rows <= 1_000_000:
+        raise UsageError(f"--max-rows {args.max_rows}: give 1 to 1000000")
+    if not 0 < args.timeout <= 600:
+        raise UsageError(f"--timeout {args.timeout:g}: give more than 0 and at most 600 seconds")
+    out = query(args.run, args.query, max_rows=args.max_rows, seconds=args.timeout)
+    if args.json:
+        emit_json(out)
+        return 0
+    console.print(table(f"run {out['run']}", out["columns"], [[_cell(v) for v in r] for r in out["rows"]]))
+    if out["truncated"]:
+        print(f"opscope: note: only the first {out['max_rows']} rows are shown (--max-rows)", file=sys.stderr)
+    return 0
+
+
+def _cell(v) -> str:
+    return "NULL" if v is None else str(v)

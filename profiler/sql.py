@@ -1,0 +1,86 @@
+"""A read-only SQL console over one run's tables: an SQL string is hostile input like any other.
+
+    from opscope.profiler.sql import query
+    out = query(run_id, "SELECT op, count(*) FROM events GROUP BY op")
+    out["columns"], out["rows"], out["truncated"]
+
+The query runs on the store's read-only connection (no file or network access, no extension installed or
+loaded, store.py's _READ_ONLY), with the configuration then locked so the query cannot change it back. Each
+table that has a run_id is seen as a temporary view of this run's rows, without the run_id column. One
+statement, SELECT (WITH ... SELECT) or EXPLAIN only; at most `max_rows` rows come back (the query is wrapped in
+a LIMIT, so a billion-row result is never built) and it is interrupted after `seconds`.
+"""
+from __future__ import annotations
+
+import threading
+
+from opscope.runtime.errors import UsageError
+
+MAX_ROWS = 10_000
+SECONDS = 10.0
+_ALLOWED = ("SELECT", "EXPLAIN")
+
+
+def query(run_id: str, sql: str, store=None, max_rows: int = MAX_ROWS, seconds: float = SECONDS) -> dict:
+    """{columns, rows, truncated, tables} of `sql` over the run's tables; bad SQL raises UsageError (exit 2)."""
+    import duckdb
+
+    from opscope.profiler.store import RunStore
+    store = store or RunStore()
+    run = store.get_run(run_id)
+    with store.connect(read_only=True) as con:
+        statement = _one_select(con, sql)
+        tables = _views(con, run["run_id"])
+        con.execute("SET lock_configuration = true")     # NOTE: after the views: nothing can undo the settings
+        timer = threading.Timer(seconds, con.interrupt)
+        timer.start()
+        try:
+            text = statement.query.rstrip().rstrip(";")
+            if str(statement.type).endswith("SELECT"):
+                text = f"SELECT * FROM ({text}) LIMIT {int(max_rows) + 1}"
+            cur = con.execute(text)
+            columns = [d[0] for d in cur.description or []]
+            rows = cur.fetchmany(int(max_rows) + 1)
+        except duckdb.InterruptException:
+            raise UsageError(f"sql: the query ran past {seconds:g} s and was stopped; "
+                             f"narrow it (a WHERE, a LIMIT) or ask for less") from None
+        except duckdb.Error as e:
+            raise UsageError(f"sql: {_one_line(e)}") from None
+        finally:
+            timer.cancel()
+            con.interrupt()         # NOTE: a timer that fired after the last row must not hit the next query
+    return {"run": run["run_id"], "columns": columns, "rows": [list(r) for r in rows[:max_rows]],
+            "truncated": len(rows) > max_rows, "max_rows": max_rows, "tables": tables}
+
+
+def _one_select(con, sql: str):
+    import duckdb
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise UsageError(f"sql: {_one_line(e)}") from None
+    if len(statements) != 1:
+        raise UsageError(f"sql: give one statement, not {len(statements)}")
+    kind = str(statements[0].type).rsplit(".", 1)[-1]
+    if kind not in _ALLOWED:
+        raise UsageError(f"sql: {kind} is refused: the console is read-only (SELECT, WITH ... SELECT or EXPLAIN)")
+    return statements[0]
+
+
+def _views(con, run_id: str) -> list[str]:
+    """A temporary view per table with a run_id: that table, this run's rows (the name the user writes)."""
+    db = con.execute("SELECT current_database()").fetchone()[0]
+    names = [r[0] for r in con.execute(
+        """SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id'
+           AND table_schema = 'main' AND table_catalog = current_database() ORDER BY 1""").fetchall()]
+    for name in names:
+        q = '"' + name.replace('"', '""') + '"'
+        d = '"' + db.replace('"', '""') + '"'
+        r = "'" + run_id.replace("'", "''") + "'"       # a view cannot take a parameter; the store's own id
+        con.execute(f"CREATE TEMP VIEW {q} AS SELECT * EXCLUDE (run_id) FROM {d}.main.{q} WHERE run_id = {r}")
+    return names
+
+
+def _one_line(e: Exception) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
