@@ -468,6 +468,11 @@ def example_inputs(region: Region):
     return tuple(out)
 
 
+# ops whose meaning depends on the storage under a view, not its values: inside a stack's region every value is a
+# fresh contiguous array, so eager's as_strided over a partial view (storage_offset, a slice) cannot be reproduced
+READS_STORAGE = frozenset({"as_strided", "as_strided_scatter"})
+
+
 @dataclass
 class Claim:
     """What a stack can take, by op name and dtype: the common shape of a stack's claim()."""
@@ -482,6 +487,9 @@ class Claim:
             return f"{node.op} has no ATen target to lower"
         if node.op in self.refused or (self.ops and node.op not in self.ops):
             return f"{node.op} has no lowering on this stack"
+        if node.op in READS_STORAGE:
+            return (f"{node.op} reads its input's storage (offset and strides), which a region's values do not "
+                    "carry: a partial view would read the wrong elements")
         for m in list(node.input_meta) + list(node.output_meta):
             if m is not None and m.dtype not in self.dtypes:
                 return f"{node.op} on {m.dtype}: the stack does not compute in {m.dtype}"
