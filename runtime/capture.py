@@ -34,6 +34,14 @@ from .outputs import tensor_outputs
 # Nodes that check invariants at trace time and compute nothing.
 _DROP = re.compile(r"^aten\.(_assert_\w+|sym_constrain_range\w*|_functional_assert\w*)|^_operator\.")
 _TORCH_DIR = os.path.dirname(torch.__file__)
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_DEMOS_DIR = os.path.join(_RUNTIME_DIR, "demos") + os.sep     # the bundled models: their lines are the model's
+
+
+def not_the_models(path: str) -> bool:
+    """A frame of torch's or of opscope's runtime (its torch function modes sit between a model and torch), not
+    of the model: capture names a node after the innermost frame that is not one of these."""
+    return path.startswith(_TORCH_DIR) or (path.startswith(_RUNTIME_DIR) and not path.startswith(_DEMOS_DIR))
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)')
 
 
@@ -325,8 +333,9 @@ def _source(fx_node) -> tuple[str, str]:
     frames = _FRAME.findall(trace)
     if not frames:
         return "", ""
-    # The innermost frame outside torch itself is the line the user (or the model library) wrote.
-    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    # The innermost frame outside torch itself -- and outside opscope's runtime, whose torch function modes (the
+    # seeded draws, mask writes) sit between the model and torch -- is the line the user (or the model library) wrote.
+    user = [f for f in frames if not not_the_models(f[0])]
     path, line, code = (user or frames)[-1]
     return f"{path}:{line}", code.strip()
 

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx.traceback as fxt
 
-from ..capture import translate
+from ..capture import not_the_models, translate
 from ..errors import ModelError, UsageError, first_line
 from ..graph import Graph, Node
 from .masks import host_draws_seeded, mask_assignments
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 def phase_of(node: Node) -> str:
@@ -188,10 +187,11 @@ class _StackTraces(torch.overrides.TorchFunctionMode):
 
 
 def _calling_frame(frame) -> str:
-    """The innermost frame outside torch, in fx's stack_trace format: all that capture reads of a trace (the
+    """The innermost frame outside torch and opscope's runtime, in fx's stack_trace format: all that capture reads of a trace (the
     node's source line). NOTE: formatting the whole stack on every torch call (each reads its source lines)
     was a third of capturing a Swin or DeiT for training."""
-    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+    # past torch and opscope's own torch function modes (masks.py's seeded draws): the model's line
+    while frame is not None and not_the_models(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return ""
