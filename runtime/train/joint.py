@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import sys
 import traceback
 from dataclasses import dataclass, field
