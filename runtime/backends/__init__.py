@@ -169,7 +169,8 @@ def list_backends() -> list[dict]:
         if listing is not None:
             rows += listing()
             continue
-        row = {"spec": entry.usage, "implementation": entry.name, "kind": entry.kind, "available": False,
+        # spec: what -b takes as it is (`opscope ops` resolves it); usage: how the package spells its forms
+        row = {"spec": entry.name, "usage": entry.usage, "implementation": entry.name, "kind": entry.kind, "available": False,
                "reason": entry.problem, "summary": entry.summary, "package": entry.dist, "clock": entry.clock,
                "options": {k: v["help"] for k, v in entry.options.items()}}
         if not entry.problem:
