@@ -79,7 +79,7 @@ def main(args) -> int:
             from opscope.app.web import serve
         except ImportError:
             raise UsageError("the web analyzer is not installed: `opscope profile` without --web still works")
-        from .serve import token_from
+        from .serve import token_from, token_in_url
         token = token_from(args)              # a bad token file is a usage error before a runner starts
         check_port(args.host, args.port)      # before a runner starts: a busy port must not leave a failed run
         live = start_profile(args.model, args.backend, **opts)
@@ -88,6 +88,7 @@ def main(args) -> int:
                 console.print(say("run [bold]{}[/]: {} on {}, {} step(s); open the page below to watch it stream, "
                                   "Ctrl-C stops the server", live.run_id, args.model, args.backend, args.steps))
             serve(run_id=live.run_id, live=live, host=args.host, port=args.port, token=token,
+                  token_in_url=token_in_url(args),
                   allow_hosts=args.allow_host, no_token=args.no_token)  # until Ctrl-C
         except KeyboardInterrupt:          # Ctrl-C before the server was up: same as after
             pass
