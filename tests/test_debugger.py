@@ -269,7 +269,8 @@ def test_session_advice_matches_the_advisor_on_a_stored_run_of_the_same_model(ct
     assert [a.id for a in mine.advice] == [a.id for a in stored]
     assert any(a.rule == "reduced-precision" for a in mine.advice)
     for a, b in zip(mine.advice, stored):
-        assert a.estimated_gain["seconds"] == pytest.approx(b.estimated_gain["seconds"], rel=1e-6)
+        # the estimate is rescaled to measured times, which the store keeps as whole ns: ~1e-6 apart from the session's
+        assert a.estimated_gain["seconds"] == pytest.approx(b.estimated_gain["seconds"], rel=1e-5)
 
 
 def test_session_advice_on_a_fallback_op_names_the_op_to_implement(ctl_of):
