@@ -20,6 +20,7 @@ import logging
 import operator as _pyop
 import os
 import re
+import threading
 import warnings
 
 import torch
@@ -98,8 +99,11 @@ def quiet_torch():
     was = [lg.disabled for lg in loggers]
     for lg in loggers:
         lg.disabled = True
+    # NOTE: sys.stderr is the process's: swapped from a worker thread (the debugger captures in one) it would swallow
+    # what the main thread writes meanwhile -- the TUI, and the one line a Ctrl-C prints. Only the main thread swaps it.
+    swap = threading.current_thread() is threading.main_thread()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings(), (contextlib.redirect_stderr(io.StringIO()) if swap else contextlib.nullcontext()):
             warnings.simplefilter("ignore")
             yield
     finally:
