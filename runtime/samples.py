@@ -460,6 +460,8 @@ SAMPLES: dict[str, Sample] = {
     "sym_size": Sample(aten.sym_size.int, [(F(4, 5), 1), (F(2, 3, 4), -1)], ANY),
     "sym_numel": Sample(aten.sym_numel.default, [(F(4, 5),)], ANY),
     "sym_stride": Sample(aten.sym_stride.int, [(F(4, 5), 0), (F(2, 3, 4), 1)], ANY),
+    "sym_is_contiguous": Sample(aten.sym_is_contiguous.default, [(F(4, 5),)], ANY),
+    "resize": Sample(aten.resize_.default, [(F(4, 5), [20]), (F(4, 5), [2, 3]), (F(2, 3, 4), [4, 6])], NUM),
     "sym_storage_offset": Sample(aten.sym_storage_offset.default, [(F(4, 5),)], ANY),
     "item": Sample(aten._local_scalar_dense.default, [(F(),), (F(1),)], NUM),
     # --- FFT -------------------------------------------------------------------------------

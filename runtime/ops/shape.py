@@ -165,6 +165,17 @@ def copy(self, src, non_blocking=False):
     return np.array(np.broadcast_to(src, self.shape), dtype=self.dtype)
 
 
+@define("resize", "copy", aten=("aten.resize", "aten.resize_"))
+def resize(self, size, memory_format=None):
+    """The first prod(size) elements of self in its contiguous order; elements past self's end are
+    zeros here, where ATen leaves them uninitialized (so conformance samples only shrink or keep)."""
+    n = int(np.prod(size, dtype=np.int64))
+    flat = np.ascontiguousarray(self).reshape(-1)[:n]
+    if flat.size < n:
+        flat = np.concatenate([flat, np.zeros(n - flat.size, dtype=self.dtype)])
+    return flat.reshape(tuple(size))
+
+
 @define("fill", "copy", aten=("aten.fill", "aten.fill_"))
 def fill(self, value):
     return np.full(self.shape, np.asarray(value).reshape(()), dtype=self.dtype)
@@ -194,6 +205,12 @@ def sym_stride(self, dim=None):
     """Strides of the contiguous layout the numpy backend keeps values in."""
     strides = _strides(self.shape)
     return strides[dim] if dim is not None else strides
+
+
+@define("sym_is_contiguous", "view", aten=("aten.sym_is_contiguous",), flops=lambda n: 0)
+def sym_is_contiguous(self, memory_format=None):
+    """The numpy backend keeps every value contiguous."""
+    return True
 
 
 @define("sym_storage_offset", "view", aten=("aten.sym_storage_offset",), flops=lambda n: 0)
