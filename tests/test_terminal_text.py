@@ -56,7 +56,8 @@ def _raw_control(text: str) -> list[str]:
     return sorted({repr(c) for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) < 0xa0})
 
 
-def test_runs_show_and_trace_import_print_no_control_character_from_a_run(cli, tmp_path):
+def test_runs_show_and_trace_import_print_no_control_character_from_a_run(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")       # wide enough that no table cell wraps the escaped text we look for
     trace = tmp_path / f"ort{CLEAR}{TITLE}.json"          # the file's name is the imported run's model
     _ort_profile(trace)
     r = cli("trace", "import", trace)
