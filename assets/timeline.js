@@ -9,6 +9,8 @@
   "use strict";
   var ROW = 28, PAD = 4, TOP = 4, GUTTER = 190, RIGHT = 12, AXIS = 34, CROW = 40;   // CROW: a counter track
   var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
+  var LIVE_MS = 200;        // a running run: how often the page asks for the spans stored since its last ones
+  var LIVE_REDRAW = 100000;  // spans appended since the last window answer past which a live page asks for a new one
   var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
   var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133], HIT = [225, 29, 72], MARK = "rgba(225,29,72,0.18)";
   var HOST = "timeline-graph", INFO = "timeline-info", PICKED = "timeline-picked", FIND = "timeline-find";
@@ -95,12 +97,70 @@
     T.view = view;
     if (prev && prev.run === view.run && String(prev.step) === String(view.step)) {
       if (prev.stamp === view.stamp && prev.find === view.find) return;
+      // a running run's new events are appended by live() as they are stored: a new stamp asks for nothing more
+      if (prev.find === view.find && T.data && T.data.status === "running" && statusOf(view) === "running") return;
       if (T.inflight && prev.find === view.find) { T.grow = true; return; }   // more events: see grown()
       if (T.mark && T.mark.find !== view.find) T.mark = null;   // (Enter may have marked the new text's first match)
       // More events or a new status: the same window redrawn; a view of the whole run grows with the run.
       if (T.data) return refetch(T.t0 <= 0 && T.t1 >= T.end);
     }
     reset(view);                           // a new run or step, or a run whose first spans just arrived
+  }
+
+  function statusOf(view) { var s = String(view.stamp || ""); return s.slice(s.lastIndexOf(":") + 1); }
+
+  // --- a live run: the spans stored since the page's last ones, appended (GET /_opscope/live_spans) -----------
+  // Asking only for what changed keeps the timeline as fresh as the header: a whole window rebuilt for each new
+  // stamp (the server's level of detail over every span, then the browser's upload) fell seconds behind it.
+  function live() {
+    if (!T || T.liveTimer || !T.data || T.data.status !== "running") return;
+    T.liveTimer = setTimeout(function () {
+      T.liveTimer = null;
+      var d = T.data;
+      if (!d || d.status !== "running" || !T.view || T.view.run !== d.run) return;
+      var q = "run=" + encodeURIComponent(d.run) + "&since=" + d.events + "&origin=" + d.origin;
+      fetch(prefix() + "_opscope/live_spans?" + q, {credentials: "same-origin"}).then(window.opscopeJson)
+        .then(function (p) {
+          if (!T || T.data !== d) return;             // a window answer replaced what this would append to
+          if (p.status !== "running" || !append(d, p)) { d.status = p.status; refetch(T.t0 <= 0 && T.t1 >= T.end); }
+          live();
+        }).catch(function () { setTimeout(live, 1000); });    // a poll lost (a busy server): the next one asks again
+    }, LIVE_MS);
+  }
+
+  // Appends a live answer's spans to what the page draws; false when they need a new window instead (a new op
+  // name or track: the legend and the lanes come with a window answer, or too many appended).
+  function append(d, p) {
+    var n = p.start.length, s = d.spans;
+    if (!n) return true;
+    if (d.appended + n > LIVE_REDRAW) return false;
+    var tracks = {}, names = {}, i;
+    d.tracks.forEach(function (t, k) { tracks[t] = k; });
+    for (i = 0; i < d.frames_from; i++) names[d.names[i]] = i;
+    var tr = new Int32Array(n), lb = new Int32Array(n);
+    for (i = 0; i < n; i++) {
+      tr[i] = tracks[p.track[i]] === undefined ? -1 : tracks[p.track[i]];
+      lb[i] = names[p.name[i]] === undefined ? -1 : names[p.name[i]];
+      if (tr[i] < 0 || lb[i] < 0) return false;
+    }
+    function grow(a, add) { var out = new a.constructor(s.n + n); out.set(a.subarray(0, s.n)); out.set(add, s.n); return out; }
+    var whole = T.t0 <= 0 && T.t1 >= T.end, end = T.end;
+    for (i = 0; i < n; i++) end = Math.max(end, p.end[i]);
+    d.spans = {n: s.n + n, start: grow(s.start, p.start), end: grow(s.end, p.end), track: grow(s.track, tr),
+               label: grow(s.label, lb), key0: grow(s.key0, p.step), key1: grow(s.key1, p.seq)};
+    d.events += n;
+    d.count += n;
+    d.appended += n;
+    if (whole && end > T.end) {         // a view of the whole run grows with the run
+      T.t1 = end + Math.max(1, end / 100);
+      T.shown = [T.t0, T.t1];
+    }
+    T.end = d.end = end;
+    upload();
+    draw();
+    info("all of " + d.count.toLocaleString("en-US") + " spans so far · " + d.appended.toLocaleString("en-US") +
+         " appended live");
+    return true;
   }
 
   function reset(view) {
@@ -141,6 +201,7 @@
     if (p.error || p.message) { note(p.error || p.message); info(""); return; }
     if (!T.wrap.contains(T.canvas)) mountCanvases();
     T.data = decode(p);
+    if (window.opscopeTimelineTools) window.opscopeTimelineTools.decoded(T.data);   // pinned tracks on top
     T.end = p.end;
     if (reset) { T.t0 = p.t0; T.t1 = p.t1; }
     upload();
@@ -150,6 +211,8 @@
     draw();
     info(p.info);
     T.shown = [p.t0, p.t1];
+    T.data.appended = 0;
+    live();
     if (!T.announced) {
       T.announced = true;
       document.dispatchEvent(new Event("opscope:timeline-drawn"));
@@ -476,6 +539,7 @@
       var lo = Math.min(T.drag.x0, T.drag.x1), hi = Math.max(T.drag.x0, T.drag.x1);
       c.fillRect(GUTTER + lo, TOP, hi - lo, T.ph - TOP);
     }
+    if (window.opscopeTimelineTools) window.opscopeTimelineTools.overlay(c);
   }
 
   // An import's flows (a launch to its kernel, a forward op to its backward) that touch the picked or hovered
@@ -704,6 +768,7 @@
   function onDown(e) {
     if (e.button !== 0 || !T.data) return;
     var p = plotX(e);
+    if (window.opscopeTimelineTools && window.opscopeTimelineTools.down(e, p)) return;   // a pin, an area, a measure
     if (p.x < 0 || p.x > T.px) return;
     e.preventDefault();
     T.drag = {x0: p.x, x1: p.x, pan: e.shiftKey, t0: T.t0, t1: T.t1};
@@ -855,6 +920,7 @@
       return T && {t0: T.t0, t1: T.t1, shown: T.shown, fetches: T.fetches, draws: T.draws, gl: !!T.gl,
                    spans: T.data ? T.data.spans.n : 0, buckets: T.data ? T.data.buckets.n : 0,
                    busy: !!T.inflight, picked: T.picked || null, find: T.data ? T.data.find || "" : "",
+                   appended: T.data ? T.data.appended || 0 : 0, live: !!(T.data && T.data.status === "running"),
                    mark: T.mark || null};
     },
     setView: function (t0, t1) { if (T && T.data) setView(t0, t1); },
@@ -865,6 +931,10 @@
       return Object.keys(out).sort();
     },
     tracks: function () { return T && T.data ? T.data.tracks.slice() : []; },
+    // What assets/timeline_tools.js (area selection, pins, measure) draws with: the mounted timeline and its geometry.
+    tools: {get: function () { return T; }, toPx: function (t) { return toPx(t); }, toT: function (x) { return toT(x); },
+            draw: function () { draw(); }, upload: function () { upload(); }, plotX: function (e) { return plotX(e); },
+            ROW: ROW, TOP: TOP, GUTTER: GUTTER, PAD: PAD},
     // The track labels as drawn in the gutter (a long one shortened), one per track.
     labels: function () { return T && T.labels ? T.labels.slice() : []; },
     // The flows drawn now (touching the picked or hovered span): [{from, fromTrack, to, toTrack}] with track labels.

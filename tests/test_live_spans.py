@@ -61,3 +61,52 @@ def test_the_live_answer_since_n_holds_only_the_new_spans():
         assert client.get(f"/_opscope/live_spans?run={live.run_id}&since=x").status_code == 400
     finally:
         live.wait(240)
+
+
+@pytest.mark.browser
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_timeline_gains_a_live_runs_spans_without_reloading_or_asking_for_the_whole_run(tmp_path):
+    import shutil
+    if not shutil.which("chromium") or not shutil.which("chromedriver"):
+        pytest.skip("needs chromium and chromedriver")
+    from opscope.app.web.browser import headless_chromium
+    from opscope.app.web.server import create_app, start_in_thread
+    from opscope.profiler.live import start_profile
+
+    store = RunStore()
+    live = start_profile("demo:mlp", "numpy", steps=100_000, store=store, hardware=False)   # stopped below
+    driver = headless_chromium(str(tmp_path / "chrome"))
+    srv = None
+    try:
+        srv, url = start_in_thread(create_app(store=store, live=live))
+        driver.get(f"{url}/timeline?run={live.run_id}")
+        state = "return window.opscopeTimeline && window.opscopeTimeline.state();"
+        deadline = time.monotonic() + 180
+        while not ((s := driver.execute_script(state)) and s["spans"] and s["live"]):
+            assert time.monotonic() < deadline and live.poll() == "running", s
+            time.sleep(0.1)
+        driver.execute_script("window.__samePage = true;")       # gone if the page reloads
+        first = s
+        while (s := driver.execute_script(state))["appended"] < 50:
+            assert time.monotonic() < deadline and live.poll() == "running", s
+            time.sleep(0.1)
+        # spans were appended to the canvas from /_opscope/live_spans: no window of the whole run asked again
+        assert driver.execute_script("return window.__samePage === true;")
+        assert s["spans"] >= first["spans"] + 50 and s["fetches"] == first["fetches"], (first, s)
+        assert s["live"] and "appended live" in driver.execute_script(
+            "return document.getElementById('timeline-info').textContent;")
+        # what was appended lands on the lanes a fresh window draws, under the names it draws
+        keys = driver.execute_script("""var t = window.opscopeTimeline, out = [];
+            t.tracks().forEach(function (k) { t.namesOn(k).forEach(function (n) { out.push(k + '|' + n); }); });
+            return out;""")
+        from opscope.app.web.data import WebData
+        fresh = WebData(store).spans(store.get_run(live.run_id))
+        drawn = {f"{fresh.tracks[k]}|{fresh.names[fresh.label[i]]}" for k in range(len(fresh.tracks))
+                 for i in range(fresh.offsets[k], fresh.offsets[k + 1])}
+        assert set(keys) <= drawn | {k for k in keys if k.startswith("steps|")}, set(keys) - drawn
+    finally:
+        live.kill()
+        driver.quit()
+        if srv:
+            srv.shutdown()

@@ -18,6 +18,8 @@ from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
 from opscope.app.web import timeline as lod
 from opscope.app.web.errors import one_line
+
+from . import timeline_tools
 from opscope.profiler.importers.kineto import DEVICE_OPS
 
 PATH = "/timeline"
@@ -66,6 +68,7 @@ def layout(run=None, step=None, find=None, **_query):
                 dcc.Store(id=VIEW, data=view), dcc.Store(id=PICKED), dcc.Store(id=FORWARD_TARGET)),
         ui.card("Span", html.Div(ui.note("Click a span to see its op, shapes, dtypes, FLOPs, module and source."),
                                  id=ids.TL_DETAILS)),
+        *timeline_tools.layout_parts(),
     ])
 
 
@@ -116,6 +119,7 @@ def window(data, query) -> tuple[dict, int]:
     status = run.get("status")
     out = {"run": run["run_id"], "stamp": _stamp(run["run_id"], arrived, status), "status": status}
     spans = data.spans(run, arrived)
+    out["events"] = spans.events        # a live page asks /_opscope/live_spans for those after these
     if spans.count == 0:
         out["message"] = {"running": "The run has started; its first ops have not arrived yet.",
                           "failed": f"The run failed before its first op: {run.get('error') or ''}"}.get(
@@ -173,17 +177,23 @@ def _goto(spans, match, at, forward: bool, out: dict) -> dict:
 
 def live_spans(data, query) -> tuple[dict, int]:
     """The live endpoint's answer: the spans that arrived after the first `since` (what the page has), so a
-    page following a run asks for what changed instead of the whole run on every new event."""
+    page following a run asks for what changed instead of the whole run on every new event. `origin`: the
+    page's first span (the window answer's "origin"), so times come relative to it as the page draws them."""
     try:
         since = int(query.get("since") or 0)
+        origin = int(query["origin"]) if query.get("origin") not in (None, "") else None
     except ValueError:
-        return {"error": "since is a count of spans the page already has: a whole number"}, 400
+        return {"error": "since is a count of spans the page already has, origin a time in ns: whole numbers"}, 400
     if since < 0:
         return {"error": "since is a count of spans the page already has: 0 or more"}, 400
-    run = data.run(query.get("run") or None)
+    rid = query.get("run") or None
+    now = data.live_status(rid) if rid else None       # the live run: its counters, no store query per poll
+    run = data.run_info(rid, now["status"]) if now else data.run(rid)
     if run is None:
         return {"run": None, "message": _missing(query.get("run"))}, 200
-    return {"run": run["run_id"], "status": run.get("status"), **data.live_spans(run, since)}, 200
+    if now:
+        run = {**run, "status": now["status"], "events": now["events"]}
+    return {"run": run["run_id"], "status": run.get("status"), **data.live_spans(run, since, origin)}, 200
 
 
 def register(app, data):
@@ -206,6 +216,7 @@ def register(app, data):
                         headers={"Cache-Control": "no-store"})
 
     app.server.add_url_rule(LIVE_ENDPOINT, "opscope_live_spans", live_endpoint)
+    timeline_tools.register(app, data)          # area selection's summary (pins and measure live in the browser)
 
     # Two callbacks: the canvas's VIEW needs no store query, so a live run's new events reach the canvas without
     # waiting for the step list's (which took 0.6-1.2 s a tick while the collector wrote, issue 27's live lag)

@@ -196,8 +196,7 @@ class WebData:
         cols, names, groups, tracks = raw["cols"], list(raw["names"]), list(raw["groups"]), raw["tracks"]
         stacks, notes, stack_lanes = raw["stacks"], raw["notes"], raw["stack_lanes"]
         threads = {(r, b, d, t) for r, _c, b, d, t, _ in tracks}
-        by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # name threads only when they differ
-        ranked = len({r for r, *_ in tracks}) > 1
+        by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # as _op_track_labels names them
         # the step track comes first, then a training run's phase band: the op tracks are numbered after them
         phase = np.asarray(cols["phase"], np.int64)
         bands = ["steps"] + (["phases"] if (phase > 0).any() else [])
@@ -206,8 +205,7 @@ class WebData:
                        key=lambda k: tuple("" if x is None else x for x in k))
         labels = bands + [f"{_track_label(b, d, t, by_thread)} · {fam}" if k == 0 or lanes[k - 1][:4] != lane[:4]
                           else f"↳ {fam} depth {lane[4]}" for k, lane in enumerate(lanes) for b, d, t, fam, _dp in [lane]]
-        labels += [_track_label(b, d, t, by_thread, rank=r if ranked else None, comm=c) if not p
-                   else f"↳ {stack_lanes.get((b, d, t, p)) or f'depth {p}'}" for r, c, b, d, t, p in tracks]
+        labels += _op_track_labels(tracks, stack_lanes)
         sim_run = any(str(d or "").startswith("sim:") for *_k, d, _t, _p in tracks)
         clocks = [None] * len(bands) + [_clock(d, sim_run) for _b, d, _t, _f, _dp in lanes]
         clocks += [_clock(d, sim_run) for *_k, d, _t, _p in tracks]
@@ -284,6 +282,7 @@ class WebData:
         spans.flows = self._flow_ends(spans, rid)
         spans.bands = len(bands)
         spans.step_spans = int(np.isin(key0, (timeline.STEP_KEY, timeline.PHASE_KEY)).sum())
+        spans.events = len(cols["step"])
         return spans
 
     # --- the rows spans are built from, appended while a run streams in ---------------------------------
@@ -386,18 +385,27 @@ class WebData:
             self._raw[rid] = rows
         return rows
 
-    def live_spans(self, run: dict, since: int = 0) -> dict:
+    def live_spans(self, run: dict, since: int = 0, origin: int | None = None) -> dict:
         """The run's op spans from the `since`-th one stored (in the order they arrived): what a live page has not
-        drawn yet, {total, since, start, end, name, track} with track the timeline's track label."""
+        drawn yet. {total, since, start, end, step, seq, name, track}: track the timeline's track label, times on
+        the timeline's axis (a simulated run's steps moved back to back, as `spans` does) and, with `origin` (the
+        page's first span, ns), relative to it: absolute clocks (time.time_ns) lose digits in a JavaScript number."""
         raw = self._rows(run)
         cols = raw["cols"]
         order = np.argsort(cols["rowid"], kind="stable")[max(int(since), 0):]
-        tracks = raw["tracks"]
-        return {"total": int(len(cols["rowid"])), "since": int(since),
-                "start": cols["start_ns"][order].astype(np.int64).tolist(),
-                "end": cols["end_ns"][order].astype(np.int64).tolist(),
+        start, end = cols["start_ns"][order].astype(np.int64), cols["end_ns"][order].astype(np.int64)
+        step = cols["step"][order].astype(np.int64)
+        if len(order) and any(str(k[3] or "").startswith("sim:") for k in raw["tracks"]):
+            shifts = self.step_shifts(run)
+            start = start - np.asarray([shifts.get(int(s), 0) for s in step], np.int64)
+            end = end - np.asarray([shifts.get(int(s), 0) for s in step], np.int64)
+        if origin is not None:
+            start, end = start - int(origin), end - int(origin)
+        labels = _op_track_labels(raw["tracks"], raw["stack_lanes"])
+        return {"total": int(len(cols["rowid"])), "since": int(since), "start": start.tolist(), "end": end.tolist(),
+                "step": step.tolist(), "seq": cols["seq"][order].astype(np.int64).tolist(),
                 "name": [raw["names"][int(c)] for c in cols["op_code"][order]],
-                "track": [_track_label(*tracks[int(k)][2:5], True) for k in cols["track"][order]]}
+                "track": [labels[int(k)] for k in cols["track"][order]]}
 
     @staticmethod
     def _annotations(con, rid: str) -> list[tuple]:
@@ -653,6 +661,16 @@ def _given(x) -> bool:
 
 _RANK_SQL = "coalesce({t}rank, 0)"
 _COMM_SQL = "coalesce({t}phase = 'communication', false)"   # collectives: a lane of their own per rank
+
+
+def _op_track_labels(tracks: list[tuple], stack_lanes: dict) -> list[str]:
+    """The timeline's label of each op track (rank, comm, backend, device, thread, lane depth): one function for
+    the whole-run spans and the live page's appended ones, so an appended span lands on the track drawn."""
+    threads = {(r, b, d, t) for r, _c, b, d, t, _ in tracks}
+    by_thread = len({(r, b, d) for r, b, d, _ in threads}) < len(threads)   # name threads only when they differ
+    ranked = len({r for r, *_ in tracks}) > 1
+    return [_track_label(b, d, t, by_thread, rank=r if ranked else None, comm=c) if not p
+            else f"↳ {stack_lanes.get((b, d, t, p)) or f'depth {p}'}" for r, c, b, d, t, p in tracks]
 
 
 def _track_label(backend, device, thread, by_thread: bool, rank: int | None = None, comm: bool = False) -> str:

@@ -44,6 +44,7 @@ class Spans:
     t_max: int
     clocks: list | None = None  # per track: "simulated", "wall", or None (the step track)
     step_spans: int = 0         # spans on the band tracks (steps, phases): not counted as spans
+    events: int = 0             # the run's events these spans were built from (a live page asks for those after)
     bands: int = 0              # the first `bands` tracks are bands (steps, phases), not ops
     colors: list | None = None  # per name, its color (span_colors)
     flows: np.ndarray | None = None  # an import's arrows: rows [from_t, from_track, to_t, to_track] (ns, absolute)
