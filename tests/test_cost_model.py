@@ -1,0 +1,114 @@
+"""The learned cost model (runtime/cost_model.py, profiler/cost_data.py, `opscope costmodel`): boosted trees
+that learn op times from features, rank unseen rows right, survive a round trip through JSON, refuse a
+damaged or hostile file in one line, and train on a real run store's profiled runs."""
+import json
+
+import numpy as np
+import pytest
+
+from opscope.runtime.cost_model import CostModel, OpRow, spearman
+from opscope.runtime.errors import UsageError
+
+
+def _rows(seed: int, n: int, model: str) -> list[OpRow]:
+    """Ops whose time follows a law the model has to find: matmuls cost FLOPs, elementwise ops bytes, one
+    backend is 3x slower than the other and every op pays a fixed launch cost; 10% noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        op = rng.choice(["linear", "mm", "add", "mul", "gelu", "view"])
+        size = float(rng.integers(1, 2000)) * 256
+        flops = 2 * size * 64 if op in ("linear", "mm") else size
+        nbytes = 4 * size * (3 if op != "view" else 0)
+        backend = rng.choice(["fast", "slow"])
+        t = (2e3 + (flops / 4.0 if op in ("linear", "mm") else nbytes / 8.0)) * (3 if backend == "slow" else 1)
+        out.append(OpRow(str(op), str(backend), flops, nbytes, size, size, "float32", "add",
+                         t * float(rng.uniform(0.9, 1.1)), model))
+    return out
+
+
+def test_the_model_ranks_ops_it_never_saw_as_their_measured_times_rank():
+    train, test = _rows(0, 600, "a"), _rows(1, 200, "b")
+    m = CostModel.fit(train, trees=80)
+    pred = m.predict(test)
+    rho = spearman(pred, [r.time_ns for r in test])
+    assert rho > 0.95, rho
+    # and the backend matters: the same op predicted slower on the slow backend
+    op = OpRow("linear", "fast", 1e8, 1e6, 1e5, 1e5)
+    assert m.predict([OpRow(**{**op.__dict__, "backend": "slow"})])[0] > 2 * m.predict([op])[0]
+
+
+def test_a_region_is_its_ops_plus_the_backends_launch_cost_and_unknown_backends_say_none():
+    rows = _rows(2, 400, "a")
+    ops = rows[:5]
+    measured = sum(r.time_ns for r in ops)
+    m = CostModel.fit(rows, [("fast", measured + 50_000.0, [OpRow(**{**r.__dict__, "backend": "fast"}) for r in ops])],
+                      trees=60)
+    assert m.region_overhead_ns["fast"] > 0
+    with_cost = m.predict_region("fast", ops)
+    assert with_cost == pytest.approx(float(m.predict([OpRow(**{**r.__dict__, "backend": "fast"}) for r in ops]).sum())
+                                      + m.region_overhead_ns["fast"])
+    assert m.predict_region("never-seen-stack", ops) is None
+
+
+def test_it_round_trips_through_json_and_predicts_the_same(tmp_path):
+    m = CostModel.fit(_rows(3, 300, "a"), trees=40)
+    path = tmp_path / "cm.json"
+    m.save(path)
+    back = CostModel.load(path)
+    test = _rows(4, 50, "b")
+    assert np.allclose(m.predict(test), back.predict(test))
+    assert json.loads(path.read_text())["format"] == "opscope-cost-model"
+
+
+@pytest.mark.parametrize("damage", ["not json", "cycle", "feature", "too many trees", "pickle"])
+def test_a_damaged_or_hostile_model_file_is_one_line(tmp_path, damage):
+    m = CostModel.fit(_rows(5, 200, "a"), trees=5)
+    d = json.loads(m.to_json())
+    path = tmp_path / "cm.json"
+    if damage == "not json":
+        path.write_text("{nope")
+    elif damage == "pickle":
+        import pickle
+        path.write_bytes(pickle.dumps(m))
+    else:
+        tree = d["trees"][0]
+        if damage == "cycle":          # a split whose child points back at itself: prediction could loop
+            tree[0] = [0, 1.0, 0, 0]
+        elif damage == "feature":
+            tree[0] = [10_000, 1.0, 1, 1]
+        else:
+            d["trees"] = [tree] * 5000
+        path.write_text(json.dumps(d))
+    with pytest.raises(UsageError) as e:
+        CostModel.load(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_spearman_is_the_rank_correlation():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) > 0.9
+    assert spearman([1, 2], [1, 2]) != spearman([1, 2], [1, 2])        # too few pairs: nan
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_costmodel_trains_on_a_real_run_store_and_checks_on_held_out_models(cli):
+    r = cli("costmodel", "check")
+    assert r.returncode == 2 and "no finished graph runs" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    for model in ("demo:mlp", "demo:cnn"):
+        r = cli("profile", model, "-b", "numpy", "--steps", "3")
+        assert r.returncode == 0, r.stderr
+    r = cli("costmodel", "fit", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ops"] > 5 and out["backends"] == ["numpy"] and set(out["models"]) == {"demo:mlp", "demo:cnn"}
+    CostModel.load(out["path"])
+    r = cli("costmodel", "check", "--json")
+    assert r.returncode == 0, r.stderr
+    check = json.loads(r.stdout)
+    assert {m["model"] for m in check["models"]} == {"demo:mlp", "demo:cnn"}
+    assert check["ops"] > 5 and -1 <= check["op_spearman"] <= 1
+    r = cli("costmodel", "fit", "--trees", "0")
+    assert r.returncode == 2 and "--trees 0" in r.stderr
