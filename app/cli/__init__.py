@@ -36,6 +36,7 @@ COMMANDS = {
     "diff": ("diff", "every op's output against a reference backend (accuracy report)"),
     "advise": ("advise", "recommendations for a run, ranked by estimated gain; --apply measures one"),
     "sql": ("sql", "a read-only SQL query over one run's tables (events, stacks, memory, ...)"),
+    "costmodel": ("costmodel", "train the learned cost model on the run store; check it on unseen models"),
     "tune": ("tune", "search a backend's knobs (threads, dtype, batch chunking) and cache the best"),
     "migrate": ("migrate", "find CUDA-specific code, rewrite it, predict how a model runs elsewhere"),
     "compile": ("compile", "optimize and place a model once, save the execution plan (.opsplan)"),
@@ -66,6 +67,9 @@ EXAMPLES = {
     "advise": ["opscope advise RUN", "opscope advise RUN --apply 1"],
     "sql": ["opscope sql RUN \"SELECT op, count(*), sum(end_ns - start_ns) FROM events GROUP BY op ORDER BY 3 DESC\"",
             "opscope sql RUN \"SELECT * FROM events LIMIT 5\" --json"],
+    "costmodel": ["opscope costmodel fit", "opscope costmodel check --json"],
+    "costmodel fit": ["opscope costmodel fit", "opscope costmodel fit -o model.json --json"],
+    "costmodel check": ["opscope costmodel check", "opscope costmodel check --trees 300 --json"],
     "tune": ["opscope tune demo:gpt --backend torch:cpu", "opscope tune demo:mlp --backend numpy --budget 4 --json"],
     "torchrun": ["opscope torchrun --standalone --nproc-per-node 2 -m opscope.app train demo:gpt "
                  "--hybrid torch:cpu=0.5,torch:cpu=0.5"],
@@ -206,7 +210,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
 # commands that never need torch; every other one imports it, so it is imported first, whole (below)
 # (torchrun imports it itself, after its --help)
-_NO_TORCH = {"migrate", "runs", "show", "compare", "trace", "serve", "ops", "backends", "advise", "monitor", "torchrun"}
+_NO_TORCH = {"migrate", "runs", "show", "compare", "trace", "serve", "ops", "backends", "advise", "monitor", "torchrun",
+             "sql"}
 
 
 def _import_torch_uninterrupted() -> None:
