@@ -276,3 +276,41 @@ def spearman(a, b) -> float:
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
     return float(np.corrcoef(ra, rb)[0, 1])
+
+
+# --- the placement search's hook (runtime/autoplace/predict.py) ------------------------------
+_loaded: dict = {}
+
+
+def node_rows(nodes, backend: str) -> list[OpRow]:
+    """A graph's nodes as the rows the model reads, each with the op run before it as its neighbour."""
+    from .ops import bytes_of, flops_of
+    rows, previous = [], ""
+    for n in nodes:
+        outs = [m for m in n.output_meta if m is not None]
+        rows.append(OpRow(n.op, backend, float(flops_of(n)), float(bytes_of(n)),
+                          float(sum(math.prod(m.shape) for m in outs)),
+                          float(sum(math.prod(m.shape) for m in n.input_meta if m is not None)),
+                          str(outs[0].dtype) if outs else "float32", previous))
+        previous = n.op
+    return rows
+
+
+def predict(stack: str, regions: list) -> float | None:
+    """Seconds for one call of each region on `stack`, summed, from the model `opscope costmodel fit` saved
+    ($OPSCOPE_HOME/cost_model.json); None where there is no model or it never saw the stack."""
+    path = default_path()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    if _loaded.get("stamp") != (str(path), stamp):
+        _loaded.update(stamp=(str(path), stamp), model=CostModel.load(path))
+    model: CostModel = _loaded["model"]
+    total = 0.0
+    for region in regions:
+        ns = model.predict_region(stack, node_rows(region.members, stack))
+        if ns is None:
+            return None
+        total += ns
+    return total / 1e9

@@ -112,3 +112,21 @@ def test_costmodel_trains_on_a_real_run_store_and_checks_on_held_out_models(cli)
     assert check["ops"] > 5 and -1 <= check["op_spearman"] <= 1
     r = cli("costmodel", "fit", "--trees", "0")
     assert r.returncode == 2 and "--trees 0" in r.stderr
+
+
+def test_the_placement_searchs_hook_predicts_a_regions_seconds_from_the_saved_model(tmp_path):
+    import torch
+    from opscope.runtime import cost_model
+    from opscope.runtime.autoplace.predict import predict as hook
+    from opscope.runtime.capture import capture
+    from opscope.runtime.regions import Region
+    assert hook("fast", []) is None                          # no model saved yet: the search measures
+    graph = capture(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8)),
+                    (torch.randn(4, 64),), name="mlp")
+    small = Region("small", graph.nodes[-1:], [], [], {}, {})
+    whole = Region("whole", list(graph.nodes), [], [], {}, {})
+    CostModel.fit(_rows(6, 300, "a"), trees=20).save(cost_model.default_path())
+    one, both = hook("fast", [small]), hook("fast", [whole])
+    assert 0 < one < both                                    # seconds; more ops, more time
+    assert hook("slow", [whole]) > both                      # the slow backend learnt as slower
+    assert hook("never-seen", [whole]) is None
