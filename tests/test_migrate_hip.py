@@ -20,6 +20,7 @@ from opscope.app.migrate.rules import default_table
 
 DATA = Path(__file__).with_name("data")
 SAMPLES = DATA / "cuda-samples"
+INTRO = "Samples/0_Introduction"
 # where opscope's table chooses differently from hipify-perl, on purpose
 KNOWN = {"cudnn.h": "MIOpen (miopen/miopen.h), as issue 29 asks; hipify-perl names the retired hipDNN",
          "cublasLt.h": "hipblaslt/hipblaslt.h is where ROCm installs it; hipify-perl writes hipblaslt.h"}
@@ -78,16 +79,18 @@ def test_apply_rewrites_the_cuda_samples_and_reports_what_it_cannot(tmp_path, cl
                 if (rel, line) not in reported:
                     left.append((rel, line, word))
     assert left == [], left[:10]                     # every CUDA name left in the code was reported
-    vec = (tree / "vectorAdd.cu").read_text()
+    vec = (tree / INTRO / "vectorAdd" / "vectorAdd.cu").read_text()
     assert "#include <hip/hip_runtime.h>" in vec and "hipMalloc((void **)&d_A, size)" in vec
     # a unit using the runtime or kernel syntax without naming CUDA's header gets HIP's, as hipify adds it
     helper = (tree / "Common" / "helper_cuda.h").read_text()
     assert '#include "hip/hip_runtime.h"\n#ifndef COMMON_HELPER_CUDA_H_' in helper
     assert "hip_runtime" not in (tree / "Common" / "helper_string.h").read_text()
-    assert (tree / "simpleAtomicIntrinsics_kernel.cuh").read_text().count("hip/hip_runtime.h") == 1
+    kernel = tree / INTRO / "simpleAtomicIntrinsics" / "simpleAtomicIntrinsics_kernel.cuh"
+    assert kernel.read_text().count("hip/hip_runtime.h") == 1
     assert "vectorAdd<<<blocksPerGrid, threadsPerBlock>>>(d_A, d_B, d_C, numElements);" in vec   # HIP takes it
-    assert "dim3 threads(block_size, block_size);" in (tree / "matrixMul.cu").read_text()
-    assert (tree / "vectorAdd.cu.orig").read_text() == (SAMPLES / "vectorAdd.cu").read_text()
+    assert "dim3 threads(block_size, block_size);" in (tree / INTRO / "matrixMul" / "matrixMul.cu").read_text()
+    orig = f"{INTRO}/vectorAdd/vectorAdd.cu"
+    assert (tree / (orig + ".orig")).read_text() == (SAMPLES / orig).read_text()
     again = cli("migrate", "apply", str(tree), "--json")         # a second apply changes nothing
     assert [f for f in json.loads(again.stdout)["files"] if not f["file"].endswith(".orig")] == []
 
@@ -152,7 +155,7 @@ def test_three_rewritten_samples_compile_with_hip_cpu_and_pass_their_checks(tmp_
     tree = tmp_path / "samples"
     (tree / "Common").mkdir(parents=True)
     for name in PROGRAMS:
-        shutil.copy(SAMPLES / name, tree / name)
+        shutil.copy(SAMPLES / INTRO / Path(name).stem / name, tree / name)
     for h in (SAMPLES / "Common").iterdir():
         shutil.copy(h, tree / "Common" / h.name)
     env = {"OPSCOPE_HIP_CPU": str(DATA / "hip-cpu")}     # HIP-CPU's gaps: opscope's own header, by default
