@@ -24,13 +24,14 @@ import sys
 import threading
 import time
 
-from opscope.profiler.hybrid_rank import SharedRank, span_events
-from opscope.runtime.dist.cli_support import summarize
 from opscope.runtime.errors import ModelError, OpscopeError, UsageError, terminal_text
 
 RANK_MODULE = "opscope.profiler.hybrid_rank"     # each rank launch starts: runtime/dist/worker.py + --shared-dir
 
 SHARED_ENV = "OPSCOPE_SHARED_DIR"
+
+# NOTE: the rank's writer and summarize() (numpy, the dist runtime) are imported where they are used:
+# `opscope train` imports this module for add_hybrid_arguments, and its bad values are refused before that weight.
 
 
 def add_hybrid_arguments(p) -> None:
@@ -48,10 +49,12 @@ def add_hybrid_arguments(p) -> None:
     p.add_argument("--bucket-mb", type=float, default=None, metavar="MB",
                    help="--overlap: bucket size in MiB (default: a quarter of the model's gradients, at most DDP's "
                         "25; --json says what was chosen)")
-    p.add_argument("--shard", choices=["optimizer", "gradients"], default=None,
+    p.add_argument("--shard", choices=["optimizer", "gradients", "parameters"], default=None,
                    help="optimizer: ZeRO-1, each rank updates and keeps the optimizer state of its shard of the "
                         "parameters, then the ranks all-gather them; gradients: ZeRO-2, the gradients are "
-                        "reduce-scattered too, each rank keeps only its shard's (with --overlap, bucket by bucket)")
+                        "reduce-scattered too, bucket by bucket during backward, each rank keeps only its shard's; "
+                        "parameters: ZeRO-3 (FSDP-style), each rank keeps only its shard of the parameters and "
+                        "gathers the others just before an op reads them (torch backends, fixed shares)")
     p.add_argument("--elastic", action="store_true",
                    help="under torchrun --nnodes MIN:MAX (c10d rendezvous): when a node leaves or joins, the ranks "
                         "resume from the last checkpoint with the first WORLD shares of --hybrid; needs --checkpoint-dir")
@@ -128,6 +131,7 @@ def train_hybrid(args) -> int:
         live.close()               # a reader still draining a rank's pipe no longer writes to the store
     if result.error and _usage_error(result):      # every rank refused the same input: its line, once
         result.error = next((r["message"] for r in result.of("error")), result.error)
+    from opscope.runtime.dist.cli_support import summarize
     report = summarize(job, result.records, result.error)
     report["run_id"] = run_id
     _close_run(store, run_id, report, result.error)
@@ -161,6 +165,7 @@ class _LiveRun:
         if not self.open:
             return
         if rec.get("kind") == "step":
+            from opscope.profiler.hybrid_rank import span_events
             self.pending.append(span_events(rec))
         if rec.get("kind") == "error" or (rec.get("kind") == "step" and rec["rank"] == 0):
             self.summary_due = True
@@ -176,6 +181,7 @@ class _LiveRun:
             self.store.add_event_columns(self.run_id, batch)
         if self.summary_due and seen is not None:
             self.summary_due = False
+            from opscope.runtime.dist.cli_support import summarize
             self.store.update_run(self.run_id, config={"dist": summarize(self.job, seen, None)})
 
     def close(self) -> None:
@@ -186,6 +192,8 @@ class _LiveRun:
 
 
 def _as_rank(job, env, args) -> int:
+    from opscope.profiler.hybrid_rank import SharedRank, span_events
+    from opscope.runtime.dist.cli_support import summarize
     from opscope.runtime.dist.elastic import CheckpointError
     from opscope.runtime.dist.job import mismatch, run_rank
     from opscope.runtime.dist.trainer import CollectiveFailed

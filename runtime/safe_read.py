@@ -18,10 +18,12 @@ import json
 import os
 import re
 import stat
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import UsageError, first_line
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_DEPTH = 64                  # opscope's own files nest a few levels; Python's parsers recurse once per level
 MAX_STEPS = 10 ** 9             # steps of a run or a job: the events table's step column is a 32-bit integer
@@ -81,6 +83,7 @@ _CHUNK = 1 << 20
 
 def json_depth(data: bytes) -> int:
     """How deep the JSON text nests ([ and { outside strings), scanned without recursion in bounded memory."""
+    import numpy as np        # here, not above: the CLI's file checks open files with this module before numpy
     data = _STRING.sub(b"", data)
     deepest = depth = 0
     for at in range(0, len(data), _CHUNK):
@@ -129,6 +132,7 @@ def checked_int(value, where: str, name: str, lo: int, hi: int, what: str = ""):
 def npy_header(f, where: str, what: str) -> tuple[tuple[int, ...], np.dtype, bool]:
     """(shape, dtype, fortran_order) from the .npy header at the stream's position, before any of its data is read: the
     header's length is bounded, an object dtype (a pickle) and a non-integer shape are refused."""
+    import numpy as np
     try:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0), (3, 0)):

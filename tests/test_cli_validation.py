@@ -26,6 +26,41 @@ BAD_VALUES = [
     (["backend", "check", "sim:npu"], "unknown sim backend 'npu'"),
     (["debug", "demo:mlp", "-b", "missing.toml"], "missing.toml does not exist"),
     (["compile", "demo:mlp", "-b", "missing.toml", "-o", "x.opsplan"], "missing.toml does not exist"),
+    # every subcommand's checked values (issue 34's leftovers: each was refused only after torch or DuckDB)
+    (["trace", "export", "RUN", "--format", "badfmt"], "invalid choice: 'badfmt'"),
+    (["trace", "export", "RUN", "--format", "perfetto", "-o", "x.json"], "the name says chrome"),
+    (["trace", "import", "missing.json"], "missing.json: the file does not exist"),
+    (["profile", "--", "python", "missing.py"], "script missing.py does not exist"),
+    (["profile", "--steps", "3", "--", "python", "missing.py"], "a script decides its own steps"),
+    (["profile", "demo:mlp", "--engine", "native"], "--engine native records a script"),
+    (["profile", "demo:mlp", "--train", "--lr", "-1"], "--lr: -1: give a number above 0"),
+    (["profile", "demo:mlp", "--web", "--port", "99999"], "--port: 99999: give a whole number 0 to 65535"),
+    (["train", "demo:mlp", "--lr", "0"], "--lr: 0: give a number above 0"),
+    (["train", "demo:mlp", "--hybrid", "nmupy=0.5,numpy=0.5"], "unknown backend 'nmupy'"),
+    (["run", "demo:mlp", "--fallback", "numpy,nmupy"], "unknown backend 'nmupy'"),
+    (["run", "demo:mlp", "--plan", "missing.opsplan"], "plan missing.opsplan does not exist"),
+    (["run", "demo:mlp", "--plan", "x.opsplan", "--capture", "dynamo"], "cannot be used with --capture dynamo"),
+    (["runs", "--limit", "-1"], "--limit: -1: give 0 or more"),
+    (["runs", "rm", "--older-than", "soon"], "give an age such as"),
+    (["runs", "rm", "--keep", "-1"], "--keep: -1: give 0 or more"),
+    (["show", "RUN", "--top", "-1"], "--top: -1: give 0 or more"),
+    (["compare", "A", "B", "--top", "-1"], "--top: -1: give 0 or more"),
+    (["sql", "RUN", "SELECT 1", "--max-rows", "0"], "give a whole number 1 to 1000000"),
+    (["sql", "RUN", "SELECT 1", "--timeout", "nan"], "give a number above 0 and at most 600 seconds"),
+    (["monitor", "--interval", "0"], "--interval must be > 0"),
+    (["monitor", "--sim-load", "2"], "--sim-load must be between 0 and 1"),
+    (["monitor", "--metrics-port", "70000"], "give a whole number 0 to 65535"),
+    (["simulate", "demo:gpt", "--ranks", "0"], "--ranks must be >= 1"),
+    (["simulate", "demo:gpt", "--bandwidth", "0"], "--bandwidth: 0: give a number above 0 bytes/s"),
+    (["simulate", "demo:gpt", "--hybrid", "sim:nope=1"], "unknown sim backend"),
+    (["simulate", "demo:gtp"], "did you mean demo:gpt?"),
+    (["tune", "demo:mlp", "--budget", "0"], "--budget: 0: give 1 or more"),
+    (["debug", "demo:mlp", "--tolerance", "-1"], "give a positive number"),
+    (["debug", "demo:mlp", "--train", "--lr", "-1"], "give a positive learning rate"),
+    (["diff", "demo:mlp", "--tolerance", "-1"], "give a positive number"),
+    (["optimize", "demo:mlp", "--suite", "missing.txt"], "suite file missing.txt does not exist"),
+    (["backend", "check", "numpy", "--timeout", "0"], "--timeout: 0: give a number above 0"),
+    (["ops", "--backend", "nmupy"], "unknown backend 'nmupy'"),
 ]
 
 # every case in one interpreter: main() in-process, and after each whether torch has been imported
@@ -40,22 +75,22 @@ for argv in json.loads(sys.argv[1]):
             cli.main(argv)
         except SystemExit as e:
             code = e.code
-    out.append([code, err.getvalue(), "torch" in sys.modules])
+    out.append([code, err.getvalue(), [m for m in ("torch", "duckdb") if m in sys.modules]])
 print(json.dumps(out))
 """
 
 
 @pytest.mark.multiprocess
-def test_a_bad_value_is_refused_before_torch_is_imported(tmp_path):
+def test_a_bad_value_is_refused_before_torch_or_duckdb_is_imported(tmp_path):
     r = subprocess.run([sys.executable, "-c", PROBE, json.dumps([argv for argv, _ in BAD_VALUES])],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path,
                        env={**__import__("os").environ, "OPSCOPE_HOME": str(tmp_path / "home")})
     assert r.returncode == 0, r.stderr
-    for (argv, says), (code, err, torch_loaded) in zip(BAD_VALUES, json.loads(r.stdout)):
+    for (argv, says), (code, err, heavy) in zip(BAD_VALUES, json.loads(r.stdout)):
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and "Traceback" not in err, (argv, err)
         assert says in err, (argv, err)
-        assert not torch_loaded, f"`opscope {' '.join(argv)}` imported torch before refusing: {err}"
+        assert not heavy, f"`opscope {' '.join(argv)}` imported {heavy} before refusing: {err}"
 
 
 def _error(argv) -> str:

@@ -195,7 +195,7 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         cases = [(["--metrics-port", port], f"cannot listen on 127.0.0.1:{port}"),
-                 (["--metrics-port", "70000"], "expected a port number"),
+                 (["--metrics-port", "70000"], "give a whole number 0 to 65535"),
                  (["--metrics-port", "0", "--token-file", open_file], "other users can read it"),
                  (["--webhook", "ftp://x/hook"], "expected an http:// or https:// URL"),
                  (["--export-rules", "nagios"], "invalid choice")]

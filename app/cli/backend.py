@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, check_specs, console, emit_json, say, table
+from .common import add_json, check_specs, console, emit_json, number_arg, say, table
+
+# --timeout's bound (NaN and inf are refused too): select() cannot wait past time_t, and a week is more than
+# any OpInfo needs
+MAX_TIMEOUT_S = 7 * 24 * 3600
 
 # NOTE: torch, the runtime and rich's widgets are imported inside the functions, so `backend --help` is quick.
 # The same default as runtime/conformance.DEFAULT_DTYPES (tests/test_cli_contract.py checks they agree).
@@ -24,7 +28,8 @@ def register(sub) -> None:
                    help="run PyTorch's OpInfo samples (float32, first 3 per OpInfo) instead of opscope's own")
     c.add_argument("--opinfos", default="", metavar="NAMES",
                    help="with --opinfo: comma-separated OpInfo names (default: every OpInfo)")
-    c.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    c.add_argument("--timeout", type=number_arg("--timeout", above=0, maximum=MAX_TIMEOUT_S, unit="seconds"),
+                   default=None, metavar="SECONDS",
                    help="with --opinfo on a compiler stack: seconds one OpInfo may take before it counts as a crash "
                         "(default 300; each runs in a worker process, so a stack that dies or hangs ends only its own)")
     add_json(c)
@@ -79,7 +84,6 @@ def _print(report, dtypes) -> None:
         console.print(say("[red]FAIL[/] {} {}: {}", c.op, c.dtype, c.message))
 
 
-MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 def _main_opinfo(args) -> int:
@@ -88,10 +92,6 @@ def _main_opinfo(args) -> int:
     from opscope.runtime.opinfo import select
     from opscope.runtime.opinfo_worker import check
     names = [n.strip() for n in args.opinfos.split(",") if n.strip()] or None
-    # also NaN and inf: select() cannot wait past time_t, and a week is more than any OpInfo needs
-    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
-        raise UsageError(f"--timeout {args.timeout:g}: give the seconds one OpInfo may take, above 0 and at most "
-                         f"{MAX_TIMEOUT_S} (e.g. 300)")
     backend = resolve(args.backend)
     total = len(select(names))
     with progress_bar(f"OpInfos on {args.backend}", total=total, unit="OpInfos", show=shown(args)) as update:

@@ -102,6 +102,14 @@ def check_specs(args, model: str | None = "model", backends=("backend", "referen
         value = getattr(args, dest, None)
         for spec in value if isinstance(value, list) else [value] if value is not None else []:
             check_backend_spec(spec)
+    for value in getattr(args, "fallback", None) or ():       # --fallback a,b (runtime/fallback.py's form)
+        for spec in filter(None, (s.strip() for s in value.split(","))):
+            check_backend_spec(spec)
+    # --hybrid A=0.7,B=0.3: each backend's name; the shares and the auto forms are the dist runtime's to check
+    for part in (getattr(args, "hybrid", None) or "").split(","):
+        spec = part.rpartition("=")[0].strip()
+        if spec and not spec.startswith("auto"):
+            check_backend_spec(spec)
 
 
 def choice_arg(what: str, names):
@@ -225,6 +233,42 @@ def count_arg(flag: str, minimum: int = 1):
         return n
     parse.__name__ = flag
     return parse
+
+
+def number_arg(flag: str, *, above: float | None = None, minimum: float | None = None,
+               maximum: float | None = None, whole: bool = False, unit: str = ""):
+    """argparse type for a bounded number (--lr above 0, --timeout above 0 and at most 600, --sim-load 0 to 1, a port
+    0 to 65535): refused while parsing, before any heavy import, in one line that says what to give. NaN and
+    infinity are refused too (every comparison with NaN is false)."""
+    import argparse
+    import math
+
+    def num(x) -> str:                   # 1000000, not 1e+06
+        return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+    low = "" if above is None and minimum is None else (f"above {num(above)}" if above is not None else num(minimum))
+    want = (f"{num(minimum)} to {num(maximum)}" if minimum is not None and maximum is not None
+            else f"{low} and at most {num(maximum)}" if low and maximum is not None
+            else f"at most {num(maximum)}" if maximum is not None
+            else f"{low} or more" if minimum is not None else low)
+    want = f"give {'a whole number ' if whole else 'a number '}{want}{' ' + unit if unit else ''}".rstrip()
+
+    def parse(text: str):
+        try:
+            x = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if whole else ''}number: {want}") from None
+        if not (math.isfinite(x) and (above is None or x > above) and (minimum is None or x >= minimum)
+                and (maximum is None or x <= maximum)):
+            raise argparse.ArgumentTypeError(f"{text}: {want}")
+        return x
+    parse.__name__ = flag
+    return parse
+
+
+def port_arg(flag: str = "--port"):
+    """argparse type for a port to listen on (0 picks a free one)."""
+    return number_arg(flag, minimum=0, maximum=65535, whole=True)
 
 
 def fmt_ns(ns: float) -> str:

@@ -12,7 +12,7 @@ import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_model_and_backend, console, say, table
+from .common import add_model_and_backend, check_specs, console, say, table
 
 
 def register(sub) -> None:
@@ -28,12 +28,17 @@ def register(sub) -> None:
     fmt.add_argument("--csv", action="store_true", help="print the per-op table as CSV on stdout")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (.csv or .json) as well")
     p.add_argument("--all", action="store_true", help="list every op (default: failing and NaN ops, and a summary)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=precheck)
+
+
+def precheck(args) -> None:
+    """Before torch is imported (app/cli/__init__.py)."""
+    check_specs(args)
+    if args.tolerance is not None and not args.tolerance > 0:       # NaN too
+        raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
 
 
 def main(args) -> int:
-    if args.tolerance is not None and not args.tolerance > 0:
-        raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
     if args.output:
         from opscope.debugger.report import check_report_path
         check_report_path(args.output)

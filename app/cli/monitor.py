@@ -10,7 +10,7 @@ import time
 
 from opscope.runtime.errors import UsageError, terminal_text
 
-from .common import add_json, console, emit_json, say
+from .common import add_json, console, emit_json, port_arg, say
 from .serve import add_token_options
 
 
@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--webhook", metavar="URL",
                    help="POST every alert, and its end, to URL in Alertmanager's webhook JSON (version 4); a "
                         "redirect is not followed (a failed delivery naming where it pointed)")
-    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    p.add_argument("--metrics-port", type=port_arg("--metrics-port"), default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics while watching (devices, ranks, the "
                         "run's progress, alert states); it needs the token like `opscope serve` does")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
@@ -41,13 +41,11 @@ def register(sub) -> None:
     p.add_argument("--export-rules", choices=["prometheus"], default=None,
                    help="print the alert rules (bundled and --rules) as a Prometheus rule file and exit")
     add_json(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=precheck)
 
 
-def main(args) -> int:
-    from opscope.profiler.alerts import AlertEngine, load_rules
-    from opscope.profiler.alerts.watch import HostDevice, LiveRun, SimChip, check_webhook
-
+def precheck(args) -> None:
+    """The numbers, before the alert engine (and torch, DuckDB) is imported."""
     if not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds (got {args.interval})")
     if args.duration is not None and not args.duration >= 0:
@@ -56,6 +54,12 @@ def main(args) -> int:
         raise UsageError(f"--sim-load must be between 0 and 1 (got {args.sim_load})")
     if args.exec_cmd is not None and not shlex.split(args.exec_cmd):
         raise UsageError("--exec needs a command")
+
+
+def main(args) -> int:
+    from opscope.profiler.alerts import AlertEngine, load_rules
+    from opscope.profiler.alerts.watch import HostDevice, LiveRun, SimChip, check_webhook
+
     if args.webhook is not None:
         check_webhook(args.webhook)
     rules = load_rules(args.rules)

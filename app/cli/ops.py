@@ -2,7 +2,7 @@
 backends run it natively (what placement sends elsewhere is what they do not)."""
 from __future__ import annotations
 
-from .common import BACKEND_HELP, add_json, console, emit_json, table
+from .common import BACKEND_HELP, add_json, check_specs, console, emit_json, table
 
 
 def register(sub) -> None:
@@ -14,7 +14,7 @@ def register(sub) -> None:
                    help=f"only this backend ({BACKEND_HELP}); repeatable. Default: every available one")
     p.add_argument("--kind", default=None, help="only ops of this kind (elementwise, reduction, compute, ...)")
     add_json(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None))
 
 
 def op_table(specs: list[str] | None = None, kind: str | None = None) -> dict:

@@ -25,13 +25,20 @@ def register(sub) -> None:
     p.add_argument("--steps", type=count_arg("--steps"), default=2, help="measured steps per configuration")
     add_json(p)
     # with --suite, MODEL is a placeholder the suite's specs replace: only the backend is checked before torch
-    p.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None if args.suite else "model"))
+    p.set_defaults(func=main, precheck=precheck)
+
+
+def precheck(args) -> None:
+    """Before torch is imported (app/cli/__init__.py): the specs, the suite file, the plan's folder."""
+    check_specs(args, model=None if args.suite else "model")
+    if args.suite:
+        _suite(args.suite)
+    output_path(args.output)
 
 
 def main(args) -> int:
     from opscope.runtime import backends
     backends.resolve(args.backend)                       # a bad backend fails before any model loads
-    output_path(args.output)                             # so does an output in a folder that does not exist
     specs = _suite(args.suite) if args.suite else [args.model]
     outs = [args.output if args.output and len(specs) == 1 else _default_plan(spec, args.output) for spec in specs]
     for out in outs:                                     # a plan the user compiled is never replaced unasked

@@ -12,7 +12,7 @@ import sys
 from opscope.runtime.errors import UsageError, terminal_text
 
 from .common import (OPTIMIZERS, BACKEND_HELP, MODEL_HELP, add_fallback, add_json, check_specs, choice_arg, console,
-                     count_arg, emit_json, fallback_of, say, table)
+                     count_arg, emit_json, fallback_of, number_arg, port_arg, say, table)
 from .runs import print_op_table, stats_doc
 
 
@@ -26,7 +26,8 @@ def register(sub) -> None:
                    "optimizer update, each op with its phase")
     p.add_argument("--optimizer", default="sgd", type=choice_arg("optimizer", OPTIMIZERS), metavar="sgd|adamw",
                    help="--train: optimizer (default sgd)")
-    p.add_argument("--lr", type=float, default=None, help="--train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
+    p.add_argument("--lr", type=number_arg("--lr", above=0), default=None,
+                   help="--train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
     p.add_argument("--steps", type=count_arg("--steps"), default=1, help="recorded steps (default 1)")
     p.add_argument("--warmup", type=count_arg("--warmup", 0), default=0, help="steps run first, unrecorded (default 0)")
     p.add_argument("--values", action="store_true", help="also summarize every op output (min/max/mean/std/NaN/"
@@ -48,26 +49,40 @@ def register(sub) -> None:
     p.add_argument("--web", action="store_true", help="open the web analyzer on the live run")
     p.add_argument("--host", default="127.0.0.1",
                    help="--web: address to bind (default 127.0.0.1); the URL printed carries its token")
-    p.add_argument("--port", type=int, default=8050, help="--web: port (default 8050)")
+    p.add_argument("--port", type=port_arg(), default=8050, help="--web: port (default 8050)")
     from .serve import add_token_options
     add_token_options(p)
     add_json(p)
-    p.set_defaults(func=main, precheck=lambda args: check_specs(args, model=None if _command(args) else "model"))
+    p.set_defaults(func=main, precheck=precheck)
 
 
-def main(args) -> int:
-    from opscope.profiler import RunFailed, RunStore, profile, start_profile
-    store = RunStore()
-    if args.top < 1:
-        raise UsageError(f"--top {args.top}: expected the number of ops to show, 1 or more")
+def precheck(args) -> None:
+    """Every value and combination that needs no model, before torch is imported (app/cli/__init__.py)."""
     command = _command(args)
+    check_specs(args, model=None if command else "model")
     if command is not None:
-        return _script(args, command, store)
+        from opscope.profiler.script import parse_command
+        from opscope.profiler.torchrun import is_launcher
+        if args.train or args.web or args.steps != 1 or args.warmup or args.engine == "graph" \
+                or args.capture != "export":
+            raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --capture, "
+                             "--engine graph and --web apply to a model spec, not to `-- python script.py`")
+        if not is_launcher(command):      # torchrun's own arguments are its to check
+            parse_command(command)        # python, a script that exists, or -m MODULE
+        return
     if not args.model:
         raise UsageError("nothing to profile: give a model (demo:NAME or file.py:factory) or a command after --")
     if args.engine == "native":
         raise UsageError("--engine native records a script: opscope profile --engine native -- python train.py; "
                          "for a model use --engine graph or eager")
+
+
+def main(args) -> int:
+    from opscope.profiler import RunFailed, RunStore, profile, start_profile
+    store = RunStore()
+    command = _command(args)
+    if command is not None:
+        return _script(args, command, store)
     args.engine = args.engine or "graph"
     opts = dict(steps=args.steps, warmup=args.warmup, values=args.values, engine=args.engine, py_spy=args.py_spy,
                 allow_fallback=fallback_of(args), store=store, capture=args.capture, use_tuned=not args.no_tune)
@@ -174,10 +189,6 @@ def _command(args) -> list[str] | None:
 def _script(args, command: list[str], store) -> int:
     from opscope.profiler import start_script
     from opscope.profiler.torchrun import is_launcher
-    if args.train or args.web or args.steps != 1 or args.warmup or args.engine == "graph" \
-            or args.capture != "export":
-        raise UsageError("a script decides its own steps and model: --train, --steps, --warmup, --capture, "
-                         "--engine graph and --web apply to a model spec, not to `-- python script.py`")
     if is_launcher(command):              # torchrun / python -m torch.distributed.run: every rank, one run
         from .profile_ranks import main as profile_ranks
         return profile_ranks(args, command, store)

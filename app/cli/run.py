@@ -5,8 +5,8 @@ import time
 
 from opscope.runtime.errors import UsageError
 
-from .common import (add_fallback, add_json, add_model_and_backend, console, count_arg, emit_json, fallback_of,
-                     fmt_bytes, say, table)
+from .common import (add_fallback, add_json, add_model_and_backend, check_specs, console, count_arg, emit_json,
+                     fallback_of, fmt_bytes, say, table)
 
 # NOTE: torch and the runtime are imported inside the functions: `opscope run --help` must not pay for them.
 
@@ -33,22 +33,27 @@ def register(sub) -> None:
     p.add_argument("--no-tune", action="store_true",
                    help="ignore the configuration `opscope tune` cached for this model and backend")
     add_json(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=precheck)
+
+
+def precheck(args) -> None:
+    """The values and their combinations, before torch is imported (app/cli/__init__.py)."""
+    check_specs(args)
+    if args.trust and not args.plan:
+        raise UsageError("--trust checks a plan's signature: it needs --plan FILE.opsplan")
+    if args.hybrid and args.capture != "export":
+        raise UsageError("--hybrid splits one exported graph: it cannot be used with --capture dynamo")
+    if args.plan and args.capture == "dynamo":
+        raise UsageError("--plan runs a saved graph: it cannot be used with --capture dynamo")
+    if args.plan:                            # a plan that is not there (or not a file) is one line, now
+        from opscope.runtime.passes.plan_archive import open_regular
+        open_regular(args.plan, f"plan {args.plan}").close()
 
 
 def main(args) -> int:
-    if args.repeat < 1 or args.switch_threshold < 0:
-        raise UsageError(f"--repeat must be >= 1 and --switch-threshold >= 0 (got {args.repeat} and "
-                         f"{args.switch_threshold})")
-    if args.trust and not args.plan:
-        raise UsageError("--trust checks a plan's signature: it needs --plan FILE.opsplan")
     if args.hybrid:
-        if args.capture != "export":
-            raise UsageError("--hybrid splits one exported graph: it cannot be used with --capture dynamo")
         return _hybrid(args)
     if args.capture == "dynamo":
-        if args.plan:
-            raise UsageError("--plan runs a saved graph: it cannot be used with --capture dynamo")
         return _dynamo(args)
     from opscope.profiler.tune import open_tuned_session
     from opscope.runtime.session import compare

@@ -5,12 +5,12 @@ import datetime
 
 from opscope.runtime.errors import UsageError
 
-from .common import add_json, console, emit_json, fmt_bytes, fmt_flops, fmt_ns, fmt_ratio, say, table
+from .common import add_json, console, count_arg, emit_json, fmt_bytes, fmt_flops, fmt_ns, fmt_ratio, say, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("runs", help="list profiled runs, newest first")
-    p.add_argument("--limit", type=int, default=50, help="runs to list (default 50)")
+    p.add_argument("--limit", type=count_arg("--limit", 0), default=50, help="runs to list (default 50)")
     add_json(p)
     p.set_defaults(func=main_runs)
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
@@ -19,24 +19,24 @@ def register(sub) -> None:
                                  "  opscope runs rm --keep 20")
     rm.add_argument("runs", nargs="*", metavar="RUN", help="run ids (a unique prefix is enough)")
     rm.add_argument("--older-than", metavar="AGE", help="runs started longer ago than AGE: 30m, 12h, 7d, 2w")
-    rm.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs, delete the rest")
+    rm.add_argument("--keep", type=count_arg("--keep", 0), metavar="N", help="keep the newest N runs, delete the rest")
     add_json(rm)
-    rm.set_defaults(func=main_rm)
+    rm.set_defaults(func=main_rm, precheck=_check_rm)
 
     p = sub.add_parser("show", help="per-op table of one run")
     p.add_argument("run", help="run id (a unique prefix is enough)")
     p.add_argument("--by", choices=["name", "op", "module", "node", "category"], default="name",
                    help="group events by (default name: an imported trace's ops as it names them, aten::mm; "
                         "op: opscope's op types; category: kernels as compute, communication, memory copy/set)")
-    p.add_argument("--step", type=int, default=None, help="only this recorded step")
-    p.add_argument("--top", type=int, default=0, help="rows to show (default all)")
+    p.add_argument("--step", type=int, default=None, help="only this recorded step (0 is the first)")
+    p.add_argument("--top", type=count_arg("--top", 0), default=0, help="rows to show (default all)")
     add_json(p)
     p.set_defaults(func=main_show)
 
     p = sub.add_parser("compare", help="two runs op by op (matched by node), e.g. one model on two backends")
     p.add_argument("run_a", help="run id A (the baseline)")
     p.add_argument("run_b", help="run id B; ratios are B / A")
-    p.add_argument("--top", type=int, default=20, help="nodes in the table (default 20)")
+    p.add_argument("--top", type=count_arg("--top", 0), default=20, help="nodes in the table (default 20)")
     add_json(p)
     p.set_defaults(func=main_compare)
 
@@ -63,8 +63,6 @@ def print_op_table(run: dict, stats: list[dict], title: str, by: str = "op") -> 
 
 def main_runs(args) -> int:
     from opscope.profiler import RunStore
-    if args.limit < 0:
-        raise UsageError(f"--limit {args.limit}: give the number of runs to list, 0 or more")
     from opscope.profiler.store import StoreError
     store = RunStore()
     try:
@@ -129,15 +127,19 @@ def _age(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def _check_rm(args) -> None:
+    """What to delete is named once and well, before the store is opened."""
+    chosen = [bool(args.runs), args.older_than is not None, args.keep is not None]
+    if sum(chosen) != 1:
+        raise UsageError("opscope runs rm: give run ids, or --older-than AGE, or --keep N (one of them)")
+    if args.older_than is not None:
+        _age(args.older_than)
+
+
 def main_rm(args) -> int:
     import time
 
     from opscope.profiler import RunStore
-    chosen = [bool(args.runs), args.older_than is not None, args.keep is not None]
-    if sum(chosen) != 1:
-        raise UsageError("opscope runs rm: give run ids, or --older-than AGE, or --keep N (one of them)")
-    if args.keep is not None and args.keep < 0:
-        raise UsageError(f"--keep {args.keep}: give the number of newest runs to keep, 0 or more")
     store = RunStore()
     before = store_bytes(store)
     if args.runs:
@@ -170,8 +172,6 @@ def main_show(args) -> int:
     from opscope.profiler import RunStore
     store = RunStore()
     run = store.get_run(args.run)
-    if args.top < 0:
-        raise UsageError(f"--top {args.top}: give the number of rows to show, 1 or more (0: all)")
     steps = run.get("steps") or 0
     if args.step is not None and not 0 <= args.step < max(steps, 1):
         raise UsageError(f"--step {args.step}: run {run['run_id']} recorded {steps} step(s), numbered 0 to "

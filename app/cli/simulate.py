@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import MODEL_HELP, add_json, console, emit_json, fmt_bytes, say, table
+from .common import MODEL_HELP, add_json, check_specs, console, emit_json, fmt_bytes, number_arg, say, table
 
 HELP = "predict step time, memory per rank and scaling of a parallel strategy at N ranks from measured op costs"
 
@@ -23,9 +23,9 @@ def register(sub) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB", help="--overlap: bucket size (default 25)")
     p.add_argument("--microbatches", type=int, metavar="M", help="pp: microbatches per step (default 4 x stages)")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="what the optimizer state holds")
-    p.add_argument("--bandwidth", type=float, help="link bandwidth, bytes/s (default: the description's "
+    p.add_argument("--bandwidth", type=number_arg("--bandwidth", above=0, unit="bytes/s"), help="link bandwidth, bytes/s (default: the description's "
                                                    "[interconnect], else the measured link, else 25 GB/s)")
-    p.add_argument("--latency", type=float, help="link latency, seconds")
+    p.add_argument("--latency", type=number_arg("--latency", minimum=0, unit="seconds"), help="link latency, seconds")
     p.add_argument("--topology", choices=["ring", "tree", "all-to-all"], help="collective topology")
     p.add_argument("--ranks-per-node", type=int, metavar="G", help="hierarchical: G ranks per node on the link "
                                                                    "above, nodes joined by --inter-link")
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--measured", metavar="RUN", help="a `train --hybrid` run to print beside the prediction "
                                                      "(default: the newest matching one, if any)")
     add_json(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, precheck=_checked)
 
 
 def _inter(text: str | None):
@@ -55,6 +55,10 @@ def _inter(text: str | None):
 
 
 def _checked(args) -> None:
+    """The values and their combinations, before torch is imported (app/cli/__init__.py)."""
+    check_specs(args, backends=())
+    if args.model is None and not args.measure_link:
+        raise UsageError("simulate needs a MODEL (demo:NAME or file.py:factory), or --measure-link alone")
     for n in args.ranks or []:
         if n < 1:
             raise UsageError(f"--ranks must be >= 1 (got {n})")
@@ -79,9 +83,6 @@ def main(args) -> int:
                                                search_strategies)
     from opscope.runtime.dist.strategies import Strategy
 
-    _checked(args)
-    if args.model is None and not args.measure_link:
-        raise UsageError("simulate needs a MODEL (demo:NAME or file.py:factory), or --measure-link alone")
     search = args.strategy.strip().lower() in ("search", "auto")
     strategy = None if search else Strategy.parse(args.strategy)
     inter = _inter(args.inter_link)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_json, console, emit_json, table
+from .common import add_json, console, emit_json, number_arg, table
 
 
 def register(sub) -> None:
@@ -12,19 +12,16 @@ def register(sub) -> None:
     p = sub.add_parser("sql", help="a read-only SQL query over one run's tables (events, stacks, memory, ...)")
     p.add_argument("run", help="a run id (or a unique prefix); `opscope runs` lists them")
     p.add_argument("query", help="one SELECT (or WITH ... SELECT, EXPLAIN); each table is this run's rows")
-    p.add_argument("--max-rows", type=int, default=MAX_ROWS, help="rows shown at most (the query is cut there)")
-    p.add_argument("--timeout", type=float, default=SECONDS, help="seconds before the query is stopped")
+    p.add_argument("--max-rows", type=number_arg("--max-rows", minimum=1, maximum=1_000_000, whole=True),
+                   default=MAX_ROWS, help="rows shown at most (the query is cut there)")
+    p.add_argument("--timeout", type=number_arg("--timeout", above=0, maximum=600, unit="seconds"), default=SECONDS,
+                   help="seconds before the query is stopped")
     add_json(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from opscope.profiler.sql import query
-    from opscope.runtime.errors import UsageError
-    if not 1 <= args.max_rows <= 1_000_000:
-        raise UsageError(f"--max-rows {args.max_rows}: give 1 to 1000000")
-    if not 0 < args.timeout <= 600:
-        raise UsageError(f"--timeout {args.timeout:g}: give more than 0 and at most 600 seconds")
     out = query(args.run, args.query, max_rows=args.max_rows, seconds=args.timeout)
     if args.json:
         emit_json(out)

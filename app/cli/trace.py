@@ -23,7 +23,7 @@ def register(sub) -> None:
     e.add_argument("--by", choices=["name", "op", "module", "node"], default="name",
                    help="csv: group ops by this (name: as the trace names them, aten::mm; op: opscope op types)")
     add_json(e)
-    e.set_defaults(func=export_main)
+    e.set_defaults(func=export_main, precheck=_check_export)
 
     i = tsub.add_parser("import", help="a torch.profiler (Kineto) / Chrome trace or ONNX Runtime profile -> a run; "
                                        "a folder of per-rank torch.profiler traces -> one multi-rank run")
@@ -33,10 +33,19 @@ def register(sub) -> None:
     i.add_argument("--max-bytes", type=count_arg("--max-bytes"), default=None,
                    help="refuse files larger than this (default 2 GiB, or $OPSCOPE_IMPORT_MAX_BYTES)")
     add_json(i)
-    i.set_defaults(func=import_main)
+    i.set_defaults(func=import_main, precheck=_check_import)
 
 
 SUFFIX = {"chrome": ".json", "perfetto": ".pftrace", "csv": ".csv"}     # what each format's file is named
+
+
+def _check_export(args) -> None:
+    """Before the run store (DuckDB) is opened: a name that says another format than --format."""
+    from opscope.profiler.export import guess_format
+    named = guess_format(args.output) if args.output else None
+    if args.format and named and named != args.format:      # e.g. Perfetto's protobuf in a .json: refused, unwritten
+        raise UsageError(f"-o {args.output}: the name says {named} but --format is {args.format}; name it "
+                         f"*{SUFFIX[args.format]}, or leave out --format to write {named}")
 
 
 def export_main(args) -> int:
@@ -44,9 +53,6 @@ def export_main(args) -> int:
     from opscope.profiler.store import RunStore
 
     named = guess_format(args.output) if args.output else None
-    if args.format and named and named != args.format:      # e.g. Perfetto's protobuf in a .json: refused, unwritten
-        raise UsageError(f"-o {args.output}: the name says {named} but --format is {args.format}; name it "
-                         f"*{SUFFIX[args.format]}, or leave out --format to write {named}")
     store = RunStore()
     run = store.get_run(args.run)
     fmt = args.format or named or "chrome"
@@ -61,6 +67,16 @@ def export_main(args) -> int:
     what = f"{report['rows']} rows" if fmt == "csv" else f"{report['ops']} ops, {report['steps']} step spans"
     console.print(say("wrote {} ({}{}, {}, {})", report["path"], fmt, ", gzip" if gz else "", what, fmt_bytes(report["bytes"])))
     return 0
+
+
+def _check_import(args) -> None:
+    """Before the importers (numpy) and the run store (DuckDB): a file that is not there, in the importers' words
+    (profiler/importers/common.py); a folder of ranks is the importers' to read."""
+    import os
+
+    from opscope.runtime.safe_read import open_regular
+    if not os.path.isdir(args.file):
+        open_regular(args.file, f"cannot import {args.file}: the file", "give a trace file").close()
 
 
 def import_main(args) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from opscope.runtime.errors import UsageError
 
 from .common import (OPTIMIZERS, add_fallback, add_json, add_model_and_backend, choice_arg, console, count_arg,
-                     emit_json, fallback_of, fmt_bytes, say, table)
+                     emit_json, fallback_of, fmt_bytes, number_arg, say, table)
 
 TOLERANCE = 1e-4      # loss per step and every parameter after the last step (float32)
 
@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=count_arg("--steps"), default=10, help="training steps (default 10)")
     p.add_argument("--optimizer", default="sgd", type=choice_arg("optimizer", OPTIMIZERS), metavar="sgd|adamw",
                    help="optimizer (default sgd, momentum 0.9)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
+    p.add_argument("--lr", type=number_arg("--lr", above=0), default=None,
+                   help="learning rate (default 1e-2 for sgd, 1e-3 for adamw)")
     add_fallback(p)
     from opscope.app.hybrid import add_hybrid_arguments
     add_hybrid_arguments(p)

@@ -2,14 +2,15 @@
 trial, keep the best configuration in the tuning cache."""
 from __future__ import annotations
 
-from .common import add_json, add_model_and_backend, console, emit_json, fmt_ns, fmt_ratio, say, table
+from .common import add_json, add_model_and_backend, console, count_arg, emit_json, fmt_ns, fmt_ratio, say, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("tune", help="search a backend's knobs (threads, dtype, batch chunking) and cache the best")
     add_model_and_backend(p)
-    p.add_argument("--budget", type=int, default=8, help="trials to measure, the default configuration included")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per trial (the median counts)")
+    p.add_argument("--budget", type=count_arg("--budget"), default=8,
+                   help="trials to measure, the default configuration included")
+    p.add_argument("--repeats", type=count_arg("--repeats"), default=3, help="timed runs per trial (the median counts)")
     p.add_argument("--no-cache", action="store_true",
                    help="measure even when the cache has an answer (a worse result never replaces a better cached one)")
     p.add_argument("--accept-precision-loss", action="store_true",
