@@ -23,7 +23,6 @@ on a noisier day) keeps the cached winner.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import statistics
 import time
@@ -39,7 +38,11 @@ from opscope.runtime.errors import OpscopeError, UsageError
 from opscope.runtime.executor import Executor, compile_plan
 from opscope.runtime.session import compare
 
+from opscope.runtime.passes import described
+from opscope.runtime.passes.catalog import NAMES as PASS_NAMES
+
 from . import tuning_cache
+from .tune_search import make as make_search
 
 SETTLE_CONTENDERS = 3      # the default plus the two fastest other configurations
 SETTLE_ROUNDS = 4          # at most this many extra rounds of measurements
@@ -53,8 +56,9 @@ PRECISION_TOLERANCE = 1e-4
 class Tuner:
     """Knobs, graphs (captured once per shape/dtype), and the measurement of one configuration."""
 
-    def __init__(self, model_spec: str, backend_spec: str, *, repeats: int = 3):
+    def __init__(self, model_spec: str, backend_spec: str, *, repeats: int = 3, passes: bool = False):
         self.model_spec, self.backend_spec, self.repeats = model_spec, backend_spec, repeats
+        self.search_passes = passes
         self.backend = backends.resolve(backend_spec)
         self.desc = self.backend.description
         self.model, self.inputs = models.load(model_spec)
@@ -76,10 +80,14 @@ class Tuner:
                                                if d in ("float16", "bfloat16") and p > f32 and d != self.dtype)
         if (own := registry.get(impl)) is not None and own.host_kernels:
             k["chunks"] = [c for c in (1, 2, 4) if self.batch % c == 0 and c <= self.batch]
+        if self.search_passes:             # opscope's own graph passes, each on or off (--passes)
+            k.update({f"pass_{name}": [False, True] for name in PASS_NAMES})
         return {name: values for name, values in k.items() if values}
 
     def default(self) -> dict:
         d = {"threads": torch.get_num_threads(), "matrix_dtype": self.dtype, "dtype": self.dtype, "chunks": 1}
+        on = set(described(self.desc))
+        d.update({f"pass_{name}": name in on for name in PASS_NAMES})
         return {k: d[k] for k in self.knobs()}
 
     @property
@@ -110,7 +118,7 @@ class Tuner:
         backend = backends.resolve(self.backend_spec)
         if config.get("matrix_dtype", self.dtype) == "bfloat16":
             _matrix_in(backend, torch.bfloat16)
-        executor = Executor(compile_plan(graph, backend))
+        executor = Executor(compile_plan(graph, backend, passes=passes_of(config)))
         # the full batch, split into `chunks` pieces that run one after another
         pieces = [tuple(x[i * (x.shape[0] // chunks):(i + 1) * (x.shape[0] // chunks)]
                         if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in self._model_inputs(1, dtype)[1])
@@ -151,6 +159,13 @@ def shaped(model, inputs, chunks: int, dtype: str):
     return model, inputs
 
 
+def passes_of(config: dict) -> list[str] | None:
+    """The passes a configuration switches on (pass_NAME knobs), or None: the description's own."""
+    if not any(k.startswith("pass_") for k in config):
+        return None
+    return [name for name in PASS_NAMES if config.get(f"pass_{name}")]
+
+
 def model_dtype(model) -> str:
     """The dtype of the model's first floating-point parameter: part of the tuning cache's key."""
     for p in model.parameters():
@@ -184,7 +199,8 @@ def _lossy(row: dict | None) -> bool:
 
 
 def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 3, use_cache: bool = True,
-         min_cosine: float = MIN_COSINE, progress=None, accept_precision_loss: bool = False) -> dict:
+         min_cosine: float = MIN_COSINE, progress=None, accept_precision_loss: bool = False,
+         search: str = "bandit", passes: bool = False, seed: int = 0) -> dict:
     """Search, measure, cache. `progress(done, total, trial)` is called after every trial.
 
     The fastest configuration is adopted only if its outputs stay within PRECISION_TOLERANCE of the
@@ -194,11 +210,12 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
         raise UsageError(f"--budget {budget}: give at least 1 trial (trial 0 is the default configuration)")
     if repeats < 1:
         raise UsageError(f"--repeats {repeats}: give at least 1 timed run per trial")
-    tuner = Tuner(model_spec, backend_spec, repeats=repeats)
+    make_search(search, {})                     # an unknown --search fails before the model loads
+    tuner = Tuner(model_spec, backend_spec, repeats=repeats, passes=passes)
     key, parts = tuning_cache.cache_key(tuner.desc, tuner.graph(1, tuner.dtype), tuner.dtype)
     knobs = tuner.knobs()
     base = {"model": model_spec, "backend": tuner.backend.name, "cache_key": key, "key_parts": parts,
-            "knobs": knobs}
+            "knobs": knobs, "search": search}
     if use_cache:
         hit = tuning_cache.get(key)
         if hit is not None and accept_precision_loss and hit.get("lossy"):
@@ -208,17 +225,15 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
                     "best": hit["best"], "speedup": hit["speedup"], "lossy": hit.get("lossy"),
                     "note": _lossy_note(hit), "cache_path": str(tuning_cache.cache_path())}
 
-    import optuna
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     trials: list[dict] = []
     reference: list = []
-    seen: dict[tuple, float] = {}
-
-    def objective(trial):
-        config = {name: trial.suggest_categorical(name, values) for name, values in knobs.items()}
-        sig = tuple(sorted(config.items()))
-        if sig in seen:                         # TPE repeats itself on small spaces: tell it, measure nothing
-            return seen[sig]
+    # Trial 0 is the default; every distinct configuration is measured once; the budget counts
+    # measurements, and a space smaller than the budget ends the search early.
+    searcher = make_search(search, knobs, seed=seed, first=tuner.default())
+    while len(trials) < budget:
+        config = searcher.ask()
+        if config is None:
+            break
         row = {"number": len(trials), "config": config, "seconds": None, "status": "ok"}
         try:
             seconds, outs = tuner.measure(config)
@@ -232,20 +247,9 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
             if err["cosine"] < min_cosine or not np.isfinite(err["max_abs"]):
                 row["status"] = "rejected"      # too far from the default's numbers to be a speed-up
         trials.append(row)
+        searcher.tell(config, row["seconds"] if row["status"] == "ok" else None)
         if progress:
             progress(len(trials), budget, row)
-        seen[sig] = row["seconds"] if row["status"] == "ok" else float("inf")
-        return seen[sig]
-
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
-    study.enqueue_trial(tuner.default())
-    # Every distinct configuration is measured once; the budget counts measurements, and a space
-    # smaller than the budget ends the search early.
-    space = math.prod(len(values) for values in knobs.values())
-    attempts = 0
-    while len(trials) < min(budget, space) and attempts < 20 * budget:
-        study.optimize(objective, n_trials=1, catch=())
-        attempts += 1
     if not trials or trials[0]["status"] != "ok":
         why = "no trial ran" if not trials else \
             trials[0]["error"] if trials[0]["status"] == "failed" else "outputs not finite"
@@ -372,13 +376,14 @@ def open_tuned_session(model_spec: str, backend_spec: str, *, allow_fallback: bo
         torch.set_num_threads(int(config["threads"]))      # the command's process only
     dtype = config.get("dtype", model_dtype(s.model))
     chunks = int(config.get("chunks", 1))
-    if dtype != model_dtype(s.model) or chunks > 1 or config.get("matrix_dtype") == "bfloat16":
+    if (dtype != model_dtype(s.model) or chunks > 1 or config.get("matrix_dtype") == "bfloat16"
+            or passes_of(config) is not None):
         model, piece = shaped(s.model, s.inputs, chunks, dtype)
         graph = capture(model, piece, name=model_spec)
         backend = backends.resolve(backend_spec)
         if config.get("matrix_dtype") == "bfloat16":
             _matrix_in(backend, torch.bfloat16)
-        plan = compile_plan(graph, backend, allow_fallback=allow_fallback)
+        plan = compile_plan(graph, backend, allow_fallback=allow_fallback, passes=passes_of(config))
         s = Session(model_spec, s.model, s.inputs, graph, backend, plan, Executor(plan), s.capture_seconds,
                     chunks=chunks, run_inputs=shaped(s.model, s.inputs, 1, dtype)[1])
     says = applied_line(best)

@@ -16,6 +16,11 @@ def register(sub) -> None:
     p.add_argument("--accept-precision-loss", action="store_true",
                    help="adopt the fastest configuration even when it changes the outputs (max abs err vs the "
                         "default's over 1e-4: a lower dtype); without it such a winner is shown, not adopted")
+    p.add_argument("--search", choices=("bandit", "tpe", "random"), default="bandit",
+                   help="how the next configuration is chosen: bandit (a learning agent: Thompson sampling over "
+                        "each knob's effect), tpe (Optuna's TPE) or random")
+    p.add_argument("--passes", action="store_true",
+                   help="also search opscope's graph passes (dce, fold, cse, layout, fuse, memplan), each on or off")
     add_json(p)
     p.set_defaults(func=main)
 
@@ -32,7 +37,7 @@ def main(args) -> int:
 
         result = tune(args.model, args.backend, budget=args.budget, repeats=args.repeats,
                       use_cache=not args.no_cache, progress=progress,
-                      accept_precision_loss=args.accept_precision_loss)
+                      accept_precision_loss=args.accept_precision_loss, search=args.search, passes=args.passes)
     if args.json:
         emit_json(result)
         return 0
