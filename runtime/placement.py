@@ -34,6 +34,7 @@ class Placement:
     # (op, fallback that took it) -> {earlier fallback: why it refused}
     left_out: list[dict] = field(default_factory=list)    # a stack's refusals: {node, op, reason}
     splits: list = field(default_factory=list)            # regions the stack failed, split (partition.Split)
+    auto: dict | None = None                              # -b auto: what its search chose and measured
 
     def report(self) -> dict:
         per_backend: dict[str, int] = {}
@@ -57,6 +58,8 @@ class Placement:
             from .regions import report
             out.update(report(placed, self.left_out))
             out["splits"] = [sp.row() for sp in self.splits]
+        if self.auto is not None:
+            out["auto"] = self.auto
         return out
 
 
@@ -83,12 +86,14 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
     next_slot = [graph.num_slots]
     placement = Placement(out, backend=backend)
     chain = fallback_chain(backend, allow_fallback)     # allow_fallback may add backends: runtime/fallback.py
+    # -b auto (runtime/autoplace): its search chose every node's backend; none of them is a fallback
+    owner = getattr(backend.ops, "owner", None)
     for s in graph.input_slots:
-        where[s] = backend
+        where[s] = backend if owner is None else backend.ops.per_op
 
     for node in _claimed_regions(graph, backend, placement, volatile):
-        target, refused = choose(node, backend, chain)
-        node.fallback = target is not None and target is not backend
+        target, refused = choose(node, backend, chain) if owner is None else (owner(node), {})
+        node.fallback = target is not None and target is not backend and owner is None
         if refused:
             reasons.setdefault(node.op, refused[backend.name])
         if target is None:
@@ -120,7 +125,7 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
                           kwargs={}, inputs=[s], outputs=[t], input_meta=[meta], output_meta=[meta],
                           attrs={"src": src.name, "dst": target.name}, module_path=node.module_path,
                           module_type=node.module_type, source=node.source, source_line=node.source_line)
-                tr.fallback = target is not backend
+                tr.fallback = target is not backend and owner is None
                 tr.src_backend = src
                 out.append((tr, target))
                 moved[key] = t
@@ -146,6 +151,8 @@ def _claimed_regions(graph: Graph, backend: Backend, placement: Placement, volat
     region the stack fails is split and the members it cannot take are left out (partition.py)."""
     from .partition import partition
     from .regions import StackRegistry, region_node
+    if hasattr(backend.ops, "regions"):                      # -b auto: regions on the stacks its search chose
+        return backend.ops.regions(graph, placement, volatile)
     if not isinstance(backend.ops, StackRegistry):
         return graph.nodes                                   # a per-op backend: nothing changes
     registry = backend.ops

@@ -73,6 +73,10 @@ def check_backend_spec(spec: str) -> str:
     """`spec` stripped, when it names a backend that may exist; a UsageError saying what exists when it cannot.
     Whether the device is there, or the description well-formed, is describe()'s to say."""
     spec = (spec or "").strip()
+    from .autoplace import spec as auto
+    if auto.is_auto(spec):                                   # auto[:stack,...]: each named stack checked
+        auto.candidates(spec)
+        return spec
     base, _, device = spec.partition(":")
     if base != "sim" and registry.get(base) is not None:     # the entry's describe() checks the rest
         return spec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
+from .auto import add_budget, auto_budget, auto_tables
 from .common import add_json, add_model_and_backend, console, emit_json, fmt_bytes, output_path, say, table
 
 
@@ -18,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--sign", metavar="KEY",
                    help="sign the plan with this Ed25519 private key (OpenSSH or PEM, mode 600; make one with "
                         "ssh-keygen -t ed25519 -N '' -f KEY), so `opscope run --plan FILE --trust KEY.pub` runs it")
+    add_budget(p)
     add_json(p)
     p.set_defaults(func=main)
 
@@ -30,6 +32,7 @@ def main(args) -> int:
     if not args.output.strip():
         raise UsageError("--output needs a file name, e.g. -o model.opsplan")
     output_path(args.output)                 # a missing folder is a usage error before the capture
+    auto_budget(args)
     info = compile_to_file(args.output, args.model, args.backend, passes=args.passes, train=args.train,
                            sign=args.sign)
     if args.json:
@@ -46,4 +49,6 @@ def main(args) -> int:
                         [[e["pass"], len(e["changes"]), e["nodes_before"], e["nodes_after"],
                           (e["changes"] or [""])[0][:90]] for e in info["pass_log"]],
                         justify_right={"changes", "ops before", "ops after"}))
+    if info.get("auto"):
+        auto_tables(info["auto"])
     return 0

@@ -5,6 +5,7 @@ import time
 
 from opscope.runtime.errors import UsageError
 
+from .auto import add_budget, auto_budget, auto_tables
 from .common import (add_fallback, add_json, add_model_and_backend, check_specs, console, count_arg, emit_json,
                      fallback_of, fmt_bytes, say, table)
 
@@ -32,6 +33,7 @@ def register(sub) -> None:
                    help="--plan: compile again when the plan's description or versions changed (else refused)")
     p.add_argument("--no-tune", action="store_true",
                    help="ignore the configuration `opscope tune` cached for this model and backend")
+    add_budget(p)
     add_json(p)
     p.set_defaults(func=main, precheck=precheck)
 
@@ -51,6 +53,7 @@ def precheck(args) -> None:
 
 
 def main(args) -> int:
+    auto_budget(args)
     if args.hybrid:
         return _hybrid(args)
     if args.capture == "dynamo":
@@ -110,6 +113,8 @@ def main(args) -> int:
     console.print(accuracy_line(err))
     console.print(table("placement", ["backend", "nodes"], [[b, n] for b, n in rep["nodes_per_backend"].items()],
                         justify_right={"nodes"}))
+    if rep.get("auto"):
+        auto_tables(rep["auto"])
     if rep.get("regions"):       # a compiler stack's regions (runtime/regions.py): the edges are the only copies
         console.print(table("regions", ["region", "backend", "nodes", "in", "out"],
                             [[g["name"], g["backend"], g["nodes"], fmt_bytes(g["input_bytes"]),

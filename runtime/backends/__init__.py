@@ -32,6 +32,9 @@ def resolve(spec: str, *, with_fallback: bool = True, trusted: bool | None = Non
     imported? None decides by where the spec came from (see `_may_import`); a caller that read the
     spec from a file someone else wrote (a plan, a shared run) passes False."""
     spec = (spec or "").strip()
+    from .. import autoplace
+    if autoplace.is_auto(spec):                                       # several backends, chosen per region
+        return autoplace.resolve(spec, resolve)
     if spec in _seen:
         raise UsageError(f"backend {spec}: its fallback chain loops ({' -> '.join(_seen + (spec,))})")
     desc, name = describe(spec)                                       # 1. spec -> description

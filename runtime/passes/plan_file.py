@@ -230,6 +230,9 @@ def save_plan(path, plan, *, model, inputs, model_spec: str, backend_spec: str, 
         "carry": [[c, o] for c, o in plan.carry.items()], "train": bool(train), "timing": dict(timing or {}),
         "memory_plan": plan.memory_plan,
     }
+    from .. import autoplace
+    if autoplace.is_auto(plan.backend.name):                    # -b auto: what its search chose, placed again on load
+        doc["auto"] = autoplace.plan_entry(plan)
     doc["regions"], programs = plan_regions.collect(plan)      # a stack's compiled regions, when it has them
     doc["splits"] = plan_regions.splits(plan)                  # and the members it failed inside them
     files.update(programs)
@@ -459,6 +462,10 @@ def plan_backend(doc: dict, where: str) -> str:
         spec = doc["backend"]["spec"]
     except (KeyError, TypeError):
         raise UsageError(f"{where}: corrupted (no backend); compile it again") from None
+    from .. import autoplace
+    if autoplace.is_auto(spec):             # -b auto[:stacks]: registered backends only, by its own check
+        autoplace.candidates(spec)
+        return spec.strip()
     base, _, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if registry.get(base) is None or \
             not re.fullmatch(r"[A-Za-z0-9_.:-]{0,64}", rest) or (base == "sim" and not rest):
@@ -493,6 +500,9 @@ def bind_plan(doc: dict, files: dict, path, *, model, inputs, backend=None, t0: 
         graph, carry = decode_graph(doc, files, model, where)
         plan_regions.arm(backend, plan_regions.declared(doc, where), files, where,
                          plan_regions.declared_splits(doc, where))
+        from .. import autoplace
+        if autoplace.is_auto(backend.name):
+            autoplace.arm(backend, doc.get("auto"), where)
         plan = compile_plan(graph, backend, carry=carry, passes=[])
         regions = plan_regions.loaded(plan)
         placed = [[n.name, b.name] for n, b in plan.placement.assignments]
@@ -575,6 +585,8 @@ def compile_to_file(path, model_spec: str, backend_spec: str, *, passes=None, tr
                      train=train, timing={"capture_seconds": t1 - t0, "compile_seconds": t2 - t1}, sign_key=key)
     info["pass_log"] = plan.pass_log
     info["path"] = str(path)
+    if plan.placement.auto is not None:
+        info["auto"] = plan.placement.auto
     if key is not None:
         info["signed_by"] = plan_sign.key_id(key.public_key())
     return info
