@@ -113,6 +113,20 @@ def pytest_runtest_call(item):
     return result
 
 
+def skip_unless_installed(*modules: str) -> None:
+    """At a test module's top: skip the module where a package is not installed, without importing it.
+    pytest.importorskip imports it while collecting, which every run pays on every xdist worker, the quick set
+    too (it collects everything, then deselects): PennyLane alone took longer to import than torch."""
+    import importlib.util
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:                 # a dotted name whose parent package is missing
+            found = False
+        if not found:
+            pytest.skip(f"{name} is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+
 @pytest.fixture(autouse=True)
 def opscope_home(tmp_path, monkeypatch):
     """Every test gets its own run store and backend folder (DESIGN.md: OPSCOPE_HOME)."""

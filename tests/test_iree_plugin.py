@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skip_unless_installed
 from opscope.runtime import open_session, registry
 from opscope.runtime.session import compare
 
-pytest.importorskip("iree.compiler")
-pytest.importorskip("iree.runtime")
+skip_unless_installed("iree.compiler", "iree.runtime")    # imported when used (seconds at collection)
 if registry.get("iree") is None:
     pytest.skip("plugins/opscope-iree is not installed: pip install -e plugins/opscope-iree", allow_module_level=True)
 

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import skip_unless_installed
 from opscope.runtime import open_session, registry
 from opscope.runtime.ops.quantum import _numpy_grad_input, _numpy_grad_weights
 from opscope.runtime.session import compare
 from opscope.runtime.train import OptimizerSpec, compare_with_eager
 
-pytest.importorskip("pennylane")
+skip_unless_installed("pennylane")    # imported by the tests that use it (seconds at collection)
 if registry.get("pennylane") is None:
     pytest.skip("plugins/opscope-quantum is not installed: pip install -e plugins/opscope-quantum",
                 allow_module_level=True)
