@@ -6,7 +6,8 @@ of 1-3k lines that mix model code, data loading and CUDA-heavy training loops; C
 start-up time (what `opscope migrate scan --help` costs), then files/s and lines/s for each --jobs,
 median of interleaved repeats.
 
-Then `migrate apply` (the CUDA -> HIP rewrite) on the real C/C++ corpus (tests/data/cuda-samples) against
+Then `migrate apply` (the CUDA -> HIP rewrite) on the real C/C++ corpus (tests/data/cuda-samples: its Samples/ tree
+of cuda-samples' programs and the Common/ helpers they include) against
 hipify-perl on the same files: lines/s of each and the ratio, in process and as commands (start-up included).
 
     python benchmarks/bench_migrate.py [--quick] [--repeat N] [--hipify-perl PATH/TO/bin/hipify-perl]
@@ -253,7 +254,7 @@ def bench_rewrite(repeat: int, hipify_perl: str | None, perl_limit: float = 120)
             rewrite_c(p.name, text, table)
         inproc.append(time.perf_counter() - t)
     ours = statistics.median(inproc)
-    print(f"C/C++ corpus: {len(files)} files, {lines:,} lines (tests/data/cuda-samples)")
+    print(f"C/C++ corpus: {len(files)} files, {lines:,} lines (tests/data/cuda-samples: Samples/, Common/)")
     print(f"migrate apply rewrite, in process: {ours:.3f} s  {lines / ours:,.0f} lines/s")
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp, "t")
