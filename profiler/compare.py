@@ -20,10 +20,10 @@ def compare_runs(store, run_a: str, run_b: str, by: str = "name") -> dict:
     ops: one row per op (grouped `by`, every event of both runs), a_ns / b_ns per step, a_count / b_count
     calls per step; nodes: the nodes both runs ran, matched by name; only_a / only_b: the others."""
     a, b = store.get_run(run_a), store.get_run(run_b)
-    ta, tb = run_totals(store, a), run_totals(store, b)
+    (ta, node_a, by_a), (tb, node_b, by_b) = side(store, a, by), side(store, b, by)
     sa, sb = max(ta["steps"], 1), max(tb["steps"], 1)
-    na = {r["key"]: r for r in stats.per_step(store.op_stats(a["run_id"], by="node"), sa)}
-    nb = {r["key"]: r for r in stats.per_step(store.op_stats(b["run_id"], by="node"), sb)}
+    na = {r["key"]: r for r in stats.per_step(node_a, sa)}
+    nb = {r["key"]: r for r in stats.per_step(node_b, sb)}
     nodes = []
     for key in [k for k in na if k in nb]:
         x, y = na[key]["total_ns_per_step"], nb[key]["total_ns_per_step"]
@@ -33,8 +33,8 @@ def compare_runs(store, run_a: str, run_b: str, by: str = "name") -> dict:
     nodes.sort(key=lambda r: -abs(r["b_ns"] - r["a_ns"]))
     only_a = [{"node": k, "op": r["op"], "a_ns": r["total_ns_per_step"]} for k, r in na.items() if k not in nb]
     only_b = [{"node": k, "op": r["op"], "b_ns": r["total_ns_per_step"]} for k, r in nb.items() if k not in na]
-    oa = {r["key"]: r for r in stats.per_step(store.op_stats(a["run_id"], by=by), sa)}
-    ob = {r["key"]: r for r in stats.per_step(store.op_stats(b["run_id"], by=by), sb)}
+    oa = {r["key"]: r for r in stats.per_step(by_a, sa)}
+    ob = {r["key"]: r for r in stats.per_step(by_b, sb)}
     ops = []
     for key in dict.fromkeys([*oa, *ob]):
         x, y = oa.get(key, {}), ob.get(key, {})
@@ -52,12 +52,25 @@ def compare_runs(store, run_a: str, run_b: str, by: str = "name") -> dict:
     return doc
 
 
+def side(store, run: dict, by: str = "name") -> tuple[dict, list[dict], list[dict]]:
+    """One run's part of a comparison: (run_totals, op stats by node, op stats `by`), kept as one answer once the
+    run is final (kept.py): read in one go, where its four queries opened the store four times (0.25 s each on
+    a loaded machine, most of a 1M-event comparison's 7 s)."""
+    from .kept import kept
+
+    def compute():
+        return {"totals": run_totals(store, run), "node": store.op_stats(run["run_id"], by="node"),
+                "by": store.op_stats(run["run_id"], by=by)}
+    got = kept(store, run, f"compare:{by}", compute)
+    return got["totals"], got["node"], got["by"]
+
+
 def run_totals(store, run: dict) -> dict:
     """A run's time per step, counted once: busy (any kind), host, device; and whether its clock is simulated."""
-    with store.connect(read_only=True) as con:
-        t = stats.run_times(con, run["run_id"])
-        sim = con.execute("SELECT count(*) > 0 FROM events WHERE run_id = ? AND starts_with(device, 'sim:')",
-                          [run["run_id"]]).fetchone()[0]
+    from .kept import kept, run_times
+    t = run_times(store, run)         # kept once the run is final: a 1M-event run's took seconds on every visit
+    sim = kept(store, run, "simulated", lambda: bool(store.query(
+        "SELECT count(*) > 0 FROM events WHERE run_id = ? AND starts_with(device, 'sim:')", [run["run_id"]])[0][0]))
     steps = stats.step_count(t)
     return {"busy_ns": t["busy_ns"] / steps, "host_ns": t["host_ns"] / steps, "device_ns": t["device_ns"] / steps,
             "steps": len(t["steps"]), "simulated": bool(sim)}

@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from opscope.profiler import stats
+from opscope.profiler import kept, stats
 from opscope.profiler.importers.kineto import DEVICE_OPS
 from opscope.profiler.store import _selectable, run_description
 from opscope.runtime.errors import UsageError
@@ -19,6 +19,7 @@ from opscope.runtime.errors import UsageError
 from . import timeline
 
 _CACHE_RUNS = 4
+_KEPT_SPANS = "timeline-spans@1"   # NOTE: bump when _load_spans builds something else
 MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
 # hardware samples drawn as counter tracks under the timeline: (column, title, unit)
 HW_COUNTERS = [("cpu_percent", "CPU %", "%"), ("mem_bytes", "host memory", "bytes"), ("gpu_util", "GPU %", "%"),
@@ -105,10 +106,7 @@ class WebData:
 
     def times(self, run: dict) -> dict:
         """stats.run_times: the run's busy time (host, device, any) and per step, counted once."""
-        def compute():
-            with self.store.connect(read_only=True) as con:
-                return stats.run_times(con, run["run_id"])
-        return self._memoized(("times", *self._stamp(run)), compute)
+        return self._memoized(("times", *self._stamp(run)), lambda: kept.run_times(self.store, run))
 
     def clocks(self, run: dict) -> dict:
         """The clock of each kind of track, {"host": "wall", "device": "simulated" | "wall"}, for the kinds the run has."""
@@ -119,7 +117,7 @@ class WebData:
             for kind, sim in rows:
                 out[kind] = "simulated" if sim or out.get(kind) == "simulated" else "wall"
             return _modelled_host(out, any(sim for _k, sim in rows))
-        return self._memoized(("clocks", *self._stamp(run)), compute)
+        return self._memoized(("clocks", *self._stamp(run)), lambda: kept.kept(self.store, run, "clocks", compute))
 
     @staticmethod
     def description(run: dict) -> dict:
@@ -183,12 +181,20 @@ class WebData:
             if hit and hit[0] == stamp:
                 self._spans.move_to_end(rid)
                 return hit[1]
-        spans = self._load_spans(run)
+        spans = self._built_spans(run)
         with self._lock:
             self._spans[rid] = (stamp, spans)
             while len(self._spans) > _CACHE_RUNS:
                 self._spans.popitem(last=False)
         return spans
+
+    def _built_spans(self, run: dict) -> timeline.Spans:
+        """A finished big run's spans are kept in the store as it is stored (kept.when_stored) or on their first
+        build, and read back after: building a million took seconds on every first visit (issue 38)."""
+        if kept.key(run) is None or int(run.get("events") or 0) < kept.BIG:
+            return self._load_spans(run)
+        return timeline.from_bytes(kept.kept_bytes(self.store, run, _KEPT_SPANS,
+                                                   lambda: timeline.to_bytes(self._load_spans(run))))
 
     def _load_spans(self, run: dict) -> timeline.Spans:
         rid = run["run_id"]
@@ -279,7 +285,8 @@ class WebData:
             key1 = np.concatenate([key1, [s * 8 + p for s, _, _, p in segs]]).astype(np.int64)
         spans = timeline.build(start, end, track, labels, label, names, key0, key1, frames_from=n_ops, groups=groups)
         spans.clocks = clocks
-        spans.flows = self._flow_ends(spans, rid)
+        # only an import has flows (details.py): a profiled run's million events skip the query
+        spans.flows = self._flow_ends(spans, rid) if run.get("engine") == "import" else np.zeros((0, 4), np.int64)
         spans.bands = len(bands)
         spans.step_spans = int(np.isin(key0, (timeline.STEP_KEY, timeline.PHASE_KEY)).sum())
         spans.events = len(cols["step"])
@@ -661,6 +668,14 @@ def _given(x) -> bool:
 
 _RANK_SQL = "coalesce({t}rank, 0)"
 _COMM_SQL = "coalesce({t}phase = 'communication', false)"   # collectives: a lane of their own per rank
+
+
+def _keep_spans(store, run_id: str) -> None:
+    """kept.when_stored's part for the timeline: a big run's spans built and kept as it is stored."""
+    WebData(store).spans(store.get_run(run_id))
+
+
+kept.KEEPERS.append(_keep_spans)
 
 
 def _op_track_labels(tracks: list[tuple], stack_lanes: dict) -> list[str]:

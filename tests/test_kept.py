@@ -1,0 +1,66 @@
+"""A finished run's numbers are computed once and kept (issue 38: a 1M-event run's Compare page took 19-69 s and the
+Advisor's first visit 47 s, computing on every visit); a big run's are computed as it is stored."""
+import json
+
+import numpy as np
+
+from opscope.profiler import kept, stats
+from opscope.profiler.advisor import ANALYSES_ARTIFACT
+from opscope.profiler.compare import compare_runs
+from opscope.profiler.store import RunStore
+
+
+def _run(store, n=400, seed=0, finish=True):
+    rng = np.random.default_rng(seed)
+    rid = store.create_run(model="m", backend="torch:cpu", device="cpu")
+    dur = rng.integers(1_000, 50_000, n)
+    start = np.cumsum(dur + 100) - dur
+    ops = np.array(["linear", "gelu", "add"], dtype=object)[rng.integers(0, 3, n)]
+    store.add_event_columns(rid, {
+        "step": np.arange(n) // 100, "seq": np.arange(n) % 100, "op": ops, "node": ops,
+        "backend": np.full(n, "torch:cpu", dtype=object), "device": np.full(n, "cpu", dtype=object),
+        "thread": np.ones(n, np.int64), "depth": np.zeros(n, np.int64), "start_ns": start, "end_ns": start + dur,
+        "module": np.full(n, "layers.0", dtype=object), "source": np.full(n, "model.py:1", dtype=object),
+        "input_shapes": np.full(n, "[[4,8]]", dtype=object), "input_dtypes": np.full(n, '["float32"]', dtype=object),
+        "output_shapes": np.full(n, "[[4,8]]", dtype=object), "output_dtypes": np.full(n, '["float32"]', dtype=object),
+        "bytes": rng.integers(1, 1 << 20, n), "flops": rng.integers(1, 1 << 20, n), "fallback": np.zeros(n, bool),
+        "live_bytes": rng.integers(1, 1 << 20, n)})
+    if finish:
+        store.finish_run(rid, status="ok")
+    return rid
+
+
+def test_a_finished_runs_times_are_kept_and_read_back_equal(opscope_home):
+    store = RunStore()
+    rid = _run(store)
+    run = store.get_run(rid)
+    with store.connect(read_only=True) as con:
+        fresh = stats.run_times(con, rid)
+    assert kept.run_times(store, run) == fresh
+    names = [n for _k, n, _b in store.artifacts(rid, kept.KIND)]
+    assert len(names) == 1 and names[0].startswith("run_times|")
+    # read back, not computed: a changed kept value is what comes back
+    with store.connect() as con:
+        con.execute("UPDATE artifacts SET data = ? WHERE run_id = ? AND kind = ?",
+                    [json.dumps({**fresh, "busy_ns": 7}).encode(), rid, kept.KIND])
+    assert kept.run_times(store, run)["busy_ns"] == 7
+
+
+def test_a_running_run_is_computed_afresh_and_nothing_is_kept(opscope_home):
+    store = RunStore()
+    rid = _run(store, finish=False)
+    kept.run_times(store, store.get_run(rid))
+    assert store.artifacts(rid, kept.KIND) == []
+    assert kept.when_stored(store, rid, force=True) is False
+
+
+def test_when_stored_computes_what_the_pages_read_and_compare_agrees(opscope_home):
+    store = RunStore()
+    a, b = _run(store), _run(store, seed=1)
+    before = compare_runs(store, a, b)
+    assert kept.when_stored(store, a) is False          # small: left to the first visit
+    assert store.artifacts(a, ANALYSES_ARTIFACT) == []
+    assert kept.when_stored(store, a, force=True) and kept.when_stored(store, b, force=True)
+    assert len(store.artifacts(a, ANALYSES_ARTIFACT)) == 1
+    assert store.query("SELECT count(*) FROM op_stats_cache WHERE run_id = ?", [a])[0][0] > 0
+    assert compare_runs(store, a, b) == before
