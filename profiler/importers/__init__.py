@@ -16,9 +16,10 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError
 
-from . import kineto, onnxruntime
+from . import extras, kineto, onnxruntime
 from .common import read_trace, save
 from .ranks import import_rank_folder
+from ..kept import BIG, when_stored
 
 
 def parse_trace(path, max_bytes: int | None = None):
@@ -29,7 +30,10 @@ def parse_trace(path, max_bytes: int | None = None):
     if onnxruntime.is_onnxruntime(doc):
         return onnxruntime.parse(doc, src)
     if kineto.is_chrome(doc):
-        return kineto.parse(doc, src)
+        table, run = kineto.parse(doc, src)
+        if run["config"].get("format") == "kineto":      # what the store has no column for, for the export
+            run["extras"] = extras.collect(doc["traceEvents"] if isinstance(doc, dict) else doc)
+        return table, run
     got = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:5]}"
     raise UsageError(f"cannot import {path}: it is JSON but not a trace (got {got}; expected a Chrome/Kineto trace "
                      f"with 'traceEvents' or an ONNX Runtime profile list)")
@@ -70,5 +74,11 @@ def _import(path, store, max_bytes, tell) -> str:
     run["config"]["events"] = len(table)
     model = run["model"] if run["model"] != "import" else f"import:{Path(path).name}"
     tell(f"saving {len(table):,} events")
-    return save(store, table, model=model, backend=run["backend"], device=run["device"], source=source,
-                config=run["config"], steps=max(1, run["steps"]))
+    run_id = save(store, table, model=model, backend=run["backend"], device=run["device"], source=source,
+                  config=run["config"], steps=max(1, run["steps"]))
+    if run.get("extras"):
+        extras.keep(store, run_id, run["extras"])
+    if len(table) >= BIG:
+        tell("computing its op stats, times and analyses")
+    when_stored(store, run_id)          # a big run's numbers, so no page visit computes over its events
+    return run_id

@@ -1,0 +1,85 @@
+"""A torch.profiler trace survives `opscope trace import` then `opscope trace export`, field by field (issue 38):
+process and thread metadata, pids and tids, Python frame names, memory events' Addr / Total Reserved / Total
+Allocated, and ops' args (Input Strides, Concrete Inputs, scalar inputs, External id, Sequence number)."""
+import json
+from collections import Counter
+
+import pytest
+
+from torch_traces import record_training
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return record_training(tmp_path_factory.mktemp("roundtrip") / "train.json", steps=2)
+
+
+def _by_kind(doc):
+    ev = doc["traceEvents"]
+    return {"meta": [e for e in ev if e.get("ph") == "M"],
+            "ops": [e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"],
+            "frames": [e for e in ev if e.get("ph") == "X" and e.get("cat") == "python_function"],
+            "memory": [e for e in ev if e.get("name") == "[memory]"],
+            "annotations": [e for e in ev if e.get("ph") == "X" and e.get("cat") == "user_annotation"]}
+
+
+def _key(e):
+    return e["name"], e["tid"], round(float(e["ts"]) * 1000)
+
+
+def test_an_imported_torch_profiler_trace_exports_field_by_field_as_it_came(trace, cli, tmp_path):
+    r = cli("trace", "import", trace, "--json")
+    assert r.returncode == 0, r.stderr
+    rid = json.loads(r.stdout)["run_id"]
+    out = tmp_path / "again.json"
+    r = cli("trace", "export", rid, "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    a, b = (_by_kind(json.loads(open(p).read())) for p in (trace, out))
+
+    # process and thread names, labels and sort indexes: the metadata events as written
+    canon = (lambda es: sorted(json.dumps(e, sort_keys=True) for e in es))
+    assert a["meta"] and canon(a["meta"]) == canon(b["meta"])
+    assert {e["name"] for e in a["meta"]} >= {"process_name", "thread_name"}
+
+    # every op: same pid, tid, start, duration and args (strides, concrete and scalar inputs, ids)
+    ours = {}
+    for e in b["ops"]:
+        ours.setdefault(_key(e), []).append(e)
+    assert len(a["ops"]) == len(b["ops"]) > 100
+    scalars = 0
+    for e in a["ops"]:
+        got = ours[_key(e)].pop(0)
+        assert (got["pid"], got["tid"], round(got["dur"] * 1000)) == (e["pid"], e["tid"], round(e["dur"] * 1000)), e
+        assert got["args"] == e["args"], e["name"]
+        scalars += "Scalar" in e["args"].get("Input type", [])
+    assert scalars > 0            # the trace has scalar inputs (AdamW's lr, add's alpha): they came back
+    assert any("Sequence number" in e["args"] for e in a["ops"])
+    assert all({"External id", "Input Strides", "Concrete Inputs"} <= set(e["args"]) for e in b["ops"]
+               if "Input Dims" in e["args"])
+
+    # Python frames: every name (path, line, function) on its thread and pid, at its time
+    frames = (lambda es: Counter((e["name"], e["pid"], e["tid"], round(e["ts"] * 1000)) for e in es))
+    assert a["frames"] and frames(a["frames"]) == frames(b["frames"])
+
+    # memory events: Addr pairs an allocation with its free; Total Reserved and Total Allocated as written
+    mem = (lambda es: sorted((round(e["ts"] * 1000), e["pid"], e["tid"], json.dumps(e["args"], sort_keys=True))
+                             for e in es))
+    assert a["memory"] and mem(a["memory"]) == mem(b["memory"])
+    assert all({"Addr", "Total Reserved", "Total Allocated"} <= set(e["args"]) for e in b["memory"])
+
+    # record_function annotations keep their pid and args too
+    note = (lambda es: sorted((e["name"], e["pid"], e["tid"], json.dumps(e.get("args"), sort_keys=True)) for e in es))
+    assert note(a["annotations"]) == note(b["annotations"])
+
+
+def test_the_export_imports_again_to_the_same_ops(trace, cli, tmp_path):
+    rid = json.loads(cli("trace", "import", trace, "--json").stdout)["run_id"]
+    out = tmp_path / "again.json"
+    assert cli("trace", "export", rid, "-o", str(out)).returncode == 0
+    r = cli("trace", "import", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)["run_id"]
+    from opscope.profiler.store import RunStore
+    store = RunStore()
+    q = "SELECT node, thread, start_ns, end_ns, input_shapes FROM events WHERE run_id = ? ORDER BY ALL"
+    assert store.query(q, [rid]) == store.query(q, [again])
