@@ -278,6 +278,11 @@ class LiveRun:
         self.store.finish_run(self.run_id, status=status, error=error, dropped=self.collector.dropped)
         self.error = error
         self.status = status
+        # a big run's op stats, times and analyses computed while it is stored, so no page visit waits on them;
+        # a failure there leaves them to the first visit and never fails the run
+        from .kept import when_stored
+        with contextlib.suppress(Exception):
+            when_stored(self.store, self.run_id)
 
     def _keep_py_spy(self) -> None:
         if not self._want_py_spy:
