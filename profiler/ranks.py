@@ -33,8 +33,13 @@ def clock_of(run: dict) -> str:
     return "simulated" if run.get("engine") == "dist" and sim else "wall"
 
 
+# FSDP's record_function spans that copy into or out of a collective's buffer (fsdp:all_gather_copy_in): local
+# copies that only carry a collective's name
+_COPY = re.compile(r"copy_(in|out)\b", re.IGNORECASE)
+
+
 def is_communication(op: str) -> bool:
-    return bool(_COMM.search(op or ""))
+    return bool(_COMM.search(op or "")) and not _COPY.search(op or "")
 
 
 def _union(intervals) -> list[tuple[int, int]]:

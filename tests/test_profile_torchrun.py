@@ -146,3 +146,22 @@ def test_trace_export_puts_each_rank_in_its_own_process_with_named_threads(slow_
     buckets = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X" and e["name"] == "all_reduce"}
     assert {procs[pid] for pid, _ in buckets} == {"rank 0", "rank 1"}     # one track per rank, not one for both
     assert all(threads[b].startswith("collectives (rank ") for b in buckets)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+@pytest.mark.timeout(600)
+def test_an_unchanged_fsdp2_job_records_its_all_gathers_and_reduce_scatters_per_rank(tmp_path):
+    r = _profile("torchrun", "--nproc-per-node", "2", str(ROOT / "examples" / "fsdp2_train.py"), timeout=540,
+                 home=tmp_path / "home")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["world_size"] == 2 and doc["steps"] == 3 and set(doc["events_per_rank"]) == {"0", "1"}
+    comm = {(c["rank"], c["op"]): c for c in doc["collectives"]}
+    for rank in (0, 1):
+        gathers = [c for (rk, op), c in comm.items() if rk == rank and "allgather" in op.replace("_", "")]
+        scatters = [c for (rk, op), c in comm.items() if rk == rank and "reduce_scatter" in op]
+        # 3 steps x 4 FSDP units (3 layers and the root's leftovers), forward and backward: some of each, every rank
+        assert gathers and sum(c["count"] for c in gathers) >= 6 and all(c["bytes"] > 0 for c in gathers), comm
+        assert scatters and sum(c["count"] for c in scatters) >= 3, comm
+    assert not any("copy_in" in op or "copy_out" in op for _, op in comm)     # FSDP's local copies are compute

@@ -9,7 +9,7 @@ from .runs import print_op_table, stats_doc
 
 
 def main(args, command: list[str], store) -> int:
-    from opscope.profiler.ranks import Ranks
+    from opscope.profiler.ranks import Ranks, is_communication
     from opscope.profiler.torchrun import nothing_recorded, profile_launcher
     run_id, rc = profile_launcher(command, store, engine=args.engine or "native",
                                   stdout=sys.stderr if args.json else None)
@@ -19,14 +19,17 @@ def main(args, command: list[str], store) -> int:
     run = store.get_run(run_id)
     per_rank = {int(r): int(n) for r, n in store.query(
         "SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank ORDER BY rank", [run_id])}
-    comm = store.query("SELECT rank, op, count(*), sum(bytes), sum(end_ns - start_ns) FROM events "
-                       "WHERE run_id = ? AND phase = 'communication' GROUP BY rank, op ORDER BY rank, op", [run_id])
+    # the Ranks analysis's one definition of communication (a collective's name), so FSDP2's all-gathers and
+    # reduce-scatters, recorded as the ops torch calls rather than through DDP's hooks, count too
+    comm = [row for row in store.query(
+        "SELECT rank, op, count(*), sum(bytes), sum(end_ns - start_ns), bool_or(phase = 'communication') FROM events "
+        "WHERE run_id = ? GROUP BY rank, op ORDER BY rank, op", [run_id]) if row[5] or is_communication(row[1])]
     summary = Ranks.of_run(store, run_id).summary() if run["events"] else {"ranks": [], "slowest_rank": None}
     failed = rc != 0 or run["status"] != "ok"
     doc = {"run_id": run_id, "status": run["status"], "launcher_exit_code": rc, "world_size": run["config"]["world_size"],
            "events": run["events"], "events_per_rank": per_rank, "steps": run["steps"],
            "collectives": [{"rank": int(r), "op": op, "count": int(n), "bytes": int(b or 0), "time_ns": int(t or 0)}
-                           for r, op, n, b, t in comm],
+                           for r, op, n, b, t, _ in comm],
            "slowest_rank": summary["slowest_rank"], "ranks": summary["ranks"],
            "top_ops": stats_doc(store.op_stats(run_id)[:args.top], run)}
     if run.get("error"):
