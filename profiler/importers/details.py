@@ -97,6 +97,11 @@ def _user_frame(name: str):
     return (None if lib else f"{path}:{line}"), frame
 
 
+# record_function names torch itself puts around its own work: never a user's step
+_TORCH_ANNOTATIONS = ("Optimizer.", "DistributedDataParallel.", "FullyShardedDataParallel", "FSDP::", "fsdp:",
+                      "## ", "torch/", "aten::", "autograd::", "c10d::", "nccl:", "gloo:", "ProfilerStep#")
+
+
 class Details:
     def __init__(self, py, x_other, nonx: list, source: str):
         """py: the trace's python_function spans (chrome.Spans: events, start, end); x_other: its other spans
@@ -126,10 +131,24 @@ class Details:
             self.stored_as.setdefault(kind, set()).add(table)
 
     def annotation_steps(self) -> list[tuple[int, int]]:
-        """Without ProfilerStep#N: the outermost user annotations on the host, when there are several, are
-        the steps (a loop of `with record_function("step")`)."""
+        """Without ProfilerStep#N: the optimizer's steps when the trace has them (torch annotates each
+        `Optimizer.step#SGD.step`; a step ends where one ends), else the outermost user annotations on the
+        host that are the user's own, when there are several (a loop of `with record_function("step")`).
+        NOTE: torch's own annotations (Optimizer.zero_grad, DistributedDataParallel.forward, ...) are
+        outermost too: counted as steps, six iterations of a DDP script read as eighteen steps."""
         ev, st, en, cats = self.spans
         rows = [i for i, c in enumerate(cats) if c == "user_annotation"]
+        if len(rows) < 2:
+            return []
+        names = [str(ev[i].get("name", "")) for i in rows]
+        opt = [i for i, name in zip(rows, names) if name.startswith("Optimizer.step#")]
+        if len(opt) >= 2:
+            lane = max({as_int(ev[i].get("tid", 0)) for i in opt},
+                       key=lambda t: sum(as_int(ev[i].get("tid", 0)) == t for i in opt))
+            ends = sorted(int(en[i]) for i in opt if as_int(ev[i].get("tid", 0)) == lane)
+            first = min(int(st[i]) for i in rows)
+            return [(first if k == 0 else ends[k - 1], e) for k, e in enumerate(ends)]
+        rows = [i for i, name in zip(rows, names) if not name.startswith(_TORCH_ANNOTATIONS)]
         if len(rows) < 2:
             return []
         lanes = np.asarray([as_int(ev[i].get("tid", 0)) for i in rows], dtype=np.int64)
