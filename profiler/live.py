@@ -441,10 +441,9 @@ def _profile_here(model_spec, backend_spec, *, steps, warmup, values, engine, py
     sink = StoreSink(store, run_id)
     from .runner import execute
 
-    def on_meta(meta):
-        if meta.get("capture"):
-            store.update_run(run_id, config={"capture": meta["capture"], "placement": meta.get("placement"),
-                                             "nodes": meta.get("nodes")})
+    def on_meta(meta):          # as a runner's run keeps them: placement (fused members, buffer lifetimes), nodes
+        keep = {"placement": meta.get("placement"), "nodes": meta.get("nodes")}
+        store.update_run(run_id, config={"capture": meta["capture"], **keep} if meta.get("capture") else keep)
     try:
         execute(sink, model_spec=model_spec, backend_spec=backend_spec, steps=steps, warmup=warmup, values=values,
                 engine=engine, allow_fallback=allow_fallback, model=model, inputs=inputs, train=train,

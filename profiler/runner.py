@@ -87,9 +87,11 @@ def execute(sink, *, model_spec: str, backend_spec: str, steps: int = 1, warmup:
     else:
         s = open_session(model_spec, backend_spec, allow_fallback=allow_fallback, model=model, inputs=inputs)
     if on_meta:
+        from opscope.runtime.buffers import buffer_lifetimes
         from opscope.runtime.passes.fuse import fused_members
-        rep = s.plan.placement.report()
-        fused = fused_members(st.node for st in s.plan.steps)     # a fused node's members, kept with the run
+        # a fused node's members and each buffer's lifetime (allocating and freeing step), kept with the run
+        rep = {**s.plan.placement.report(), "buffers": buffer_lifetimes(s.plan)}
+        fused = fused_members(st.node for st in s.plan.steps)
         on_meta({"backend": s.backend.name, "device": s.backend.device, "nodes": len(s.graph.nodes),
                  "description": s.backend.description.as_dict(), "placement": {**rep, "fused": fused} if fused else rep})
     for _ in range(warmup):
@@ -133,6 +135,7 @@ def _execute_train(sink, *, model_spec, backend_spec, steps, warmup, values, eng
                    on_meta, train, on_train) -> int:
     from opscope.runtime import backends, models
     from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, Trainer
+    from opscope.runtime.buffers import buffer_lifetimes
     from opscope.runtime.train.memory import memory_timeline
     from .recorder import Recorder
     if engine != "graph":
@@ -146,7 +149,8 @@ def _execute_train(sink, *, model_spec, backend_spec, steps, warmup, values, eng
     t = Trainer.create(model, inputs, backend, opt, name=model_spec, allow_fallback=allow_fallback)
     if on_meta:
         on_meta({"backend": backend.name, "device": backend.device, "nodes": len(t.train.graph.nodes),
-                 "description": backend.description.as_dict(), "placement": t.plan.placement.report()})
+                 "description": backend.description.as_dict(),
+                 "placement": {**t.plan.placement.report(), "buffers": buffer_lifetimes(t.plan)}})
     info = {"optimizer": opt.name, "lr": opt.lr, "phases": t.phase_counts(), "memory": t.memory(),
             "memory_timeline": memory_timeline(t), "capture_seconds": t.capture_seconds, "losses": []}
     for _ in range(warmup):

@@ -9,9 +9,17 @@ loaded, store.py's _READ_ONLY), with the configuration then locked so the query 
 table that has a run_id is seen as a temporary view of this run's rows, without the run_id column. One
 statement, SELECT (WITH ... SELECT) or EXPLAIN only; at most `max_rows` rows come back (the query is wrapped in
 a LIMIT, so a billion-row result is never built) and it is interrupted after `seconds`.
+
+query_in_child() runs the same query in a child process (the web console): DuckDB shares one instance, and its
+settings, between the connections of a process, so in a process that also writes the store (`profile --web`'s
+collector) a query would share the writer's settings (file access on) and lock them for the writer. The child
+has its own instance, and is killed if the interrupt does not stop it.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 
 from opscope.runtime.errors import UsageError
@@ -84,3 +92,44 @@ def _views(con, run_id: str) -> list[str]:
 def _one_line(e: Exception) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def query_in_child(run_id: str, sql: str, store_path, max_rows: int = MAX_ROWS, seconds: float = SECONDS) -> dict:
+    """query() in a child process of its own: the same answer, or UsageError with the same one line."""
+    import duckdb
+    with duckdb.connect(":memory:") as con:     # what is not one SELECT is refused here, without a process
+        _one_select(con, sql)
+    job = json.dumps({"run": run_id, "sql": sql, "store": str(store_path), "max_rows": int(max_rows),
+                      "seconds": float(seconds)})
+    try:
+        done = subprocess.run([sys.executable, "-m", "opscope.profiler.sql"], input=job, capture_output=True,
+                              text=True, timeout=seconds + 30)        # startup and the store's lock wait, then kill
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"sql: the query ran past {seconds:g} s and was stopped; "
+                         f"narrow it (a WHERE, a LIMIT) or ask for less") from None
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UsageError(f"sql: the query's process ended without an answer (exit {done.returncode}): "
+                         f"{_one_line(Exception(done.stderr[-300:]))}") from None
+    if "error" in answer:
+        raise UsageError(answer["error"])
+    return answer
+
+
+def _child() -> int:
+    """`python -m opscope.profiler.sql`: one job as JSON on stdin, one answer as JSON on stdout."""
+    from opscope.profiler.store import RunStore
+    from opscope.runtime.errors import OpscopeError
+    job = json.loads(sys.stdin.read())
+    try:
+        out = query(job["run"], job["sql"], store=RunStore(job["store"]), max_rows=job["max_rows"],
+                    seconds=job["seconds"])
+    except OpscopeError as e:
+        out = {"error": str(e)}
+    print(json.dumps(out, default=str))      # a date, a decimal, a blob: as text
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child())

@@ -11,6 +11,8 @@ from dash import Input, Output, dcc, html
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, phases, theme
 
+from . import lifetimes
+
 PATH = "/memory"
 NAME = "Memory"
 _LINE = ["#2563eb", "#dc2626", "#059669", "#7c3aed", "#d97706"]
@@ -30,10 +32,12 @@ def layout(**_query):
         ui.card("Ops that allocate most", html.Div(id="memory-table-box", children=ui.table(
             ids.MEM_TABLE, [("op", "op", ui.SWATCH), ("count", "calls", ui.NUM), ("alloc", "allocated", ui.RIGHT),
                             ("peak", "live at its peak", ui.RIGHT)], []))),
+        lifetimes.card(),
     ])
 
 
 def register(app, data):
+    lifetimes.register(app, data)           # allocations paired with frees: a card of this page
     @app.callback(Output(ids.MEM_GRAPH, "figure"), Output(ids.MEM_TABLE, "rowData"), Output(PEAKS, "children"),
                   Input(ids.RUN_STATUS, "data"))
     def render(status):

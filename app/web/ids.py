@@ -66,3 +66,25 @@ RANKS_GRAPH = "ranks-graph"          # per rank and step: compute / overlap / co
 # optimize
 OPT_CHART = "optimize-chart"         # per cycle: estimated vs measured gain
 OPT_CYCLES = "optimize-cycles"       # per cycle: the pass, why it was kept or not, a link to its run
+
+# sql (app/pages/sql.py)
+SQL_TEXT = "sql-text"                # the query
+SQL_RUN = "sql-run"                  # its button
+SQL_OUT = "sql-out"                  # one line, then the rows
+SQL_GRID = "sql-grid"
+SQL_TABLES = "sql-tables"            # the tables a query can read, with their columns
+
+# flame graph (app/pages/flame.py)
+FLAME_KIND = "flame-kind"            # Python stacks or op nesting
+FLAME_STEP = "flame-step"
+FLAME_DATA = "flame-data"            # dcc.Store: the merged call tree, drawn by assets/analyzer_tools.js
+FLAME_GRAPH = "flame-graph"          # where the canvas goes
+FLAME_TABLE = "flame-table"          # the heaviest frames by self time
+
+# timeline tools (app/pages/timeline_tools.py)
+TL_AREA = "timeline-area"            # dcc.Store: {run, t0, t1, tracks} of an area selection (assets/analyzer_tools.js)
+TL_AREA_OUT = "timeline-area-out"    # its summary table
+
+# memory: allocations paired with frees (app/pages/lifetimes.py)
+MEM_LIFETIMES = "memory-lifetimes"
+MEM_SITES = "memory-sites"           # peak and leaks by call site

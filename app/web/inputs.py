@@ -185,6 +185,18 @@ def picked_span(value, name: str = "picked span") -> list | None:
     return value
 
 
+def area(value, name: str = "area selection") -> dict | None:
+    """The timeline's area selection, as assets/timeline_tools.js writes it: {run, t0, t1, tracks} (ns since the
+    run's first span; the tracks' indices in the server's order, at most 100,000)."""
+    if fields(value, name, {"run": text, "t0": number, "t1": number, "tracks": lambda v, n: v}) is None:
+        return None
+    if not isinstance(value["tracks"], list) or len(value["tracks"]) > 100_000:
+        raise BadInput(f"{name}'s tracks must be a list of at most 100000 track numbers")
+    for t in value["tracks"]:
+        integer(t, f"{name}'s track", 0, 10**9)
+    return value
+
+
 def group_by(value, name: str = "group by"):
     return choice(value, name, GROUP_BY)
 
@@ -204,6 +216,9 @@ SCHEMA = {
     (ids.OPS_GROUP, "value"): group_by, (ids.OPS_TABLE, "cellClicked"): clicked_row,
     (ids.CMP_A, "value"): text, (ids.CMP_B, "value"): text,
     (ids.TEN_TABLE, "cellClicked"): clicked_row,
+    (ids.SQL_RUN, "n_clicks"): _whole_or_none, (ids.SQL_TEXT, "value"): text,
+    (ids.FLAME_KIND, "value"): lambda v, n: choice(v, n, ("stacks", "ops")), (ids.FLAME_STEP, "value"): step,
+    (ids.TL_AREA, "data"): lambda v, n: area(v, n),
 }
 
 

@@ -30,7 +30,8 @@ from .data import WebData
 ASSETS = next((p for p in (Path(__file__).resolve().parents[2] / "assets",
                            Path(__file__).resolve().parents[1] / "assets") if p.is_dir()),
               Path(__file__).resolve().parents[2] / "assets")
-PAGES = ["runs", "timeline", "operators", "memory", "ranks", "compare", "tensors", "hardware", "advisor", "optimize"]
+PAGES = ["runs", "timeline", "operators", "memory", "ranks", "compare", "tensors", "hardware", "advisor", "optimize",
+         "flame", "sql"]
 LIVE_POLL_MS = 1000
 
 
