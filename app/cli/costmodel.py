@@ -3,7 +3,10 @@ measured ops and regions of every finished run in the store; `check` reports how
 times of models it was not trained on (leave one model out, Spearman rank correlation)."""
 from __future__ import annotations
 
-from .common import add_json, console, emit_json, say, table
+from .common import add_json, console, emit_json, number_arg, say, table
+
+
+TREES = number_arg("--trees", minimum=1, maximum=2000, whole=True)
 
 
 def register(sub) -> None:
@@ -11,21 +14,14 @@ def register(sub) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     f = verbs.add_parser("fit", help="train on every finished run in the store and save it ($OPSCOPE_HOME)")
     f.add_argument("-o", "--output", default=None, help="where to save it (default $OPSCOPE_HOME/cost_model.json)")
-    f.add_argument("--trees", type=int, default=60, help="boosting rounds")
+    f.add_argument("--trees", type=TREES, default=60, help="boosting rounds")
     add_json(f)
     f.set_defaults(func=fit)
     c = verbs.add_parser("check", help="accuracy on held-out models: train on the others, rank-correlate each")
-    c.add_argument("--trees", type=int, default=60, help="boosting rounds")
+    c.add_argument("--trees", type=TREES, default=60, help="boosting rounds")
     add_json(c)
     c.set_defaults(func=check)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
-
-
-def _trees(args) -> int:
-    from opscope.runtime.errors import UsageError
-    if not 1 <= args.trees <= 2000:
-        raise UsageError(f"--trees {args.trees}: give 1 to 2000")
-    return args.trees
 
 
 def _data():
@@ -41,7 +37,7 @@ def _data():
 def fit(args) -> int:
     from opscope.profiler.cost_data import fit as fit_model
     from opscope.runtime.cost_model import default_path
-    trees = _trees(args)
+    trees = args.trees
     ops, regions = _data()
     model = fit_model(ops, regions, trees=trees)
     path = args.output or default_path()
@@ -62,7 +58,7 @@ def _fmt(v: float) -> str:
 
 def check(args) -> int:
     from opscope.profiler.cost_data import check as check_model
-    trees = _trees(args)
+    trees = args.trees
     ops, regions = _data()
     out = check_model(ops, regions, trees=trees)
     if args.json:
