@@ -19,6 +19,7 @@
 A region's cost includes moving its inputs in and its outputs out, and an executor step for each.
 5. Verification: the chosen placement and each single backend run end to end, interleaved; the fastest wins (the
    parts measured alone can miss what a whole step pays: caches, thread pools waking).
+Times are the process's CPU time (see cpu_ns), medians.
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ REFERENCE_RUNS = 3
 TOLERANCE = 1e-4          # a candidate's outputs vs the reference's: |a - e| <= TOLERANCE * (1 + |e|)
 PRUNE = 2.0               # a stack this many times slower than op-by-op on the whole graph is not searched further
 VERIFY_ROUNDS = 5         # end-to-end steps per finalist, interleaved
+# NOTE: every time here is the process's CPU time (all its threads), not wall time: on a shared machine a
+# candidate descheduled mid-call would lose to a slower one that was not (wall times moved 10x under load 30).
+# The stacks run one intra-op thread each when THREADS says so; a stack's idle spinning counts, as it would.
+cpu_ns = time.process_time_ns
 
 
 @dataclass
@@ -85,9 +90,13 @@ class _Search:
         times: dict[str, list[int]] = {}
 
         class Keep:
+            def before_op(self, call):
+                self.t0 = cpu_ns()
+
             def after_op(self, call):
+                t1 = cpu_ns()
                 node = call.node
-                times.setdefault(node.name, []).append(call.end_ns - call.start_ns)
+                times.setdefault(node.name, []).append(t1 - self.t0)
                 if node.multi_output:
                     values.update(zip(node.outputs, call.outputs))
                 elif node.outputs:
@@ -98,9 +107,9 @@ class _Search:
                 ex.run(*inputs)
         fast = []
         for _ in range(REFERENCE_RUNS):
-            t = time.perf_counter_ns()
+            t = cpu_ns()
             ex.run(*inputs)
-            fast.append(time.perf_counter_ns() - t)
+            fast.append(cpu_ns() - t)
         for sl, v in g.constant_slots.items():
             values.setdefault(sl, v)
         self.values = values
@@ -223,9 +232,9 @@ class _Search:
                 raise ValueError(f"outputs differ from {self.per_op.name}'s")
         times = []
         for _ in range(REPEATS):
-            t = time.perf_counter_ns()
+            t = cpu_ns()
             call()
-            times.append(time.perf_counter_ns() - t)
+            times.append(cpu_ns() - t)
         return statistics.median(times) / 1e9
 
     # --- 4. dynamic programming ----------------------------------------------------------
@@ -365,9 +374,9 @@ class _Search:
         times = {name: [] for name in runs}
         for _ in range(VERIFY_ROUNDS):
             for name, ex in runs.items():
-                t = time.perf_counter_ns()
+                t = cpu_ns()
                 ex.run(*self.inputs)
-                times[name].append(time.perf_counter_ns() - t)
+                times[name].append(cpu_ns() - t)
         step = {name: statistics.median(ts) / 1e9 for name, ts in times.items()}
         best = min(step, key=step.get)
         single = {n: t for n, t in step.items() if n != "auto"}
@@ -381,7 +390,14 @@ class _Search:
                   "winner": best, "searched_placement": {"predicted_seconds": predicted_step,
                                                          "measured_seconds": step.get(same[0] if same else "auto"),
                                                          "same_as": same[0] if same else None}}
-        return Choice(segments, step[best], single, search, "search", dict(self.programs))
+        # only the winner's programs stay alive: the other candidates' compiled sessions (arenas, thread pools,
+        # executables) would otherwise live as long as the plan
+        used = {id(st.kernel) for st in runs[best].plan.steps}
+        programs = {k: p for k, p in self.programs.items() if id(p) in used}
+        self.programs.clear()
+        runs.clear()
+        self.values = {}
+        return Choice(segments, step[best], single, search, "search", programs)
 
 
 def _spans(segments) -> list[tuple]:
