@@ -265,12 +265,65 @@ def shoot_ranks_and_optimize(driver, url, ranks: str, optimized: str) -> None:
     shoot(driver, f"{url}/optimize?run={optimized}", "optimize")
 
 
+def run_query(driver):
+    """The SQL page's first example, run with Ctrl+Enter as a user does."""
+    from selenium.webdriver.common.keys import Keys
+    driver.find_element("id", "sql-text").send_keys(Keys.CONTROL, Keys.ENTER)
+    t0 = time.time()
+    while time.time() - t0 < 60 and not driver.execute_script("return !!document.querySelector('#sql-out .ag-row');"):
+        time.sleep(0.2)
+
+
+def timeline_tools(driver):
+    """The timeline's tools at once: the last track pinned on top, an area selected over the middle of the step
+    (its summary under the timeline), and a measure across a quarter of the window. Real mouse events."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+    tools = "return window.opscopeTimelineTools"
+
+    def mouse(*pts, press=False):
+        ab = ActionBuilder(driver)
+        ab.pointer_action.move_to_location(int(pts[0]["x"]), int(pts[0]["y"]))
+        if press:
+            ab.pointer_action.pointer_down()
+        for p in pts[1:]:
+            ab.pointer_action.move_to_location(int(p["x"]), int(p["y"]))
+        if press:
+            ab.pointer_action.pointer_up()
+        ab.perform()
+
+    n = len(driver.execute_script("return window.opscopeTimeline.tracks();"))
+    mouse(driver.execute_script(tools + ".gutterPoint(arguments[0]);", n - 1))
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(driver).click().perform()
+    time.sleep(0.5)
+    s = driver.execute_script("return window.opscopeTimeline.state();")
+    at = (lambda f, row: driver.execute_script(tools + ".plotPoint(arguments[0], arguments[1]);",
+                                               s["t0"] + f * (s["t1"] - s["t0"]), row))
+    driver.find_element("css selector", "#timeline-tools button[data-mode='area']").click()
+    mouse(at(0.35, 1), at(0.5, 2), at(0.62, min(3, n - 1)), press=True)
+    time.sleep(1.5)
+    driver.find_element("css selector", "#timeline-tools button[data-mode='measure']").click()
+    mouse(at(0.1, 0), at(0.2, 0), at(0.3, 0), press=True)
+    mouse({"x": 5, "y": 300})               # off the canvas: no tooltip over the picture
+    time.sleep(0.5)
+
+
+def shoot_tools(driver, url, run: str, imported: str) -> None:
+    """web-sql.png, web-flame.png (an imported trace's Python stacks), web-timeline-tools.png and
+    web-memory-lifetimes.png (the imported trace's allocations paired with frees)."""
+    shoot(driver, f"{url}/sql?run={run}", "sql", run_query)
+    shoot(driver, f"{url}/flame?run={imported}", "flame")
+    shoot(driver, f"{url}/timeline?run={run}&step=1", "timeline-tools", timeline_tools)
+    shoot(driver, f"{url}/memory?run={imported}", "memory-lifetimes")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reuse", action="store_true", help="use the runs already in $OPSCOPE_HOME")
-    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, ranks, import, region")
+    ap.add_argument("--only", default="", help="comma-separated groups to render: pages, train, ranks, import, region, "
+                                               "tools")
     args = ap.parse_args(argv)
-    only = set(filter(None, args.only.split(","))) or {"pages", "train", "ranks", "import", "region"}
+    only = set(filter(None, args.only.split(","))) or {"pages", "train", "ranks", "import", "region", "tools"}
     if not args.reuse:
         os.environ["OPSCOPE_HOME"] = tempfile.mkdtemp(prefix="opscope-shots-")
     from opscope.app.web.server import create_app, start_in_thread
@@ -288,8 +341,11 @@ def main(argv=None) -> int:
         trained = done[0] if done else train_run()
     if "ranks" in only:
         ranks, optimized = ranks_and_optimize_runs()
-    if "import" in only:
+    if "import" in only or "tools" in only:
         imported = torch_profiler_import()
+    if "tools" in only and "pages" not in only:
+        from opscope.profiler import profile
+        a = profile("demo:gpt", "sim:npu-a1", steps=2)
     if "region" in only:
         region = stack_region_run()
     token = secrets.token_urlsafe()          # as `opscope serve` does; the pages strip it from the address bar
@@ -308,6 +364,8 @@ def main(argv=None) -> int:
             shoot(driver, f"{url}/timeline?run={imported}&step=1", "timeline-import")
         if "region" in only:        # a compiler stack's region with its per-op children beneath it
             shoot(driver, f"{url}/timeline?run={region}&step=1", "timeline-region", click_child(region))
+        if "tools" in only:         # the SQL console, the flame graph, the timeline's tools, allocation lifetimes
+            shoot_tools(driver, url, a, imported)
         if "pages" not in only:
             return 0
         shoot(driver, f"{url}/", "runs", click_cell("runs-table"))

@@ -96,15 +96,23 @@ def _children_time(spans: lod.Spans, k: int, groups: np.ndarray, s: np.ndarray, 
     if below >= len(spans.tracks) or groups[below] != groups[k]:
         return np.zeros(len(s))
     a, b = int(spans.offsets[below]), int(spans.offsets[below + 1])
-    cs, ce = spans.start[a:b], spans.end[a:b]            # sorted by start (Spans keeps each track so)
-    out = np.zeros(len(s))
-    lo = np.searchsorted(cs, s - spans.maxdur[below], "left")      # those that began before it, too
+    cs, ce = spans.start[a:b], spans.end[a:b]            # one lane: sorted by start, and so by end
+    if not len(cs) or not len(s):
+        return np.zeros(len(s))
+    # vectorized (a whole-run area of a million spans): every child between the first that ends after the span's
+    # start and the last that starts before its end counts whole (cut to the area), less the first one's part
+    # before the span and the last one's part after it
+    c0, c1 = np.maximum(cs, s.min()), np.minimum(ce, e.max())
+    d = np.maximum(c1 - c0, 0).astype(np.float64)
+    prefix = np.concatenate([[0.0], np.cumsum(d)])
+    lo = np.searchsorted(ce, s, "right")
     hi = np.searchsorted(cs, e, "left")
-    for i in np.flatnonzero(hi > lo):                      # only the spans that have children pay for a loop
-        c0 = np.maximum(cs[lo[i]:hi[i]], s[i])
-        c1 = np.minimum(ce[lo[i]:hi[i]], e[i])
-        out[i] = float(np.maximum(c1 - c0, 0).sum())
-    return out
+    out = prefix[np.maximum(hi, lo)] - prefix[lo]
+    has = hi > lo
+    first, last = np.minimum(lo, len(cs) - 1), np.maximum(hi - 1, 0)
+    out -= np.where(has, np.clip(s - c0[first], 0, d[first]), 0)
+    out -= np.where(has, np.clip(c1[last] - e, 0, d[last]), 0)
+    return np.maximum(out, 0)
 
 
 def render(rows: list[dict], head: dict, spans: lod.Spans):
