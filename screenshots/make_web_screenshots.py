@@ -279,6 +279,7 @@ def timeline_tools(driver):
     (its summary under the timeline), and a measure across a quarter of the window. Real mouse events."""
     from selenium.webdriver.common.actions.action_builder import ActionBuilder
     tools = "return window.opscopeTimelineTools"
+    drawn("var s = window.opscopeTimeline && window.opscopeTimeline.state(); return !!(s && s.draws && !s.busy);")(driver)
 
     def mouse(*pts, press=False):
         ab = ActionBuilder(driver)
@@ -308,13 +309,28 @@ def timeline_tools(driver):
     time.sleep(0.5)
 
 
+def drawn(script, timeout=90):
+    """A `before` for shoot(): wait until the page's own script says it has drawn (a loaded machine answers late)."""
+    def wait(driver):
+        t0 = time.time()
+        while time.time() - t0 < timeout and not driver.execute_script(script):
+            time.sleep(0.3)
+    return wait
+
+
 def shoot_tools(driver, url, run: str, imported: str) -> None:
     """web-sql.png, web-flame.png (an imported trace's Python stacks), web-timeline-tools.png and
     web-memory-lifetimes.png (the imported trace's allocations paired with frees)."""
     shoot(driver, f"{url}/sql?run={run}", "sql", run_query)
-    shoot(driver, f"{url}/flame?run={imported}", "flame")
+    shoot(driver, f"{url}/flame?run={imported}", "flame",
+          drawn("return !!(window.opscopeFlame && window.opscopeFlame.state()) && "
+                "!!document.querySelector('#flame-table .ag-row');"))
     shoot(driver, f"{url}/timeline?run={run}&step=1", "timeline-tools", timeline_tools)
-    shoot(driver, f"{url}/memory?run={imported}", "memory-lifetimes")
+    shoot(driver, f"{url}/memory?run={imported}", "memory-lifetimes",
+          drawn("var g = document.querySelector('#memory-lifetimes-graph .js-plotly-plot'), "
+                "m = document.querySelector('#memory-graph .js-plotly-plot');"
+                "return !!(g && g.data && g.data.length && m && m.data && m.data.length) && "
+                "!!document.querySelector('#memory-sites .ag-row');"))
 
 
 def main(argv=None) -> int:
