@@ -69,11 +69,23 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()     # the LiveRuns this process start
 
 
 def interrupt_all() -> None:
-    """Ctrl-C on the command (app/cli: the runners are killed next): every run still going is
-    stored as interrupted, not as failed by SIGKILL."""
+    """Ctrl-C on the command (app/cli/__init__.py waits for the runs to close): every run still going is
+    stored as interrupted, not as failed by SIGKILL, and its runner is killed (it ignores SIGINT)."""
     for live in list(_LIVE):
         if live.status == "running":
             live._interrupted = True
+            if live.proc.poll() is None:
+                live.proc.kill()
+
+
+def _ctrl_c_is_the_parents() -> None:
+    """preexec_fn of a runner: SIGINT ignored (inherited across exec, and Python then installs no
+    KeyboardInterrupt handler). A terminal's Ctrl-C goes to its whole foreground process group, the runner
+    included; raised in the runner it could land inside torch's C++ (an abort: "terminate called after
+    throwing an instance of ..."), or end the runner before the parent marked the run interrupted, so the
+    run was stored failed and the parent had no run to keep (CI, under load). The parent answers Ctrl-C:
+    it marks the run interrupted, kills the runner, keeps what arrived (interrupt_all, LiveRun.interrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LiveRun:
@@ -113,7 +125,8 @@ class LiveRun:
             self.proc = start(python_command("opscope.profiler.runner", "--hwm", str(hwm), *argv),
                               stdout=self._log if echo is None else subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL if echo is None else None,
-                              env=env, pass_fds=(pipe_r,) if pipe_r is not None else ())
+                              env=env, pass_fds=(pipe_r,) if pipe_r is not None else (),
+                              preexec_fn=_ctrl_c_is_the_parents if os.name == "posix" else None)
         finally:
             if pipe_r is not None:       # the runner holds its own copy
                 os.close(pipe_r)

@@ -415,10 +415,12 @@ def _interrupted(announce: bool = True) -> None:
     os._exit(130)
 
 
-def _close_live_runs(timeout: float = 15.0) -> list[str]:
+def _close_live_runs(timeout: float = 60.0) -> list[str]:
     """Stop the runner processes this command started and wait until each run is closed in the store
     (profiler/live.py: every LiveRun has a watcher thread named `opscope-run-<id>` that finishes the
-    run, events kept, once its runner is gone). Returns the ids of the runs that were closed."""
+    run, events kept, once its runner is gone). Returns the ids of the runs that were closed.
+    NOTE: closing takes well under a second; the bound is for a store that hangs (the 15 s it was could
+    run out on a machine loaded 25 deep on 2 cores)."""
     import threading
     import time
     watchers = [t for t in threading.enumerate() if t.name.startswith("opscope-run-") and t.is_alive()]
