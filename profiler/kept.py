@@ -100,21 +100,57 @@ def run_times(store, run: dict) -> dict:
     return kept(store, run, "run_times", compute)
 
 
-def when_stored(store, run_id: str, force: bool = False) -> bool:
+def when_stored(store, run_id: str, force: bool = False, analyses: str = "now") -> bool:
     """Compute what the pages read of a big run (op stats in every grouping, its times, the advisor's analyses)
     now, as it is stored, so no visit computes over its events. True when it did (the run is final and big,
-    or `force`)."""
+    or `force`).
+
+    analyses: "now", or "background" -- the advisor's analyses (most of the cost: minutes for a million
+    events on a loaded machine) computed by a detached child after the command returns, so `trace import`
+    and `profile` stay as quick as they were; a page visited before it is done computes them itself."""
     run = store.get_run(run_id)
     if key(run) is None or not (force or int(run.get("events") or 0) >= BIG):
         return False
     from . import stats
-    from .advisor import run_analyses
     from .compare import side
     with store.connect() as con:
         stats.cache(con, run["run_id"])
     run_times(store, run)
     side(store, run, "name")          # the Compare page's and `opscope compare`'s part of this run
-    run_analyses(run["run_id"], store)
     for keep in KEEPERS:
         keep(store, run["run_id"])
+    if analyses == "background":
+        _analyse_in_background(store, run["run_id"])
+    else:
+        from .advisor import run_analyses
+        run_analyses(run["run_id"], store)
     return True
+
+
+def _analyse_in_background(store, run_id: str) -> None:
+    import subprocess
+
+    from opscope.runtime.child import python_command, start
+    try:
+        start(python_command("opscope.profiler.kept", str(store.path), run_id), stdin=subprocess.DEVNULL,
+              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:                   # no process to spare: the first visit computes them
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """`python -m opscope.profiler.kept STORE RUN`: the advisor's analyses of a stored run, kept."""
+    from .advisor import run_analyses
+    from .store import RunStore
+    if len(argv) != 2:
+        return 2
+    try:
+        run_analyses(argv[1], RunStore(argv[0]))
+    except Exception:                 # detached: nobody to tell; the first visit computes them instead
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))

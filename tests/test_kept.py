@@ -3,6 +3,7 @@ Advisor's first visit 47 s, computing on every visit); a big run's are computed 
 import json
 
 import numpy as np
+import pytest
 
 from opscope.profiler import kept, stats
 from opscope.profiler.advisor import ANALYSES_ARTIFACT
@@ -64,3 +65,17 @@ def test_when_stored_computes_what_the_pages_read_and_compare_agrees(opscope_hom
     assert len(store.artifacts(a, ANALYSES_ARTIFACT)) == 1
     assert store.query("SELECT count(*) FROM op_stats_cache WHERE run_id = ?", [a])[0][0] > 0
     assert compare_runs(store, a, b) == before
+
+
+@pytest.mark.multiprocess
+def test_a_big_runs_analyses_are_kept_by_a_detached_child_so_the_command_does_not_wait(opscope_home):
+    import time
+
+    from opscope.profiler.advisor import ANALYSES_ARTIFACT
+    store = RunStore()
+    rid = _run(store, 400)
+    assert kept.when_stored(store, rid, force=True, analyses="background")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(store.artifacts(rid, kind=ANALYSES_ARTIFACT)):
+        time.sleep(0.5)
+    assert list(store.artifacts(rid, kind=ANALYSES_ARTIFACT)), "the detached child kept no analyses"

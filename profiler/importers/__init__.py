@@ -79,6 +79,8 @@ def _import(path, store, max_bytes, tell) -> str:
     if run.get("extras"):
         extras.keep(store, run_id, run["extras"])
     if len(table) >= BIG:
-        tell("computing its op stats, times and analyses")
-    when_stored(store, run_id)          # a big run's numbers, so no page visit computes over its events
+        tell("computing its op stats and times")
+    # a big run's numbers, so no page visit computes over its events; the advisor's analyses in a detached
+    # child, so the import returns as soon as it did before they were kept
+    when_stored(store, run_id, analyses="background")
     return run_id
