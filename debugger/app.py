@@ -45,6 +45,7 @@ class Prepared:
     table: tuple                # the tensors table: (header, [row]) as Content
     values: list                # [(label, value)] in table order, for the value pages
     watches: str | None         # watches text, None when unchanged since the last event
+    width: int = 0              # the tensors table's width the table was made for (0: not laid out yet)
 
 
 class ControllerEvent(Message):
@@ -86,7 +87,8 @@ class DebuggerApp(App):
     DebuggerApp.-narrow.-graph #left { display: block; width: 34; }
     DebuggerApp.-compact #op { height: 12; }
     DebuggerApp.-short #op { height: 10; }
-    DebuggerApp.-short #tensors { height: 6; }
+    /* as tall as its rows (header, inputs, outputs), within bounds: at 80x24 a linear's in0, in1, in2 and out */
+    DebuggerApp.-short #tensors { height: auto; max-height: 9; }
     DebuggerApp.-short #log { display: none; }
     DebuggerApp.-short #breakpoints { height: 5; }
     """
@@ -141,6 +143,7 @@ class DebuggerApp(App):
         self._queued: list = []      # commands typed ahead while the model ran
         self._t_command = None
         self._compact = False        # the op panel without the source snippet (read by the worker)
+        self._table_width = 0        # the width the shown tensors table was made for
         self._looking = None         # index into the controller's history while looking back
         self.timings: list[tuple[float, float]] = []   # per stop: (command -> stop handled, -> drawn), s
         self.last_event = None       # for tests and scripts
@@ -267,6 +270,16 @@ class DebuggerApp(App):
             ev = self.shown_event
             if isinstance(ev, Stop):
                 self._op.update(view.op_panel(ev, self.total, compact))
+        self.call_after_refresh(self._refit_table)
+
+    def _refit_table(self) -> None:
+        """The tensors table made again for its new width (its columns narrow to fit, view.stats_table)."""
+        ev = self.shown_event
+        width = self._tensors.content_region.width
+        if ev is not None and width != self._table_width:
+            self._table_width = width
+            stats, _, outputs = self._tensors_of(ev)
+            self._tensors.set_rows(*view.stats_table(stats, width or None, outputs))
 
     def _build_tree(self) -> None:
         tree = self._tree
@@ -307,17 +320,28 @@ class DebuggerApp(App):
     def _prepare(self, ev) -> Prepared:
         if isinstance(ev, Stop):
             op = view.op_panel(ev, self.total, self._compact)
-            stats, values = ev.input_stats + ev.output_stats, ev.inputs + ev.outputs
         elif isinstance(ev, Finished):
-            op, stats, values = view.finished_panel(ev), ev.outputs, []
+            op = view.finished_panel(ev)
         else:
-            op, stats, values = view.failed_panel(ev, self.total), ev.input_stats, ev.inputs
+            op = view.failed_panel(ev, self.total)
+        stats, values, outputs = self._tensors_of(ev)
         watches = view.watches_text(self.ctl.watches)
         if watches == self._watches_sent:
             watches = None
         else:
             self._watches_sent = watches
-        return Prepared(op, view.stats_table(stats), values, watches)
+        # the table's width as last laid out (a resize makes it again: _refit_table)
+        width = self._tensors.content_region.width
+        return Prepared(op, view.stats_table(stats, width or None, outputs), values, watches, width)
+
+    @staticmethod
+    def _tensors_of(ev) -> tuple[list, list, int]:
+        """(stats, values, how many of them are outputs) of the tensors an event shows."""
+        if isinstance(ev, Stop):
+            return ev.input_stats + ev.output_stats, ev.inputs + ev.outputs, len(ev.output_stats)
+        if isinstance(ev, Finished):
+            return ev.outputs, [], 0
+        return ev.input_stats, ev.inputs, 0
 
     def on_controller_event(self, message: ControllerEvent) -> None:
         ev = message.event
@@ -331,7 +355,7 @@ class DebuggerApp(App):
             if self._op.border_title != "op":
                 self._op.border_title = "op"
             self._op.update(p.op, layout=False)
-            self._fill_tensors(p.table, p.values)
+            self._fill_tensors(p.table, p.values, width=p.width)
             if p.watches is not None:
                 self._watches.update(p.watches, layout=False)
             self._refresh_breakpoints()
@@ -389,8 +413,10 @@ class DebuggerApp(App):
         self._current_leaf = leaf
         self._tree.move_cursor(leaf)       # scrolls only when the line is out of view
 
-    def _fill_tensors(self, table, values, dropped: bool = False) -> None:
+    def _fill_tensors(self, table, values, dropped: bool = False, width: int = 0) -> None:
+        self._table_width = width
         self._tensors.set_rows(*table)
+        self._refit_table()            # made before the first layout, or for a width since changed
         self._shown = values
         self._dropped = dropped
         self._page = 0
@@ -556,7 +582,7 @@ class DebuggerApp(App):
         self.shown_event = ev
         with self.batch_update():
             self._op.update(p.op, layout=False)
-            self._fill_tensors(p.table, p.values, dropped=getattr(ev, "dropped", False))
+            self._fill_tensors(p.table, p.values, dropped=getattr(ev, "dropped", False), width=p.width)
             if isinstance(ev, Stop):
                 self._mark(ev.seq)
 

@@ -15,7 +15,8 @@ from textual.widget import Widget
 
 
 class TensorTable(Widget, can_focus=True):
-    """Header + rows (Content lines); up/down or a click moves the cursor and posts Highlighted."""
+    """Header + rows (Content lines); up/down or a click moves the cursor and posts Highlighted. The last
+    `pinned` rows (the op's outputs) stay in view when the rows do not fit: the inputs scroll above them."""
 
     BINDINGS = [Binding("up", "move(-1)", "up", show=False), Binding("down", "move(1)", "down", show=False)]
     DEFAULT_CSS = """
@@ -33,32 +34,42 @@ class TensorTable(Widget, can_focus=True):
         super().__init__(id=id)
         self._header = Content("")
         self._rows: list[Content] = []
+        self._pinned = 0
 
     @property
     def row_count(self) -> int:
         return len(self._rows)
 
-    def set_rows(self, header: Content, rows: list[Content]) -> None:
+    def set_rows(self, header: Content, rows: list[Content], pinned: int = 0) -> None:
         """New content for every line; the cursor stays on its row when that row still exists."""
-        self._header, self._rows = header, rows
+        relayout = len(rows) != len(self._rows)         # an auto height (small terminals) follows the rows
+        self._header, self._rows, self._pinned = header, rows, min(pinned, len(rows))
         if self.cursor_row >= len(rows):
             self.cursor_row = 0
-        self.refresh()
+        self.refresh(layout=relayout)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return 1 + len(self._rows)
 
     def row_text(self, row: int) -> str:
         return self._rows[row].plain
 
-    def _window(self) -> tuple[int, int]:
-        """(first row shown, rows that fit under the header): the cursor's row is always in view."""
+    def _shown(self) -> list[int]:
+        """The rows in view, top to bottom: the cursor's row always; the pinned rows always, under a window of
+        the others that follows the cursor."""
         visible = max(1, self.content_region.height - 1)
-        if len(self._rows) <= visible:
-            return 0, visible
-        return max(0, min(self.cursor_row - visible + 1, len(self._rows) - visible)), visible
+        n = len(self._rows)
+        if n <= visible:
+            return list(range(n))
+        pinned = min(self._pinned, visible - 1)
+        rest, room = n - pinned, visible - pinned
+        top = max(0, min(min(self.cursor_row, rest - 1) - room + 1, rest - room))
+        return list(range(top, top + room)) + list(range(n - pinned, n))
 
     def render(self) -> Content:
-        top, visible = self._window()
         lines = [self._header]
-        for i, line in enumerate(self._rows[top:top + visible], top):
+        for i in self._shown():
+            line = self._rows[i]
             if i == self.cursor_row:
                 line = line.stylize("reverse" if self.has_focus else "underline")
             lines.append(line)
@@ -77,9 +88,10 @@ class TensorTable(Widget, can_focus=True):
             self.cursor_row = row
 
     def on_click(self, event: Click) -> None:
-        top, _ = self._window()
-        row = top + event.y - 1 - self.styles.gutter.top     # line 0 is the header
-        self.move_cursor(row)
+        shown = self._shown()
+        line = event.y - 1 - self.styles.gutter.top          # line 0 is the header
+        if 0 <= line < len(shown):
+            self.move_cursor(shown[line])
 
     def on_focus(self) -> None:
         self.refresh()

@@ -166,19 +166,37 @@ def stats_cells(s) -> list[tuple[str, str]]:
             (s.device, "dim")]
 
 
-def stats_table(stats) -> tuple[Content, list[Content]]:
-    """The tensors table as Content lines (header, rows), columns padded to their widest cell."""
-    rows = [stats_cells(s) for s in stats]
-    widths = [max([len(h)] + [len(r[i][0]) for r in rows]) for i, h in enumerate(COLUMNS)]
+# what goes, in this order, until the table fits its width (80 columns: every stat of `in1 h.0.attn.qkv.weight`
+# stays, with the row of `out`): a parameter's path after its slot name, the device, the histogram, then one of
+# the two spaces between columns
+_NARROWER = ("path", "device", "histogram", "gap")
 
-    def line(cells, header=False):
+
+def stats_table(stats, width: int | None = None, outputs: int = 0) -> tuple[Content, list[Content], int]:
+    """The tensors table as Content lines (header, rows, pinned), columns padded to their widest cell and made
+    narrower (_NARROWER) until a line fits `width` characters; pinned: the last `outputs` rows, which the table
+    keeps in view however many inputs there are (an op's output is what a stop is about)."""
+    cells = [stats_cells(s) for s in stats]
+    for level in range(len(_NARROWER) + 1):
+        dropped = set(_NARROWER[:level])
+        keep = [i for i, c in enumerate(COLUMNS) if c not in dropped]
+        rows = [[(r[0][0].split(" ", 1)[0], r[0][1]) if "path" in dropped and i == 0 else r[i] for i in keep]
+                for r in cells]
+        header = [(COLUMNS[i], "") for i in keep]
+        widths = [max([len(h)] + [len(r[j][0]) for r in rows]) for j, (h, _) in enumerate(header)]
+        gap = " " if "gap" in dropped else "  "
+        if width is None or 1 + sum(widths) + len(gap) * (len(widths) - 1) <= width:
+            break
+    right = {j for j, i in enumerate(keep) if i in _RIGHT}
+
+    def line(row, bold=False):
         parts = [" "]
-        for i, ((text, style), w) in enumerate(zip(cells, widths)):
-            padded = text.rjust(w) if i in _RIGHT else text.ljust(w)
-            parts.append((padded, "bold" if header else style) if (style or header) else padded)
-            parts.append("  ")
+        for j, ((text, style), w) in enumerate(zip(row, widths)):
+            padded = text.rjust(w) if j in right else text.ljust(w)
+            parts.append((padded, "bold" if bold else style) if (style or bold) else padded)
+            parts.append(gap)
         return Content.assemble(*parts[:-1])
-    return line([(h, "") for h in COLUMNS], header=True), [line(r) for r in rows]
+    return line(header, bold=True), [line(r) for r in rows], min(outputs, len(rows))
 
 
 def watches_text(watches) -> Content:

@@ -375,6 +375,61 @@ async def test_small_terminals_show_the_reason_the_verdict_the_nan_sentence_and_
         assert re.search(r"out\s+4x8\s+float32\s+32\s+0\s", shown)     # the output's NaN count
 
 
+async def test_at_80x24_a_breakpoint_stop_shows_every_input_and_the_output_with_their_stats(mlp):
+    """Issue 38: at 80x24 a linear's `out` row and the stats columns right of max were cut off."""
+    from opscope.debugger.stats import fmt
+    app = app_for(mlp, breakpoints=["linear"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, app, at(0))
+        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "linear")
+        app.screen.refresh(layout=True)
+        await pilot.pause()
+        shown = screen_text(app)
+    stats = ev.input_stats + ev.output_stats
+    assert len(ev.input_stats) == 3 and len(ev.output_stats) == 1, [s.name for s in stats]    # x, weight, bias; out
+    for s in stats:
+        cells = [s.name.split(" ")[0], "x".join(map(str, s.shape)), s.dtype, str(s.nan), str(s.inf),
+                 fmt(s.min), fmt(s.max), fmt(s.mean), fmt(s.std)]
+        assert re.search(r"\s+".join(map(re.escape, cells)), shown), (cells, shown)
+
+
+MANY_INPUTS = '''
+import torch
+from torch import nn
+
+
+class Many(nn.Module):
+    def forward(self, x):
+        return torch.cat([x * (i + 1) for i in range(9)], dim=0)
+
+
+def factory():
+    return Many().eval(), (torch.ones(2, 3),)
+'''
+
+
+@pytest.mark.parametrize("size", [(80, 24), (150, 45)])
+async def test_an_op_with_more_inputs_than_rows_keeps_its_output_in_view(tmp_path, size):
+    """cat of 9 tensors (in0[0] .. in0[8]): the inputs scroll under the header, the output row stays."""
+    s = open_session(write(tmp_path, "many.py", MANY_INPUTS) + ":factory", "numpy")
+    app = app_for(s, breakpoints=["cat"])
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, app, at(0))
+        await pilot.press("c")
+        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "cat")
+        app.screen.refresh(layout=True)
+        await pilot.pause()
+        assert len(ev.input_stats) == 9
+        table = text_of(app, "tensors")
+        assert re.search(r"^ out\s+18x3\s", table, re.M) and re.search(r"^ in0\[0\]\s", table, re.M), table
+        app.query_one("#tensors").focus()
+        for _ in range(8):
+            await pilot.press("down")
+        await pilot.pause()
+        table = text_of(app, "tensors")
+        assert re.search(r"^ in0\[8\]\s", table, re.M) and re.search(r"^ out\s", table, re.M), table
+
+
 async def test_report_screen_lists_every_op_and_the_first_failing(tmp_path):
     chip = write(tmp_path, "lows.toml", LOW_SOFTMAX_TOML)
     s = open_session(write(tmp_path, "soft.py", SOFTMAX) + ":factory", chip)
