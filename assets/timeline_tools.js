@@ -108,7 +108,7 @@
       return true;
     }
     var mode = e.altKey ? "area" : S.mode;
-    if (mode === "zoom" || p.x < 0 || p.x > T.px) return false;
+    if (S.passing || mode === "zoom" || p.x < 0 || p.x > T.px) return false;
     e.preventDefault();
     S.drag = {mode: mode, x0: p.x, y0: p.y, x1: p.x, y1: p.y};
     window.addEventListener("mousemove", onDrag);
@@ -138,8 +138,22 @@
       readout();
     } else if (moved) {
       selectArea(TL.toT(Math.min(g.x0, g.x1)), TL.toT(Math.max(g.x0, g.x1)), g.y0, g.y1);
+    } else {
+      passClick(e);                 // a click, not a drag: it picks the span under it, as in zoom mode
     }
     TL.draw();
+  }
+
+  // The timeline's own click (its mousedown and mouseup), at this point: the span's details show.
+  function passClick(e) {
+    var T = TL.get(), init = {clientX: e.clientX, clientY: e.clientY, button: 0, bubbles: true};
+    S.passing = true;
+    try {
+      T.over.dispatchEvent(new MouseEvent("mousedown", init));
+      window.dispatchEvent(new MouseEvent("mouseup", init));
+    } finally {
+      S.passing = false;
+    }
   }
 
   function selectArea(t0, t1, y0, y1) {

@@ -195,6 +195,13 @@ def test_area_selection_sums_the_ops_inside_with_shares_within_100(browser, serv
     ActionChains(browser).send_keys(Keys.ESCAPE).perform()
     until(browser, "return !window.opscopeTimelineTools.state().area;")
     wait_text(browser, "timeline-area-out", "drag across tracks")
+    # a click (not a drag) in area mode still picks the span under it, as in zoom mode
+    pt = in_view(browser, "return window.opscopeTimeline.widestSpanPoint();")
+    mouse(browser, pt)
+    ActionChains(browser).click().perform()
+    until(browser, "return !!window.opscopeTimeline.state().picked;")
+    wait_text(browser, "timeline-details", "module path")
+    assert browser.execute_script(TOOLS)["mode"] == "area" and not browser.execute_script(TOOLS)["area"]
 
 
 def test_a_pinned_track_moves_to_the_top_and_measure_reads_the_time_between_two_points(browser, server, runs):
