@@ -295,7 +295,7 @@ class LiveRun:
         # a failure there leaves them to the first visit and never fails the run
         from .kept import when_stored
         with contextlib.suppress(Exception):
-            when_stored(self.store, self.run_id)
+            when_stored(self.store, self.run_id, analyses="background")
 
     def _keep_py_spy(self) -> None:
         if not self._want_py_spy:
