@@ -147,7 +147,7 @@
     var root = Math.max(t.root_total, 1e-9);
     F.tip.innerHTML = "<b>" + esc(t.name[i]) + "</b><br>total " + dur(t.total[i]) + " (" +
       (100 * t.total[i] / root).toFixed(1) + " %) · self " + dur(t.self[i]) + " (" + (100 * t.self[i] / root).toFixed(1) +
-      " %)<br>" + t.calls[i].toLocaleString() + (t.kind === "ops" ? " calls" : " spans") + " · click to zoom in";
+      " %)<br>" + t.calls[i].toLocaleString() + (t.kind === "ops" ? " op calls" : " spans") + " · click to zoom in";
     F.tip.style.display = "block";
     var rc = F.canvas.getBoundingClientRect(), x = e.clientX - rc.left + 14;
     if (x + F.tip.offsetWidth > F.w) x = e.clientX - rc.left - F.tip.offsetWidth - 14;

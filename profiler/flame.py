@@ -22,7 +22,9 @@ def flame_tree(store, run_id: str, kind: str = "stacks", step: int | None = None
     """The merged tree as parallel lists (pre-order: a node's children follow it), laid out for an icicle."""
     if kind == "stacks":
         return layout(merge_columns(*_stack_columns(store, run_id, step), thread_name=lambda t: f"thread {t}"))
-    return layout(merge_columns(*_op_columns(store, run_id, step), thread_name=str))
+    tree = layout(merge_columns(*_op_columns(store, run_id, step), thread_name=str))
+    tree["by_module"] = by_module(store, store.get_run(run_id), run_id)
+    return tree
 
 
 def _stack_columns(store, run_id: str, step):
@@ -41,10 +43,32 @@ def _op_columns(store, run_id: str, step):
     run = store.get_run(run_id)
     name = "node" if run.get("engine") == "import" else "op"      # a trace's own name (aten::mm), else the op
     where = "AND step = ?" if step is not None else ""
-    return _columns(store, f"""SELECT backend || ' · ' || coalesce(device, '') || ' · ' || coalesce(thread, 0) AS t,
-                                      {lane_depth_sql()} AS d, start_ns AS a, greatest(end_ns, start_ns) AS z,
-                                      coalesce({name}, op) AS n FROM events WHERE run_id = ? {where}""",
-                    [run_id, *([step] if step is not None else [])])
+    params = [run_id, *([step] if step is not None else [])]
+    track = "backend || ' · ' || coalesce(device, '') || ' · ' || coalesce(thread, 0)"
+    if by_module(store, run, run_id):
+        # a graph's ops do not nest in time: each sits under its module path (h.0, h.0.attn, h.0.attn.qkv), a
+        # module's time the time of its ops
+        return _columns(store, f"""WITH e AS (SELECT {track} AS t, start_ns AS a, greatest(end_ns, start_ns) AS z,
+                                              op AS n, string_split(coalesce(module, ''), '.') AS parts
+                                             FROM events WHERE run_id = ? {where}),
+                                        m AS (SELECT t, a, z, parts, unnest(range(1, len(parts) + 1)) AS i FROM e
+                                              WHERE parts[1] <> '')
+                                   SELECT t, i - 1 AS d, a, z, array_to_string(parts[1:i], '.') AS n FROM m
+                                   UNION ALL
+                                   SELECT t, CASE WHEN parts[1] = '' THEN 0 ELSE len(parts) END AS d, a, z, n FROM e""",
+                        params)
+    return _columns(store, f"""SELECT {track} AS t, {lane_depth_sql()} AS d, start_ns AS a,
+                                      greatest(end_ns, start_ns) AS z, coalesce({name}, op) AS n
+                               FROM events WHERE run_id = ? {where}""", params)
+
+
+def by_module(store, run: dict, run_id: str) -> bool:
+    """Whether op nesting means module paths: an opscope run whose ops all run at one depth (a graph)."""
+    if run.get("engine") == "import":
+        return False
+    rows = store.query("SELECT max(coalesce(depth, 0)), count(*) FILTER (WHERE coalesce(module, '') <> '') "
+                       "FROM events WHERE run_id = ?", [run_id])
+    return bool(rows and rows[0][0] == 0 and rows[0][1])
 
 
 def _columns(store, rows_sql: str, params):

@@ -127,3 +127,18 @@ def test_share_never_passes_100_on_overlapping_spans_of_one_lane():
                    names=["a", "b"], key0=[0, 0], key1=[0, 1])
     rows, _ = area_summary(sp, 0, 100, [0])
     assert all(0 <= r["share"] <= 100 for r in rows) and np.isclose(sum(r["share"] for r in rows), 100)
+
+
+def test_a_graph_runs_ops_nest_under_their_module_paths(opscope_home):
+    from opscope.profiler.flame import flame_tree
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 100, module="h.0.attn"), ev(1, "gelu", 100, 150, module="h.0.mlp"),
+                           ev(2, "linear", 150, 200, module="h.1.attn"), ev(3, "add", 200, 210)])
+    t = flame_tree(store, rid, "ops")
+    node = {(t["depth"][i], t["name"][i]): i for i in range(len(t["name"]))}
+    assert t["by_module"] and t["root_total"] == 210
+    assert t["total"][node[(1, "h")]] == 200 and t["self"][node[(1, "h")]] == 0
+    assert t["total"][node[(2, "h.0")]] == 150 and t["total"][node[(3, "h.0.attn")]] == 100
+    assert t["parent"][node[(4, "linear")]] in (node[(3, "h.0.attn")], node[(3, "h.1.attn")])
+    assert t["total"][node[(1, "add")]] == 10                      # an op with no module: under the thread
+    assert sum(r["self"] for r in heaviest(t)) == 210

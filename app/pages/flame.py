@@ -99,8 +99,10 @@ def heaviest_table(tree: dict, kind: str):
     rows = [{"id": r["name"], "name": r["name"], "self": r["self"], "self_pct": 100.0 * r["self"] / root,
              "total": r["total"], "total_pct": min(100.0, 100.0 * r["total"] / root), "calls": r["calls"]}
             for r in heaviest(tree)]
+    how = ("Each op sits under the module path that ran it (a graph's ops do not nest in time); a module's time "
+           "is its ops'. " if tree.get("by_module") else "")
     return html.Div([
-        html.P(f"Self time: in the {what} itself, not in what it calls (the self times add up to the whole). "
+        html.P(f"{how}Self time: in the {what} itself, not in what it calls (the self times add up to the whole). "
                f"Total: with its callees, counted once where it recurses. Shares are of the whole "
                f"({ui.fmt_ns(root)}).", className="muted"),
         ui.table(ids.FLAME_TABLE + "-grid", [("name", what, {"maxWidth": 620}), ("self", "self time", ui.DURATION),
