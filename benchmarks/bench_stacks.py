@@ -14,7 +14,8 @@ Sides, each run once per round (medians over rounds, so load on a shared machine
   inductor    torch.compile(model) with its default backend: the route a user tries first (--no-inductor skips it)
 Ratios: STACK / eager (aim <= 0.7), STACK / native (the abstraction's parity: native / STACK >= 0.95),
 the best stack / inductor (aim <= 0.6), profiled / unprofiled. The order of the sides rotates every round.
-transformers' GPT-2: --model benchmarks/gpt2_block.py:gpt2.
+transformers' GPT-2, BERT and Llama (2 layers, hidden 256, seq 64): --model benchmarks/gpt2_block.py:gpt2 (:bert,
+:llama). Each is one region on every stack now (tests/test_stacks_models.py pins the small configs' regions).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Torch forms of the ATen ops that exporters lack: what a region's module runs instead, so the stack gets them.
 
-    from opscope.runtime.export_forms import FORMS
-    FORMS[torch.ops.aten.gelu_backward.default](grad, x, approximate="tanh")   # plain tensor ops, traceable
+    from opscope.runtime.export_forms import form
+    form(torch.ops.aten.gelu_backward.default)(grad, x, approximate="tanh")   # plain tensor ops, traceable
 
 Torch's TorchScript ONNX exporter and OpenVINO's importer both trace a region's module (regions.to_torch) and
 convert the ATen ops they meet. A training graph is full of ops neither has a rule for -- the layer-norm, GELU,
@@ -127,7 +127,143 @@ def reshape(x, shape):
     return aten.reshape.default(x, shape)
 
 
+def diff(x, n=1, dim=-1, prepend=None, append=None):
+    # NOTE: neither the TorchScript exporter nor OpenVINO's importer has aten::diff (transformers' masks use it)
+    parts = [t for t in (prepend, x, append) if t is not None]
+    x = torch.cat(parts, dim) if len(parts) > 1 else x
+    for _ in range(n):
+        x = x.narrow(dim, 1, x.shape[dim] - 1) - x.narrow(dim, 0, x.shape[dim] - 1) if x.dtype != torch.bool else (
+            x.narrow(dim, 1, x.shape[dim] - 1) ^ x.narrow(dim, 0, x.shape[dim] - 1))
+    return x
+
+
+def cumsum(x, dim, dtype=None):
+    # NOTE: the exporter emits CumSum on a bool as it is, which ONNX Runtime refuses; torch sums bools as int64
+    return torch.cumsum(x.to(torch.int64) if x.dtype == torch.bool else x, dim, dtype=dtype)
+
+
+def histc(x, bins=100, min=0, max=0):       # noqa: A002 - ATen's argument names
+    """Counts by a one-hot sum (Mixtral's router counts tokens per expert): bins as torch's CPU kernel computes
+    them, (x - lo) * bins / (hi - lo) floored, the top edge in the last bin, values outside ignored."""
+    lo, hi = (x.min(), x.max()) if min == max else (min, max)
+    pos = ((x - lo) * bins / (hi - lo)).floor().clamp(0, bins - 1).reshape(-1, 1)
+    inside = ((x >= lo) & (x <= hi)).reshape(-1, 1)
+    return ((pos == torch.arange(bins, dtype=pos.dtype)) & inside).to(x.dtype).sum(0)
+
+
+def grouped_mm(input, weight, offs):       # noqa: A002 - the op's argument names
+    """transformers' MoE grouped matmul (rows sorted by expert, offs their cumulative counts): every row times
+    every expert's weight, then each row's own expert picked by a one-hot -- a loop over offs.tolist() in its
+    Python form, which no trace can follow. Rows past offs[-1] stay 0, as in its kernel."""
+    rows = torch.arange(input.shape[0], dtype=offs.dtype)
+    expert = (rows.unsqueeze(1) >= offs.unsqueeze(0)).sum(1)
+    pick = (expert.unsqueeze(0) == torch.arange(weight.shape[0], dtype=expert.dtype).unsqueeze(1)).to(input.dtype)
+    return (torch.matmul(input, weight) * pick.unsqueeze(-1)).sum(0)
+
+
+def _bounds(size, start, end, step):
+    start, end, step = slice(start, end, step).indices(size)
+    return start, max(end, start), step
+
+
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """x with src in place of x[start:end:step] along dim: a cat of the pieces (no exporter has slice_scatter);
+    a step other than 1 interleaves by a one-hot matmul over that dim."""
+    dim %= x.dim()
+    start, end, step = _bounds(x.shape[dim], start, end, step)
+    if step == 1:
+        return torch.cat([x.narrow(dim, 0, start), src, x.narrow(dim, end, x.shape[dim] - end)], dim)
+    picks = torch.arange(start, end, step)
+    onehot = (torch.arange(x.shape[dim]).unsqueeze(1) == picks.unsqueeze(0)).to(x.dtype)   # (size, n)
+    spread = torch.movedim(torch.movedim(src, dim, -1) @ onehot.T, -1, dim)
+    return torch.where(onehot.sum(1).bool().reshape([-1 if d == dim else 1 for d in range(x.dim())]), spread, x)
+
+
+def select_scatter(x, src, dim, index):
+    dim %= x.dim()
+    index %= x.shape[dim]
+    return slice_scatter(x, src.unsqueeze(dim), dim, index, index + 1)
+
+
+def slice_backward(grad, input_sizes, dim, start, end, step):
+    return slice_scatter(torch.zeros(input_sizes, dtype=grad.dtype), grad, dim, start, end, step)
+
+
+def select_backward(grad, input_sizes, dim, index):
+    return select_scatter(torch.zeros(input_sizes, dtype=grad.dtype), grad, dim, index)
+
+
+def threshold_backward(grad, x, threshold):
+    return torch.where(x <= threshold, torch.zeros_like(grad), grad)
+
+
+def softmax_backward(grad, output, dim, input_dtype):
+    return output * (grad - (grad * output).sum(dim, keepdim=True))
+
+
+def safe_softmax(x, dim, dtype=None):
+    """softmax, 0 where a row is all -inf (a fully masked query) instead of NaN."""
+    y = torch.softmax(x, dim)
+    return torch.where((x == float("-inf")).all(dim, keepdim=True), torch.zeros_like(y), y)
+
+
+def fill(x, value):
+    # NOTE: the exporter fails fill in a training graph (an internal assert in TorchScript's alias analysis) and has
+    # no full_like: zeros_like plus the value, cast as fill casts it
+    if x.numel() == 0:                    # NOTE: OpenVINO broadcasts an empty zeros_like + value to ones in its 0 dims
+        return x.clone()
+    return (torch.zeros_like(x) + value).to(x.dtype)
+
+
+def full_like(x, value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return fill(x if dtype is None else x.to(dtype), value)
+
+
+def convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    # NOTE: a training graph's aten.convolution traced as it is fails OpenVINO's CPU plugin (`Check 'newNode'
+    # failed`, ViT's patch embedding); the functional conv it stands for converts
+    import torch.nn.functional as F
+    nd = x.dim() - 2
+    if transposed:
+        return (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1](x, w, b, stride, padding,
+                                                                                   output_padding, groups, dilation)
+    return (F.conv1d, F.conv2d, F.conv3d)[nd - 1](x, w, b, stride, padding, dilation, groups)
+
+
+def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    # NOTE: the device argument traces as a prim::Constant of a Device, which OpenVINO cannot convert: the region
+    # runs where the stack put it, so only the dtype matters
+    return x.to(dtype) if dtype is not None else x.clone()
+
+
+# ops of other libraries' namespaces, by schema name: their OpOverload exists only once the library registered it
+BY_NAME = {"transformers::grouped_mm_fallback": grouped_mm}
+
+
+def form(target):
+    """The torch form an exporter traces instead of `target`, or None where it converts the op as it is."""
+    found = FORMS.get(target)
+    if found is None and (schema := getattr(target, "_schema", None)) is not None:
+        found = BY_NAME.get(schema.name)
+    return found
+
+
 FORMS = {
+    aten.diff.default: diff,
+    aten.convolution.default: convolution,
+    aten._to_copy.default: to_copy,
+    aten.fill.Scalar: fill,
+    aten.fill.Tensor: fill,
+    aten.full_like.default: full_like,
+    aten.slice_scatter.default: slice_scatter,
+    aten.select_scatter.default: select_scatter,
+    aten.slice_backward.default: slice_backward,
+    aten.select_backward.default: select_backward,
+    aten.threshold_backward.default: threshold_backward,
+    aten._softmax_backward_data.default: softmax_backward,
+    aten._safe_softmax.default: safe_softmax,
+    aten.cumsum.default: cumsum,
+    aten.histc.default: histc,
     aten.native_layer_norm.default: native_layer_norm,
     aten.native_layer_norm_backward.default: native_layer_norm_backward,
     aten._log_softmax.default: log_softmax,

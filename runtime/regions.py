@@ -413,14 +413,14 @@ def to_torch(region: Region):
     own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers."""
     import torch
 
-    from .export_forms import FORMS
+    from .export_forms import form
 
     class Member(torch.nn.Module):
         def __init__(self, node):
             super().__init__()
             self.node = node
             # an op the exporters have no rule for runs as its torch form (export_forms.py), traced into ops they have
-            self.target = FORMS.get(node.target, node.target)
+            self.target = form(node.target) or node.target
 
         def forward(self, *args, **kwargs):
             return self.target(*args, **kwargs)

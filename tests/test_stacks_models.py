@@ -1,53 +1,62 @@
-"""transformers' BERT and ViT (small configs, random weights) on each compiler stack match eager within 1e-4, in
-regions the placement report names; and a region that raises inside its stack at run time ends the run with
-exit 1 and one line naming the region, its ops, the node the stack blamed and the backend, the run kept as
+"""Issue 36's matrix: twelve architectures users bring (tests/matrix_models.py: transformers' GPT-2, BERT, Llama, T5,
+Mixtral, RoBERTa, Whisper encoder, Wav2Vec2, ViT and Swin with tiny random-weight configs, an LSTM and an in-place
+UNet) on each compiler stack match eager within 1e-4, in the regions measured here -- each cell's region sizes are
+asserted, so a regression to more regions (an op a stack stops taking, a split that comes back) fails. Each model
+is built once and shared by the three stacks. And a region that raises inside its stack at run time ends the run
+with exit 1 and one line naming the region, its ops, the node the stack blamed and the backend, the run kept as
 failed."""
 import json
 
 import pytest
-import torch
 
+from matrix_models import FORWARD
 from opscope.runtime.session import compare, open_session
 
 STACKS = ["onnxruntime", "openvino", "xla"]
+# model -> stack -> the sizes of its regions, in order (measured; one region: the stack took every node).
+# NOTE: OpenVINO's CPU plugin fails the LSTM region at compile (`Check 'm_pMemDesc->isDefined()' failed`): the
+# split (runtime/partition.py) sends the lstm to the fallback, between the embedding and the head
+REGIONS = {
+    "gpt2": {"onnxruntime": [87], "openvino": [87], "xla": [87]},
+    "bert": {"onnxruntime": [58], "openvino": [58], "xla": [58]},
+    "llama": {"onnxruntime": [121], "openvino": [121], "xla": [121]},
+    "t5": {"onnxruntime": [233], "openvino": [233], "xla": [233]},
+    "mixtral": {"onnxruntime": [152], "openvino": [152], "xla": [152]},
+    "roberta": {"onnxruntime": [68], "openvino": [68], "xla": [68]},
+    "whisper_encoder": {"onnxruntime": [39], "openvino": [39], "xla": [39]},
+    "wav2vec2": {"onnxruntime": [64], "openvino": [64], "xla": [64]},
+    "vit": {"onnxruntime": [53], "openvino": [53], "xla": [53]},
+    "swin": {"onnxruntime": [109], "openvino": [109], "xla": [109]},
+    "lstm": {"onnxruntime": [6], "openvino": [3, 2], "xla": [6]},
+    "unet": {"onnxruntime": [17], "openvino": [17], "xla": [17]},
+}
+_BUILT: dict = {}
 
 
-def bert():
-    from transformers import BertConfig, BertForMaskedLM
-    torch.manual_seed(0)
-    cfg = BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                     vocab_size=100, max_position_embeddings=16, attn_implementation="sdpa")
-    return BertForMaskedLM(cfg).eval(), (torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1)),)
-
-
-def vit():
-    from transformers import ViTConfig, ViTForImageClassification
-    torch.manual_seed(0)
-    cfg = ViTConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, image_size=16,
-                    patch_size=8, num_labels=10, attn_implementation="sdpa")
-    return ViTForImageClassification(cfg).eval(), (torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)
+def built(name):
+    """The model and its inputs, built once per session for every stack (a random-weight build is seconds)."""
+    if name not in _BUILT:
+        _BUILT[name] = FORWARD[name]()
+    return _BUILT[name]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stack", STACKS)
-@pytest.mark.parametrize("family", ["bert", "vit"])
-def test_transformers_model_on_each_stack_matches_eager_in_named_regions(family, stack):
+@pytest.mark.parametrize("name", sorted(REGIONS))
+def test_each_model_on_each_stack_matches_eager_in_its_measured_regions(name, stack):
     pytest.importorskip("transformers")
     pytest.importorskip({"xla": "jax"}.get(stack, stack))
-    model, inputs = {"bert": bert, "vit": vit}[family]()
-    s = open_session(family, stack, model=model, inputs=inputs)
+    model, inputs = built(name)
+    s = open_session(name, stack, model=model, inputs=inputs)
     rep = s.plan.placement.report()
-    names = [g["name"] for g in rep["regions"]]
-    assert names and names == [f"region{i}" for i in range(len(names))]
     assert all(g["backend"] == stack for g in rep["regions"])
-    # the whole encoder layer in one program: attention, MLP and norms, not op by op
-    assert {"linear", "layer_norm", "scaled_dot_product_attention"} <= {op for g in rep["regions"] for op in g["ops"]}
-    assert max(g["nodes"] for g in rep["regions"]) >= 0.8 * len(s.plan.graph.nodes), rep["left_out"]
+    names = [g["name"] for g in rep["regions"]]
+    assert names == [f"region{i}" for i in range(len(names))]
+    assert [g["nodes"] for g in rep["regions"]] == REGIONS[name][stack], (rep["left_out"], rep["splits"])
     assert compare(s.run_host(), s.eager())["max_abs"] < 1e-4
 
 
 CRASHING = '''
-import torch
 
 
 class Lookup(torch.nn.Module):

@@ -1,7 +1,8 @@
 """A region a stack claimed and then failed to compile is split, not the end of the run (runtime/partition.py):
-OpenVINO's importer has no rule for Mixtral's aten::histc (it names the op: those members go to the fallback) and
-its CPU plugin fails an LSTM with a check that names nothing (bisection finds the lstm); the ONNX exporter meets an
-`aten::full_like` it cannot spell in Llama's training graph. Each model then matches eager, the report and --json
+OpenVINO's importer has no rule for aten::logcumsumexp (it names the op: that member goes to the fallback) and
+its CPU plugin fails an LSTM with a check that names nothing (bisection finds the lstm). (The ONNX exporter's
+`aten::full_like` in Llama's training graph, split here before, is now exported as its torch form: the training
+matrix in test_stacks_train.py pins that cell.) Each model then matches eager, the report and --json
 say what was split and why, and a plan remembers the split so loading it compiles nothing that fails. And ONNX
 Runtime's claim asks the exporter's registry under the names it knows (in-place and dunder ops): an in-place UNet
 is one region."""
@@ -18,13 +19,21 @@ MODELS = Path(__file__).parent / "models"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def mixtral():
-    from transformers import MixtralConfig, MixtralForCausalLM
+class Scan(torch.nn.Module):
+    """A log-space running sum between two linears (what a CRF or CTC head computes): OpenVINO's importer has no
+    rule for aten::logcumsumexp, and says so by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.b(torch.logcumsumexp(self.a(x).relu(), dim=1)).softmax(-1)
+
+
+def scan():
     torch.manual_seed(0)
-    cfg = MixtralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=500, num_local_experts=4, num_experts_per_tok=2,
-                        max_position_embeddings=64, use_cache=False)
-    return MixtralForCausalLM(cfg).eval(), (torch.randint(0, 500, (2, 16)),)
+    return Scan().eval(), (torch.randn(2, 5, 8),)
 
 
 def splits_of(report, op):
@@ -34,20 +43,19 @@ def splits_of(report, op):
 # NOTE: multiprocess: OpenVINO's converter starts processes of its own
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_mixtral_on_openvino_sends_histc_to_the_fallback_with_openvinos_reason_and_matches_eager():
+def test_an_op_openvino_cannot_convert_goes_to_the_fallback_with_openvinos_reason_and_matches_eager():
     pytest.importorskip("openvino")
-    pytest.importorskip("transformers")
-    model, inputs = mixtral()
-    s = open_session("mixtral", "openvino", model=model, inputs=inputs)
+    model, inputs = scan()
+    s = open_session("scan", "openvino", model=model, inputs=inputs)
     rep = s.plan.placement.report()
-    (first, *more) = splits_of(rep, "histc")              # one per layer: each named by the stack, found at once
-    assert first["found_by"] == "named by the stack" and first["compiles"] == 1
-    assert "No conversion rule found for operations: aten::histc" in first["reason"]
+    (sp,) = splits_of(rep, "logcumsumexp")                 # named by the stack, found at once
+    assert sp["found_by"] == "named by the stack" and sp["compiles"] == 1
+    assert "No conversion rule found for operations: aten::logcumsumexp" in sp["reason"]
     why = {o["node"]: o["reason"] for o in rep["left_out"]}
-    assert all("openvino failed it inside a region" in why[n] for sp in rep["splits"] for n in sp["nodes"])
+    assert all("openvino failed it inside a region" in why[n] for n in sp["nodes"])
     fell = {f["op"]: f for f in rep["fallback_ops"]}
-    assert fell["histc"]["backend"] == "torch:cpu" and "aten::histc" in fell["histc"]["reason"]
-    assert len(rep["regions"]) == 10, [g["nodes"] for g in rep["regions"]]     # measured: 10 regions, 4 splits
+    assert fell["logcumsumexp"]["backend"] == "torch:cpu" and "aten::logcumsumexp" in fell["logcumsumexp"]["reason"]
+    assert [g["nodes"] for g in rep["regions"]] == [2, 2]          # linear + relu, then linear + softmax around it
     assert compare(s.run_host(), s.eager())["max_abs"] < 1e-4
 
 
@@ -85,25 +93,6 @@ def test_an_lstm_on_openvino_is_split_by_bisection_in_run_json_and_a_plan_rememb
 
 
 @pytest.mark.slow
-def test_llama_causal_lm_trains_on_onnxruntime_with_the_op_its_exporter_fails_on_the_fallback():
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("transformers")
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from train_sweep import assert_like_eager, by_keyword, three_steps
-    torch.manual_seed(0)
-    cfg = LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=32, use_cache=False)
-    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
-    model, inputs = by_keyword(LlamaForCausalLM(cfg), ids, ids)
-    r = three_steps("llama", model, inputs, "onnxruntime", "sgd")
-    assert_like_eager(r, allow_torch=True)
-    p = r["placement"]
-    (sp,) = p["splits"]
-    assert sp["found_by"] == "bisection" and "full_like" in sp["reason"]
-    assert len(p["regions"]) == 9, [g["nodes"] for g in p["regions"]]
-
-
-@pytest.mark.slow
 def test_an_in_place_unet_is_one_onnxruntime_region():
     pytest.importorskip("onnxruntime")
     from models.unet import in_place_factory
@@ -124,18 +113,17 @@ def test_onnxruntime_asks_the_exporters_registry_by_the_names_it_registers_ops_u
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_under_torch_compile_a_router_openvino_fails_is_split_the_same_way():
+def test_under_torch_compile_an_op_openvino_fails_is_split_the_same_way():
     # NOTE: not the LSTM: dynamo leaves nn.LSTM to eager (allow_rnn), so no region of it reaches OpenVINO
     pytest.importorskip("openvino")
-    from models.routing import factory
-
     from opscope.runtime.dynamo import compile as opscope_compile
-    model, inputs = factory()
+    model, inputs = scan()
     compiled = opscope_compile(model, "openvino")
     with torch.no_grad():
         got, want = compiled(*inputs), model(*inputs)
-    assert compare([g.numpy() for g in got], [w.numpy() for w in want])["max_abs"] < 1e-4
+    got = got if isinstance(got, (list, tuple)) else [got]
+    assert compare([g.numpy() for g in got], [want.numpy()])["max_abs"] < 1e-4
     placement = compiled.stats()["placement"]
-    (histc,) = [sp for sp in placement["splits"] if sp["ops"] == ["histc"]]
-    assert "aten::histc" in histc["reason"]
-    assert {f["op"]: f["backend"] for f in placement["fallback_ops"]}["histc"] == "torch:cpu"
+    (sp,) = [sp for sp in placement["splits"] if sp["ops"] == ["logcumsumexp"]]
+    assert "aten::logcumsumexp" in sp["reason"]
+    assert {f["op"]: f["backend"] for f in placement["fallback_ops"]}["logcumsumexp"] == "torch:cpu"

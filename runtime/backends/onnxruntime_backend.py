@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from ..description import Description
-from ..export_forms import FORMS
+from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
@@ -88,12 +88,9 @@ def claim(node) -> bool | str:
     ok = _TAKES(node)
     if ok is not True:
         return ok
-    if node.op == "cumsum" and node.input_meta and getattr(node.input_meta[0], "dtype", None) == "bool":
-        # the exporter emits CumSum on the bool itself, which ORT refuses (transformers' GPT-2 mask does this)
-        return "cumsum of a bool tensor: ONNX Runtime's CumSum takes numbers only"
     name = node.target._schema.name
     exportable = _exportable()
-    if node.target in FORMS:                       # exported as its torch form (export_forms.py)
+    if form(node.target) is not None:              # exported as its torch form (export_forms.py)
         return True
     if exportable is not None and not any(exportable(n, OPSET) for n in spellings(name)):
         return f"{node.op}: torch's ONNX exporter has no symbolic for {name} at opset {OPSET}"

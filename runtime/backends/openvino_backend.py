@@ -21,7 +21,7 @@ import warnings
 
 from ..description import Description
 from ..errors import first_line
-from ..export_forms import FORMS
+from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
 from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
@@ -35,8 +35,8 @@ if "openvino" not in sys.modules:
 
 INSTALL = "pip install openvino (or opscope[openvino])"
 CLOCK = "openvino PERF_COUNT (per-layer durations, scaled to fit the region's call, laid end to end)"
-# its dtypes leave float64 out; its importer has no rule for aten::diff (transformers' GPT-2 mask uses it)
-_TAKES = Claim(refused=frozenset({"diff"}))
+# its dtypes leave float64 out (aten::diff, which its importer lacks, is exported as its torch form)
+_TAKES = Claim()
 
 
 def claim(node) -> bool | str:
@@ -45,7 +45,7 @@ def claim(node) -> bool | str:
     the layer-norm, GELU, log-softmax, NLL and embedding backwards)."""
     ok = _TAKES(node)
     name = node.target._schema.name if ok is True else ""
-    if ok is True and node.target not in FORMS and ("backward" in name or not name.startswith("aten::")):
+    if ok is True and form(node.target) is None and ("backward" in name or not name.startswith("aten::")):
         return f"{node.op}: OpenVINO's PyTorch importer has no rule for {name}"
     return ok
 

@@ -170,8 +170,8 @@ class XlaProgram(RegionProgram):
                 outs = list(out) if m.multi_output else [out]
                 for s, v, meta in zip(m.outputs, outs, m.output_meta):
                     env[s] = v.astype(meta.dtype) if meta is not None and str(v.dtype) != meta.dtype else v
-                if m.name in mutated:             # an in-place op: later readers of its input see the new value
-                    env[mutated[m.name]] = env[m.outputs[0]]
+                for slot, view in mutated.get(m.name, ()):   # an in-place op: later readers see the new value
+                    env[slot] = env[m.outputs[0]] if view is None else _write_back(env[slot], view, env)
             return tuple(env[s] for s in region.outputs)
         self.fn = jax.jit(run)
         self._block = jax.block_until_ready
@@ -227,10 +227,13 @@ class XlaProgram(RegionProgram):
         return children
 
 
-def _mutated(region: Region) -> dict[str, int]:
-    """In-place members -> the slot each overwrites. jax has no aliasing, so the program rebinds that slot; it can
-    only when the slot is made in the region by an op that is not a view (a view's base, or a value from outside
-    the region, would keep the old value): otherwise compiling refuses, and the member goes to the fallback."""
+def _mutated(region: Region) -> dict[str, list]:
+    """In-place members -> the slots each overwrites, in order: [(slot, None)] for the value it mutates, then, where
+    that value is a select/slice view (`u[:, 0, 0] = 0.5`: a fill_ through two selects), (base slot, view member)
+    up the chain to its base. jax has no aliasing, so the program rebinds those slots, writing each view back into
+    its base (_write_back). It can only when the base is made in the region by an op that is not a view (a value
+    from outside the region would keep the old value): otherwise compiling refuses, and the member goes to the
+    fallback."""
     from ..ops import OPS
     from .xla_lowering import IN_PLACE
     made = {s: m for m in region.members for s in m.outputs}
@@ -239,13 +242,30 @@ def _mutated(region: Region) -> dict[str, int]:
         if m.target._schema.name not in IN_PLACE:
             continue
         slot = m.args[0].slot if m.args and hasattr(m.args[0], "slot") else None
-        maker = made.get(slot)
+        chain, maker = [(slot, None)], made.get(slot)
+        while maker is not None and maker.op in _WRITABLE_VIEWS and hasattr(maker.args[0], "slot"):
+            chain.append((maker.args[0].slot, maker))
+            maker = made.get(maker.args[0].slot)
         if maker is None or getattr(OPS.get(maker.op), "kind", "") == "view":
             # named by its scope /n<i>/: the split (partition.py) sends this member alone to the fallback
             raise NotImplementedError(f"in-place member /n{i}/ ({m.name}) writes a value from outside the region "
-                                      "or a view: jax cannot write through it")
-        out[m.name] = slot
+                                      "or a view jax cannot write through")
+        out[m.name] = chain
     return out
+
+
+# views whose elements _write_back can put back into their base
+_WRITABLE_VIEWS = frozenset({"select", "slice"})
+
+
+def _write_back(base, view, env):
+    """`base` with the elements `view` (select or slice of it) selects replaced by the view's new value."""
+    if view.op == "select":
+        dim, index = view.args[1], view.args[2]
+    else:                          # slice(x, dim=0, start=None, end=None, step=1), its defaults left out
+        dim, start, end, step = (list(view.args[1:]) + [0, None, None, 1][len(view.args) - 1:])[:4]
+        index = slice(*slice(start, end, step).indices(base.shape[dim % base.ndim]))
+    return base.at[(slice(None),) * (dim % base.ndim) + (index,)].set(env[view.outputs[0]])
 
 
 class _Trace:

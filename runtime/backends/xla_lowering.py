@@ -260,6 +260,117 @@ def _histc(x, bins=100, min=0, max=0):      # noqa: A002 - ATen's argument names
     return jnp.zeros((bins,), x.dtype).at[jnp.where(keep, idx, 0)].add(keep.astype(x.dtype))
 
 
+def _group_norm(x, groups, w=None, b=None, eps=1e-5, cudnn_enabled=True):
+    import jax.numpy as jnp
+    g = x.reshape(x.shape[0], groups, -1)
+    mean = g.mean(-1, keepdims=True)
+    y = ((g - mean) / jnp.sqrt(((g - mean) ** 2).mean(-1, keepdims=True) + eps)).reshape(x.shape)
+    per_channel = (1, -1) + (1,) * (x.ndim - 2)
+    y = y * w.reshape(per_channel) if w is not None else y
+    return y + b.reshape(per_channel) if b is not None else y
+
+
+def _weight_norm(v, g, dim=0):
+    import jax.numpy as jnp
+    axes = tuple(a for a in range(v.ndim) if a != dim % v.ndim) if dim is not None and dim != -1 else None
+    return v * (g / jnp.sqrt((v * v).sum(axis=axes, keepdims=True)))
+
+
+def _grouped_mm(x, w, offs):
+    """transformers' MoE grouped matmul: row r (sorted by expert) times the weight of its expert, the number of
+    offs at or below r; rows past offs[-1] stay 0, as in its kernel."""
+    import jax.numpy as jnp
+    expert = (jnp.arange(x.shape[0])[:, None] >= offs[None, :]).sum(1)
+    pick = (expert[None, :] == jnp.arange(w.shape[0])[:, None]).astype(x.dtype)
+    return (jnp.matmul(x, w) * pick[..., None]).sum(0)
+
+
+def _adaptive_avg_pool1d(x, output_size):
+    """torch's bins: output i averages [floor(i * L / n), ceil((i + 1) * L / n))."""
+    import jax.numpy as jnp
+    n, length = output_size[0], x.shape[-1]
+    return jnp.stack([x[..., (i * length) // n:-((-(i + 1) * length) // n)].mean(-1) for i in range(n)], -1)
+
+
+def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        return _conv_transpose(x, w, b, stride, padding, output_padding, groups, dilation)
+    return _conv(x, w, b, stride, padding, dilation, groups)
+
+
+def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                          mask):
+    """(grad input, grad weight, grad bias) as jax.vjp of the forward's own lowering: the two cannot disagree."""
+    import jax
+    _, vjp = jax.vjp(lambda x, w: _convolution(x, w, None, stride, padding, dilation, transposed, output_padding,
+                                               groups), x, w)
+    gx, gw = vjp(grad)
+    gb = grad.sum(axis=(0,) + tuple(range(2, grad.ndim))) if bias_sizes is not None and mask[2] else None
+    return gx if mask[0] else None, gw if mask[1] else None, gb
+
+
+def _native_group_norm(x, w, b, n, c, hxw, group, eps):
+    import jax.numpy as jnp
+    g = x.reshape(n, group, -1)
+    mean = g.mean(-1)
+    rstd = 1.0 / jnp.sqrt(((g - mean[..., None]) ** 2).mean(-1) + eps)
+    return _group_norm(x, group, w, b, eps), mean, rstd
+
+
+def _native_group_norm_backward(grad, x, mean, rstd, w, n, c, hxw, group, mask):
+    """From the saved statistics, as ATen's kernel: per group, rstd * (g - mean(g) - xhat * mean(g * xhat))."""
+    per_channel = (1, -1) + (1,) * (x.ndim - 2)
+    xhat = (x.reshape(n, group, -1) - mean[..., None]) * rstd[..., None]
+    g = (grad * w.reshape(per_channel) if w is not None else grad).reshape(n, group, -1)
+    gx = rstd[..., None] * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    spatial = (0,) + tuple(range(2, x.ndim))
+    gw = (grad * xhat.reshape(x.shape)).sum(axis=spatial) if w is not None and mask[1] else None
+    return gx.reshape(x.shape) if mask[0] else None, gw, grad.sum(axis=spatial) if mask[2] else None
+
+
+def _weight_norm_interface(v, g, dim=0):
+    import jax.numpy as jnp
+    axes = tuple(a for a in range(v.ndim) if a != dim % v.ndim)
+    norms = jnp.sqrt((v * v).sum(axis=axes, keepdims=True))
+    return v * (g / norms), norms.reshape(g.shape)
+
+
+def _weight_norm_interface_backward(grad_w, v, g, norms, dim=0):
+    import jax
+    _, vjp = jax.vjp(lambda v, g: _weight_norm_interface(v, g, dim)[0], v, g)
+    return vjp(grad_w)
+
+
+def _index_of(view_args, ndim, shape):
+    """The index a select (dim, index) or slice (dim, start, end, step) view takes, for .at[...]."""
+    dim, *rest = view_args
+    dim %= ndim
+    if len(rest) == 1:
+        return (slice(None),) * dim + (rest[0],)
+    start, end, step = (list(rest) + [None, None, 1])[:3]
+    return (slice(None),) * dim + (slice(*slice(start, end, step).indices(shape[dim])),)
+
+
+def _scatter_into(x, src, *view_args):
+    return x.at[_index_of(view_args, x.ndim, x.shape)].set(src)
+
+
+def _view_backward(grad, input_sizes, *view_args):
+    import jax.numpy as jnp
+    return _scatter_into(jnp.zeros(tuple(input_sizes), grad.dtype), grad, *view_args)
+
+
+def _safe_softmax(x, dim, dtype=None):
+    """softmax, 0 where a row is all -inf (a fully masked query) instead of NaN."""
+    import jax
+    import jax.numpy as jnp
+    return jnp.where(jnp.all(x == -jnp.inf, axis=dim, keepdims=True), 0.0, jax.nn.softmax(x, axis=dim))
+
+
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    return _scatter_into(x, src, dim, start, end, step)
+
+
 def _chunk(x, chunks, dim=0):
     import jax.numpy as jnp
     size = -(-x.shape[dim] // chunks)
@@ -306,7 +417,8 @@ def _lstm(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, 
 
 # ops a region may run in place: the program rebinds the value they mutate (xla_backend.XlaProgram)
 IN_PLACE = {"aten::relu_": "aten::relu", "aten::add_": "aten::add", "aten::sub_": "aten::sub",
-            "aten::mul_": "aten::mul", "aten::div_": "aten::div", "aten::index_put_": "aten::index_put"}
+            "aten::mul_": "aten::mul", "aten::div_": "aten::div", "aten::index_put_": "aten::index_put",
+            "aten::fill_": "aten::fill", "aten::copy_": "aten::copy"}
 
 
 def more_lowerings(base: dict) -> dict:
@@ -408,4 +520,25 @@ def _table(base, compare, same, gelu, flash, flash_backward, gelu_backward, sgd,
             "aten::pad": _pad_mode,
             "aten::roll": lambda x, shifts, dims=(): jnp.roll(x, shifts, axis=tuple(dims) if dims else None),
             "aten::topk": _topk, "aten::sort": _sort, "aten::histc": _histc, "aten::chunk": _chunk,
-            "aten::index_put": _index_put, "aten::lstm": _lstm}
+            "aten::index_put": _index_put, "aten::lstm": _lstm,
+            "aten::type_as": lambda x, other: x.astype(other.dtype), "aten::group_norm": _group_norm,
+            "aten::_weight_norm": _weight_norm,
+            # the backward ops of Llama's rotary halves, ViT's CLS token, T5's buckets, Wav2Vec2's convolutions
+            "aten::slice_backward": lambda grad, sizes, dim, start, end, step: _view_backward(grad, sizes, dim, start,
+                                                                                              end, step),
+            "aten::select_backward": lambda grad, sizes, dim, index: _view_backward(grad, sizes, dim, index),
+            "aten::select_scatter": lambda x, src, dim, index: _scatter_into(x, src, dim, index),
+            "aten::slice_scatter": _slice_scatter,
+            "aten::minimum": jnp.minimum, "aten::maximum": jnp.maximum,
+            "aten::new_zeros": lambda x, size, **_: jnp.zeros(size, x.dtype),
+            "aten::_safe_softmax": _safe_softmax,
+            "aten::_softmax_backward_data": lambda grad, out, dim, dtype=None: out * (grad - (grad * out).sum(
+                axis=dim, keepdims=True)),
+            "aten::convolution": _convolution, "aten::convolution_backward": _convolution_backward,
+            "aten::native_group_norm": _native_group_norm,
+            "aten::native_group_norm_backward": _native_group_norm_backward,
+            "aten::_weight_norm_interface": _weight_norm_interface,
+            "aten::_weight_norm_interface_backward": _weight_norm_interface_backward,
+            "aten::fill": lambda x, v: jnp.full_like(x, v),
+            "aten::copy": lambda x, src, non_blocking=False: jnp.broadcast_to(src, x.shape).astype(x.dtype),
+            "aten::adaptive_avg_pool1d": _adaptive_avg_pool1d, "transformers::grouped_mm_fallback": _grouped_mm}
