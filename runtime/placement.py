@@ -89,7 +89,7 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
     # -b auto (runtime/autoplace): its search chose every node's backend; none of them is a fallback
     owner = getattr(backend.ops, "owner", None)
     for s in graph.input_slots:
-        where[s] = backend if owner is None else backend.ops.per_op
+        where[s] = backend if owner is None else backend.ops.home
 
     for node in _claimed_regions(graph, backend, placement, volatile):
         target, refused = choose(node, backend, chain) if owner is None else (owner(node), {})
