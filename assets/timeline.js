@@ -492,8 +492,10 @@
         c.save();
         c.font = "10px Inter, 'Segoe UI', system-ui, sans-serif";
         c.textAlign = "left";
-        c.fillStyle = clock === "simulated" ? "#7c3aed" : MUTED;
-        c.fillText(clock === "simulated" ? "sim" : "wall", 4, y + ROW / 2);
+        // the server names three clocks: "simulated" (a sim chip), "modelled host" (a sim run's fallback ops,
+        // modelled, not measured) and "wall"; a modelled lane must not read as measured
+        c.fillStyle = clock === "wall" ? MUTED : "#7c3aed";
+        c.fillText(clock === "simulated" ? "sim" : clock === "wall" ? "wall" : "model", 4, y + ROW / 2);
         c.restore();
       }
     }
