@@ -113,6 +113,49 @@ def pytest_runtest_call(item):
     return result
 
 
+# --- What a run cost: CPU seconds beside wall time (README states the quick set's and the full suite's) -------
+# This machine is shared: a run's wall time says more about the load than about the tests. The CPU time of the
+# pytest processes and of every process they started and waited for (xdist workers, `opscope` subprocesses) is
+# what a quiet machine has to spend; on 2 cores it needs at least half of it as wall time. Each xdist worker
+# sends its own (workeroutput); the last line before pytest's own says it, with the load at the start and end.
+_run = {"wall": None, "load": None, "workers": 0, "workers_cpu": 0.0}
+
+
+def _cpu_seconds(children: bool = True) -> float:
+    import resource
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) if children else (resource.RUSAGE_SELF,)
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, who))
+
+
+def pytest_sessionstart(session):
+    import time
+    _run["wall"], _run["load"] = time.monotonic(), os.getloadavg()[0]
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:                # an xdist worker: what it and its children used, for the controller
+        workeroutput["opscope_cpu_s"] = _cpu_seconds()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _run["workers"] += 1
+    _run["workers_cpu"] += getattr(node, "workeroutput", {}).get("opscope_cpu_s", 0.0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    import time
+    if _run["wall"] is None or hasattr(terminalreporter.config, "workeroutput"):
+        return
+    # NOTE: a worker reaped by now is in RUSAGE_CHILDREN too, and its report already holds what it used
+    wall, cpu = time.monotonic() - _run["wall"], _cpu_seconds(children=not _run["workers"]) + _run["workers_cpu"]
+    terminalreporter.write_line(
+        f"cost: {cpu:.0f} s of CPU (user+system, the pytest processes and the processes they started) in "
+        f"{wall:.0f} s of wall time, load average {_run['load']:.1f} at the start and {os.getloadavg()[0]:.1f} at "
+        f"the end; on {os.cpu_count()} idle cores at least {cpu / (os.cpu_count() or 1):.0f} s")
+
+
 def skip_unless_installed(*modules: str) -> None:
     """At a test module's top: skip the module where a package is not installed, without importing it.
     pytest.importorskip imports it while collecting, which every run pays on every xdist worker, the quick set
