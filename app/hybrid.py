@@ -283,6 +283,13 @@ def _print(report: dict, args) -> None:
     if report.get("buckets"):
         b = report["buckets"]
         out.write(f"  gradient buckets: {b['count']} of {b['bytes'] / 2 ** 20:.2f} MiB ({b['chosen']})\n")
+    mem = report.get("memory") or {}
+    if mem.get("peak_rss_bytes"):        # measured, beside what the strategy keeps (counted)
+        per = lambda key: ", ".join(f"{(mem.get(key) or {}).get(r, 0) / 2 ** 20:.0f}"  # noqa: E731
+                                    for r in sorted(mem["peak_rss_bytes"], key=int))
+        out.write(f"  memory per rank (MiB): peak RSS {per('peak_rss_bytes')}; parameters {per('parameter_bytes')}, "
+                  f"gradients {per('gradient_bytes')}, optimizer state {per('optimizer_state_bytes')}"
+                  f"{' (--shard ' + report['shard'] + ')' if report.get('shard') else ''}\n")
     if (report.get("shares") or {}).get("note"):
         out.write(f"  shares: {report['shares']['note']}\n")
     if report["error"]:              # a rank's own text: one line, no raw control character

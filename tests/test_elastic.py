@@ -243,8 +243,9 @@ def test_an_elastic_job_runs_the_first_shares_of_any_world_up_to_its_shares_and_
                           checkpoint_dir=str(tmp_path / "ck"))
     with pytest.raises(UsageError, match="is of model 'demo:mlp', not 'demo:gpt'"):
         check_resumable(other, 2)
-    with pytest.raises(UsageError, match="--elastic with --shard optimizer is not supported"):
-        DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", elastic=True, checkpoint_dir="x", shard="optimizer")
+    # sharding resumes too: the checkpoint holds every shard's state (tests/test_hybrid_zero2.py re-shards one)
+    assert DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", elastic=True, checkpoint_dir="x",
+                         shard="optimizer").shard == "optimizer"
     with pytest.raises(UsageError, match="--checkpoint-dir is for --elastic"):
         DistJob.parse("demo:mlp", "torch:cpu=0.5,numpy=0.5", checkpoint_dir="x")
 

@@ -70,13 +70,28 @@ def test_overlapped_buckets_reduce_scatter_during_backward_with_unequal_shares()
 
 
 @pytest.mark.multiprocess
-def test_sharded_gradients_with_elastic_is_one_line_exit_2(tmp_path):
-    r = _opscope("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--shard", "gradients",
-                 "--elastic", "--checkpoint-dir", str(tmp_path / "ck"), timeout=120)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--elastic with --shard gradients is not supported" in lines[0], r.stderr
-    assert "Traceback" not in r.stderr
+@pytest.mark.parametrize("shard", ["gradients", "parameters"])
+def test_sharded_elastic_job_reshards_its_checkpoint_when_it_resumes_on_fewer_ranks(tmp_path, shard):
+    """2 ranks checkpoint every shard's state into one file; 1 rank (torchrun) resumes from it, now owning all of it,
+    and ends where one process does after all the steps."""
+    ck = tmp_path / "ck"
+    common = ["demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--shard", shard, "--optimizer", "adamw",
+              "--elastic", "--checkpoint-dir", str(ck), "--json"]
+    r = _opscope("train", *common, "--steps", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    from opscope.runtime.dist.elastic import read_checkpoint
+    first = read_checkpoint(str(ck))
+    assert first.step == 2 and first.meta["world_size"] == 2
+    assert len(first.state) == 2 * len(first.parameters) + 1        # both moments of every parameter, and the count
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                        "-m", "opscope.app", "train", *common, "--steps", "4"],
+                       capture_output=True, text=True, timeout=240, env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert doc["world_size"] == 1 and [s["step"] for s in doc["steps"]] == [2, 3]
+    assert any(e["kind"] == "scale" and e["direction"] == "shrink" for e in doc["events"]), doc["events"]
+    ref = doc["single_process"]
+    assert ref["loss_error"]["max_abs"] <= 1e-4 and ref["parameter_error"]["max_abs"] <= 1e-4, ref
 
 
 def test_shard_layout_puts_each_ranks_parameters_in_its_own_equal_part():

@@ -22,7 +22,8 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
             s["comm_seconds"], s["step_seconds"] = r["comm_seconds"], r["step_seconds"]
             s["exposed_gradient_comm_seconds"], s["buckets"] = r.get("exposed_gradient_comm_seconds"), r.get("buckets")
             s["bucket_bytes"] = r.get("bucket_bytes")
-        for key in ("optimizer_state_bytes", "gradient_bytes"):     # per-rank memory: what --shard divides
+        for key in ("optimizer_state_bytes", "gradient_bytes", "parameter_bytes", "peak_rss_bytes"):
+            # per-rank memory: what --shard divides, counted, and the process's measured high-water mark
             if key in r:
                 s.setdefault(key, {})[str(r["rank"])] = r[key]
         if "thermal" in r:
@@ -48,7 +49,10 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
     if job.overlap and ordered and ordered[0].get("bucket_bytes"):
         extra["buckets"] = {"bytes": ordered[0]["bucket_bytes"], "count": ordered[0].get("buckets"),
                             "chosen": f"--bucket-mb {job.bucket_mb:g}" if job.bucket_mb else
-                            "a quarter of the model's gradients, at most DDP's 25 MiB (--bucket-mb sets it)"}
+                            ("a quarter of the model's gradients, at most 4 MiB when sharded (--bucket-mb sets it)"
+                             if job.shard in ("gradients", "parameters") else
+                             "a quarter of the model's gradients, at most DDP's 25 MiB (--bucket-mb sets it)")}
+    extra["memory"] = _memory(ordered)
     report = {**_report(job, records, steps, events, error), **extra}
     if ref is not None and not extra["single_process"]["within_tolerance"] and report["status"] == "ok" \
             and not ref.get("batch_norm"):
@@ -68,6 +72,18 @@ def _tolerance_note(ref: dict, worst: float, ranks: int) -> str | None:
                 f"batch's statistics (running mean/var differ too). SyncBatchNorm-style statistics are not built yet")
     return (f"outside {TOLERANCE:g} by {worst:.2e} and no known cause (no BatchNorm): a backend's numerics or a "
             f"bug; compare one backend alone with `opscope train MODEL --backend B`")
+
+
+def _memory(steps: list[dict]) -> dict | None:
+    """Each rank's measured peak resident set (the process's high-water mark through its last step: loading,
+    capture and training, not rank 0's single-process reference after it) beside the bytes the strategy keeps."""
+    if not steps:
+        return None
+    last = steps[-1]
+    peak = {r: max((s.get("peak_rss_bytes") or {}).get(r) or 0 for s in steps) or None
+            for r in (last.get("peak_rss_bytes") or {})}
+    return {"peak_rss_bytes": peak, "parameter_bytes": last.get("parameter_bytes"),
+            "gradient_bytes": last.get("gradient_bytes"), "optimizer_state_bytes": last.get("optimizer_state_bytes")}
 
 
 TOLERANCE = 1e-4        # what `train` holds a backend to against eager: the loss per step and every parameter

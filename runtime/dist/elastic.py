@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dtypes import to_numpy
 from ..errors import ModelError, UsageError
+from .host_collectives import broadcast_
 from ..safe_read import (MAX_RANKS, MAX_STEPS, checked_int, npy_header, open_regular, parse_json, read_bounded,
                          read_small_json)
 
@@ -236,8 +238,10 @@ def write_checkpoint(folder: str, meta: dict, params: dict, state: dict) -> str:
     path = os.path.join(folder, CHECKPOINT)
     tmp = os.path.join(folder, f".{CHECKPOINT}.{os.getpid()}.tmp")
     arrays = {"meta": np.frombuffer(json.dumps({**meta, "format": FORMAT, "version": VERSION}).encode(), np.uint8)}
-    arrays.update({f"param/{k}": np.ascontiguousarray(v) for k, v in params.items()})
-    arrays.update({f"state/{k}": np.ascontiguousarray(v) for k, v in state.items()})
+    # NOTE: np.require, not ascontiguousarray: that makes a 0-d value (AdamW's step count) 1-d, and the resumed
+    # job then found the checkpoint's count shaped unlike its own
+    arrays.update({f"param/{k}": np.require(v, requirements="C") for k, v in params.items()})
+    arrays.update({f"state/{k}": np.require(v, requirements="C") for k, v in state.items()})
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)
         f.flush()
@@ -313,16 +317,43 @@ class Elastic:
         self.meta = {"model": job.model, "hybrid": job.hybrid, "steps": job.steps, "step": 0, "world_size": world,
                      "resumes": 0, "events": []}
 
-    # the optimizer plan's carried values other than the parameters: its state between steps
-    def _state_slots(self) -> list[int]:
-        opt = self.trainer.optimizer
-        params = set(opt.param_slots.values())
-        return sorted(c for c in opt.plan.carry if c not in params and opt.plan.constants.get(c) is not None)
+    def _layout(self) -> list[tuple[int, int | None]]:
+        """(slot, the rank that keeps it) of the whole model's optimizer state, every shard's: a checkpoint holds
+        all of it, so a job resumed on another number of ranks re-shards it. None: every rank keeps it (the
+        step count, and every slot when nothing is sharded)."""
+        t = self.trainer
+        owner = {n: r for r, names in enumerate(t.shards) for n in names} if t.shards else {}
+        out = [(c, owner.get(n)) for n, slots in t.optimizer.state_of.items() for c in slots]
+        return sorted(out + [(c, None) for c in t.optimizer.shared_state])
 
     def _state(self) -> dict[str, np.ndarray]:
-        plan = self.trainer.optimizer.plan
-        return {str(c): np.asarray(plan.constant_backend[c].memory.to_host(plan.constants[c]))
-                for c in self._state_slots()}
+        """The whole optimizer state, on rank 0 (each sharded slot broadcast from its owner: every rank calls)."""
+        opt = self.trainer.optimizer
+        plan, out = opt.plan, {}
+        for c, r in self._layout():
+            if r is None or r == self.rank:
+                v = np.asarray(plan.constant_backend[c].memory.to_host(plan.constants[c]))
+            else:
+                m = opt.graph.slot_meta[c]
+                v = np.empty(m.shape, to_numpy(m.dtype))
+            if r is not None:
+                broadcast_(v, r)
+            if self.rank == 0:
+                out[str(c)] = v
+        return out
+
+    def _like(self) -> tuple[dict, dict]:
+        """Stand-ins of the checkpoint's arrays (shape and dtype, no memory) to check it against."""
+        t, opt = self.trainer, self.trainer.optimizer
+        params = {n: np.broadcast_to(np.zeros((), v.dtype), v.shape) for n, v in t.parameter_meta().items()}
+        state = {}
+        for c, r in self._layout():       # a slot this rank keeps as it holds it; another's from the graph
+            v = opt.plan.constants.get(c) if r is None or r == self.rank else None
+            v = np.asarray(opt.plan.constant_backend[c].memory.to_host(v)) if v is not None else None
+            shape, dtype = (v.shape, v.dtype) if v is not None else \
+                (opt.graph.slot_meta[c].shape, to_numpy(opt.graph.slot_meta[c].dtype))
+            state[str(c)] = np.broadcast_to(np.zeros((), dtype), shape)
+        return params, state
 
     def resume(self) -> dict | None:
         """Restore parameters, optimizer state and step from the checkpoint; on rank 0 write it back with this
@@ -332,15 +363,13 @@ class Elastic:
             self._write()
             self._forget_left()
             return None
-        loaded = ck.load("param", t.parameters()), ck.load("state", self._state())
-        opt, plan = t.optimizer, t.optimizer.plan
-        params, state = loaded
-        opt.set_parameters(params)
-        for c in self._state_slots():
-            plan.constants[c] = plan.constant_backend[c].memory.to_device(state[str(c)])
-        for gs in t._steps.values():
-            gs.set_parameters(params)
-        t.params, t.step_index = params, ck.step
+        want_params, want_state = self._like()
+        params, state = ck.load("param", want_params), ck.load("state", want_state)
+        t.load_parameters(params)          # copied into the arrays every plan reads (ZeRO-3: this rank's shard)
+        # this rank's shard of the state under this job's partition (the checkpoint's may have had other ranks)
+        t.optimizer.set_state({c: state[str(c)] for c, r in self._layout() if r is None or r == self.rank})
+        del params, state
+        t.step_index = ck.step
         self.meta.update(step=ck.step, resumes=ck.meta["resumes"] + (ck.step < self.job.steps),
                          events=list(ck.meta["events"]))
         event = self._event(ck)
@@ -377,10 +406,12 @@ class Elastic:
             self._write()
 
     def _write(self) -> None:
+        # sharded: the parameters (ZeRO-3) and the state come from every rank, so every rank takes part
+        params, state = self.trainer.parameters(), self._state()
         if self.rank != 0:
             return
         self.meta["world_size"] = self.world
-        write_checkpoint(self.job.checkpoint_dir, self.meta, self.trainer.parameters(), self._state())
+        write_checkpoint(self.job.checkpoint_dir, self.meta, params, state)
 
     def _forget_left(self) -> None:
         if self.rank != 0:

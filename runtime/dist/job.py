@@ -89,9 +89,19 @@ class DistJob:
     def check(self) -> None:
         if self.bucket_mb is not None and not (math.isfinite(self.bucket_mb) and self.bucket_mb > 0):
             raise UsageError(f"--bucket-mb must be > 0 (got {self.bucket_mb})")
-        if self.shard not in ("", "optimizer", "gradients"):
+        if self.shard not in ("", "optimizer", "gradients", "parameters"):
             raise UsageError(f"--shard {self.shard}: expected optimizer (ZeRO-1: each rank keeps its shard's optimizer "
-                             "state) or gradients (ZeRO-2: its shard's gradients too)")
+                             "state), gradients (ZeRO-2: its shard's gradients too) or parameters (ZeRO-3: and only "
+                             "its shard of the parameters)")
+        if self.shard == "parameters":
+            # every rank must take the same gather decisions in the same order (zero3.py): the same kind of plan
+            others = [s for s in self.specs if not s.startswith("torch:")]
+            if others:
+                raise UsageError(f"--shard parameters needs every rank on a torch backend (got {', '.join(others)}): "
+                                 "its gathers follow the plan's ops, which must be the same on every rank")
+            if self.ratios is None or self.rebalance:
+                raise UsageError("--shard parameters needs fixed shares (not auto, no --rebalance): a new split "
+                                 "would capture the model again from parameters no rank holds whole")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1 (got {self.steps})")
         if self.elastic and not self.checkpoint_dir:
@@ -99,9 +109,6 @@ class DistJob:
                              "there (a folder every node reaches)")
         if self.checkpoint_dir and not self.elastic:
             raise UsageError("--checkpoint-dir is for --elastic jobs: add --elastic (or drop --checkpoint-dir)")
-        if self.elastic and self.shard:
-            raise UsageError(f"--elastic with --shard {self.shard} is not supported: each rank's optimizer state would "
-                             "have to be gathered into the checkpoint; drop one of them")
         if self.checkpoint_every < 1 or self.max_restarts < 0:
             raise UsageError(f"--checkpoint-every must be >= 1 and --max-restarts >= 0 "
                              f"(got {self.checkpoint_every}, {self.max_restarts})")
@@ -161,7 +168,7 @@ def run_rank(job: DistJob, rank: int, world_size: int, records=None):
     from ..comm import destroy_process_group, init_process_group
     from ..train.step import OptimizerSpec
     from .balance import Rebalancer
-    from .trainer import CollectiveFailed, DistTrainer
+    from .trainer import CollectiveFailed, DistTrainer, digest_of
 
     specs, asked = job.specs, job.ratios
     checkpoint = None
@@ -169,6 +176,8 @@ def run_rank(job: DistJob, rank: int, world_size: int, records=None):
         from . import elastic
         checkpoint = elastic.check_resumable(job, world_size)
         specs, asked = elastic.shares_for(job, world_size)
+    from .host_collectives import return_freed_memory
+    return_freed_memory()           # a rank's resident set follows what it holds (host_collectives.py)
     engine = init_process_group(rank, world_size, "env://", timeout_s=job.timeout_s)
     try:
         model, inputs = models.load_train(job.model)
@@ -179,6 +188,9 @@ def run_rank(job: DistJob, rank: int, world_size: int, records=None):
             # single-process hybrid run does; the others keep one row so every rank still has a share
             ratios = [1.0] + [0.0] * (world_size - 1)
         opt = OptimizerSpec(job.optimizer, lr=job.lr)
+        # rank 0's reference starts from the initial weights; the trainer makes the model's parameters views
+        # of the ones it trains (one copy per process), so they wait on disk meanwhile
+        initial = InitialWeights(model) if rank == 0 else None
         trainer = DistTrainer(model, inputs, specs, ratios, rank, opt, name=job.model,
                               allow_fallback=job.allow_fallback, overlap=job.overlap,
                               bucket_bytes=int(job.bucket_mb * 2 ** 20) if job.bucket_mb else None,
@@ -212,16 +224,19 @@ def run_rank(job: DistJob, rank: int, world_size: int, records=None):
                 yield shared.keep(rec)
                 if el is not None:
                     el.after_step()
-            digest = f"{trainer.digest() & (2 ** 64 - 1):016x}"
+            final = trainer.parameters()          # ZeRO-3: gathered from their owners, every rank takes part
+            digest = f"{digest_of(final) & (2 ** 64 - 1):016x}"
             if rank == 0:
-                yield shared.keep(_reference(job, model, inputs, opt, trainer, shared.records))
+                initial.restore()
+                yield shared.keep(_reference(job, model, inputs, opt, final, shared.records))
+            del final
             trainer.finish()
             yield shared.keep({"kind": "done", "rank": rank, "parameters_digest": digest})
     finally:
         destroy_process_group()
 
 
-def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -> dict:
+def _reference(job: DistJob, model, inputs, opt, final: dict, records: list[dict]) -> dict:
     """Rank 0, after the last step: the same steps as one process on the full batch in eager PyTorch (what
     data parallelism must equal), and how far the job's loss per step and final parameters are from it."""
     from ..train.compare import _err, _errors, _worst, eager_steps
@@ -230,7 +245,7 @@ def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -
     losses = [r["loss"] for r in steps]
     # an elastic job that resumed ran only the steps after its checkpoint: compare those
     want = [ref["losses"][r["step"]] for r in steps]
-    params = _errors(trainer.parameters(), ref["parameters"])
+    params = _errors(final, ref["parameters"])
     import torch
     # BatchNorm in training mode normalizes with each rank's own rows (as DDP without SyncBatchNorm does):
     # one process's statistics over the full batch differ, so the job cannot match it -- the report says so
@@ -239,6 +254,34 @@ def _reference(job: DistJob, model, inputs, opt, trainer, records: list[dict]) -
     return {"kind": "reference", "rank": 0, "against": "one process, full batch, eager PyTorch",
             "batch_norm": norms, "losses": ref["losses"], "loss_error": _err(losses, want),
             "parameter_error": _worst(params), "step_seconds": sorted(ref["step_seconds"])[len(ref["step_seconds"]) // 2]}
+
+
+class InitialWeights:
+    """A model's parameters as they are now, kept in a private temporary file (raw bytes, no pickle) until
+    restore() puts them back into the model as its own tensors."""
+
+    def __init__(self, model):
+        import tempfile
+        import torch
+        self.model = model
+        self.file = tempfile.TemporaryFile()
+        self.meta = []
+        for name, p in model.named_parameters():
+            t = p.detach().contiguous()
+            self.meta.append((name, t.dtype, tuple(t.shape), t.numel() * t.element_size()))
+            if t.numel():
+                self.file.write(memoryview(t.view(-1).view(torch.uint8).numpy()))
+        self.file.flush()
+
+    def restore(self) -> None:
+        import numpy as np
+        import torch
+        params = dict(self.model.named_parameters())
+        self.file.seek(0)
+        for name, dtype, shape, nbytes in self.meta:
+            raw = np.fromfile(self.file, np.uint8, count=nbytes)
+            params[name].data = torch.from_numpy(raw).view(dtype).view(shape)
+        self.file.close()
 
 
 class Records:

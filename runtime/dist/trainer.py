@@ -11,10 +11,17 @@ scaled by the rank's share of the rows, are summed over ranks through the backen
 same sum. A digest of the parameters is compared across ranks after every step.
 
     DistTrainer(..., shard="optimizer")    # ZeRO-1: gradients all-reduced, each rank updates its shard, all-gather
-    DistTrainer(..., shard="gradients")    # ZeRO-2: gradients reduce-scattered, each rank keeps only its shard's
+    DistTrainer(..., shard="gradients")    # ZeRO-2: gradients reduced to their owner during backward (buckets.py)
+    DistTrainer(..., shard="parameters")   # ZeRO-3: and each rank keeps only its shard of the parameters (zero3.py)
 
 The shards are whole parameters (shard_parameters); rec["gradient_bytes"] and rec["optimizer_state_bytes"]
-are what the rank holds of each from the reduction through the optimizer (ZeRO-2 divides both by ~world).
+are what the rank holds of each from the reduction through the optimizer (ZeRO-2 divides both by ~world),
+rec["parameter_bytes"] its parameters, rec["peak_rss_bytes"] the process's measured high-water mark so far.
+
+One copy per rank: the parameters are host arrays (self.params, the captured graph's own copy) that the gradient
+plan reads in place on torch:cpu, the optimizer updates in place and the collectives write in place; the model's
+parameters are views of them. Nothing parameter-sized is made per step but the gradients and the optimizer's
+per-parameter temporaries.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import re
 import time
 
 import numpy as np
+import torch
 
 from .. import backends
 from ..errors import ModelError, first_line
@@ -30,8 +38,13 @@ from ..hybrid import _Timer
 from ..train.joint import capture_joint
 from ..train.step import OptimizerSpec, build_train_graph
 from .balance import Rebalancer, split_rows
-from .split import GradientStep, OptimizerStep, pack_shards, unpack_shard
+from .host_collectives import all_reduce_, broadcast_, peak_rss_bytes, rss_bytes
+from .split import GradientStep, OptimizerStep, _host
+from .zero3 import ParameterGather, remote_tensor
 from .thermal import ThermalModel
+
+
+SCATTER_BUCKET_BYTES = 4 * 2 ** 20      # ZeRO-2/3's default bucket (--bucket-mb sets it)
 
 
 class CollectiveFailed(ModelError):
@@ -60,18 +73,41 @@ class DistTrainer:
         self.events: list[dict] = []
         self._steps: dict[int, GradientStep] = {}
         self.step_index = 0
+        self.params: dict[str, np.ndarray] = {}      # the rank's one copy of its parameters (host arrays)
         first = self._gradient_step(self.rows[rank], with_optimizer=True)
         # rank 0's parameters are everyone's (DDP does the same): a factory that is not seeded still trains
-        params = self._broadcast(self.optimizer.parameters())
-        self.optimizer.set_parameters(params)
-        first.set_parameters(params)
-        self.params = params
+        for n in sorted(self.params):
+            self._collective("broadcast of the parameters", broadcast_, self.params[n], 0)
+        first.set_parameters(self.params)
+        self.sizes = {n: int(v.size) for n, v in self.params.items()}
+        self.remote: dict[str, torch.Tensor] = {}      # ZeRO-3: the parameters other ranks keep
+        if shard == "parameters":
+            self._keep_only_my_shard(first)
+        # the model's parameters become views of the same arrays (a capture for a new row count still reads
+        # them), so the process keeps one copy, not the model's beside the trainer's
+        for n, p in self.model.named_parameters():
+            if n in self.params and tuple(p.shape) == self.params[n].shape:
+                p.data = torch.from_numpy(self.params[n])
+            elif n in self.remote:
+                p.data = self.remote[n]
         # clocks aligned at start: every rank leaves the barrier together and counts from rank 0's clock
         self._collective("barrier at start", self.comm.barrier)
         self.t0 = time.perf_counter_ns()
         base = self._collective("clock alignment", self.comm.broadcast,
                                 self.backend.memory.to_device(np.array([self.t0], np.int64)), 0)
         self.base = int(np.asarray(self.backend.memory.to_host(base))[0])
+
+    def _keep_only_my_shard(self, gs: GradientStep) -> None:
+        """ZeRO-3: the other ranks' parameters leave this process; the plan reads tensors that a gather fills
+        while an op needs them (zero3.py)."""
+        mine = set(self.shards[self.rank])
+        self.owner = {n: r for r, names in enumerate(self.shards) for n in names}
+        for n in [n for n in self.params if n in self.owner and n not in mine]:
+            self.remote[n] = remote_tensor(self.params[n].shape, gs.plan.constants[gs.param_slots[n]].dtype)
+            del self.params[n]
+        gs.bind_remote(self.remote)
+        self.gather = ParameterGather(gs, {n: gs.plan.constants[gs.param_slots[n]] for n in self.owner},
+                                      self.owner, self.rank)
 
     # --- pieces --------------------------------------------------------------------------
     def _local(self, rows: list[int], batch: tuple) -> tuple:
@@ -83,11 +119,15 @@ class DistTrainer:
             local = self._local(self.rows, self.inputs) if n == self.rows[self.rank] else \
                 tuple(x[:n] for x in self.inputs)
             train = build_train_graph(capture_joint(self.model, local, self.name), self.opt_spec)
-            step = GradientStep(train, self.backend, allow_fallback=self.allow_fallback)
+            if not self.params:      # the captured copy of the parameters becomes the rank's only one
+                consts = train.graph.constant_slots
+                self.params = {name: _host(consts[s]) for name, s in train.joint.param_slots.items()}
+            step = GradientStep(train, self.backend, allow_fallback=self.allow_fallback, params=self.params)
             if with_optimizer:
                 if self.shard:
                     self.shards = shard_parameters(train, self.world)
-                self.optimizer = OptimizerStep(train, shard=self.shards[self.rank] if self.shards else None)
+                self.optimizer = OptimizerStep(train, shard=self.shards[self.rank] if self.shards else None,
+                                               params=self.params)
             elif self._steps:
                 step.set_parameters(self.params)
             self._steps[n] = step
@@ -105,40 +145,12 @@ class DistTrainer:
             raise CollectiveFailed(f"{what} failed at step {self.step_index + 1}: {_gloo_message(e)} "
                                    "(another rank died or stopped answering)") from e
 
-    def _broadcast(self, params: dict) -> dict:
-        names = list(params)
-        flat = np.concatenate([params[n].reshape(-1) for n in names]).astype(np.float32)
-        flat = self.backend.memory.to_host(self._collective("broadcast of the parameters", self.comm.broadcast,
-                                                            self.backend.memory.to_device(flat), 0))
-        out, at = {}, 0
-        for n in names:
-            size = params[n].size
-            out[n] = np.asarray(flat[at:at + size]).reshape(params[n].shape).astype(params[n].dtype)
-            at += size
-        return out
-
-    def _gather_shards(self, params: dict) -> dict:
-        """All-gather the shards' new values (padded to the largest shard) into every parameter."""
-        buf, part = pack_shards(self.shards, {n: params[n] for n in params})
-        mine = buf[self.rank * part:(self.rank + 1) * part]
-        parts = self._collective("all-gather of the parameter shards", self.comm.all_gather,
-                                 self.backend.memory.to_device(mine))
-        shapes = {n: params[n].shape for n in params}
-        out = dict(params)
+    def _gather_shards(self) -> None:
+        """Each parameter's new value from the rank that updated it into every rank's array, in place (one
+        broadcast per parameter: no buffer the size of the parameters)."""
         for r, names in enumerate(self.shards):
-            for n, v in unpack_shard(np.asarray(self.backend.memory.to_host(parts[r])), names, shapes).items():
-                out[n] = v.astype(params[n].dtype)
-        return out
-
-    def _reduce_scatter(self, grads: dict, weight: float) -> dict:
-        """ZeRO-2 without buckets: every rank's scaled gradients in one buffer laid out by shard; each rank
-        receives the sum of its own shard only (name -> reduced gradient)."""
-        buf, _ = pack_shards(self.shards, grads)
-        buf *= np.float32(weight)
-        mine = self._collective("reduce-scatter of the gradients", self.comm.reduce_scatter,
-                                self.backend.memory.to_device(buf))
-        return unpack_shard(np.asarray(self.backend.memory.to_host(mine)), self.shards[self.rank],
-                            {n: grads[n].shape for n in grads})
+            for n in names:
+                self._collective("all-gather of the parameter shards", broadcast_, self.params[n], r)
 
     def _all_reduce(self, what: str, host: np.ndarray) -> np.ndarray:
         native = self.backend.memory.to_device(host)
@@ -148,7 +160,8 @@ class DistTrainer:
         """Run the gradient step once; (loss, grads, device seconds on the backend's clock, slowdown)."""
         timer = _Timer()
         with gs.executor.hooked(timer, *hooks):
-            loss, grads = gs.run(local)
+            # the buckets' set fills while backward runs: the gradients they freed are not read back
+            loss, grads = gs.run(local, taken=next((h.taken for h in hooks if hasattr(h, "taken")), ()))
         seconds = timer.ns / 1e9
         slowdown = self.thermal.advance(seconds) if self.thermal else 1.0
         return loss, grads, seconds * slowdown, slowdown
@@ -189,34 +202,35 @@ class DistTrainer:
         gs = self._gradient_step(rows[self.rank])
         names = gs.names
         buckets = None
-        scatter = self.shard == "gradients"
-        if self.overlap:
+        scatter = self.shard in ("gradients", "parameters")
+        if self.overlap or scatter:
+            # ZeRO-2 reduces bucket by bucket during backward either way, so no rank ever holds all its
+            # gradients; --overlap lets each bucket go while backward runs, without it each waits
             from .buckets import GradientBuckets, auto_bucket_bytes
-            sizes = {n: self.params[n].size for n in names}
+            sizes = {n: self.sizes[n] for n in names}
             cap = self.bucket_bytes or auto_bucket_bytes(sizes)
-            buckets = GradientBuckets(gs, weight, cap, sizes,
-                                      shards=self.shards if scatter else None, rank=self.rank)
-        loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch),
-                                                               *([buckets] if buckets else []))
+            if scatter and not self.bucket_bytes:
+                # a bucket is held twice while it goes out (the scaled copies and the send buffer): ZeRO-2 exists
+                # to hold less than all the gradients, so its buckets stay small unless --bucket-mb says otherwise
+                cap = min(cap, SCATTER_BUCKET_BYTES)
+            buckets = GradientBuckets(gs, weight, cap, sizes, shards=self.shards if scatter else None,
+                                      rank=self.rank, wait=not self.overlap)
+        hooks = ([self.gather] if self.remote else []) + ([buckets] if buckets else [])
+        loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch), *hooks)
         t_comm = time.perf_counter()
         marks.append(self.now())
         # full: name -> reduced gradient of every parameter this rank receives (ZeRO-2: its shard's only)
         if buckets is not None:      # most buckets went out during backward: wait for the rest
             full, exposed = self._collective("reduction of the gradient buckets", buckets.finish, grads)
-        elif scatter:
-            full = self._reduce_scatter(grads, weight)
+        else:          # in place, in buckets of at most DDP's 25 MiB
+            self._collective("all-reduce of the gradients", all_reduce_, [grads[n] for n in names], weight)
             exposed = time.perf_counter() - t_comm
-        else:
-            bucket = np.concatenate([grads[n].reshape(-1) for n in names]).astype(np.float32) * np.float32(weight)
-            reduced = self._all_reduce("all-reduce of the gradients", bucket)
-            exposed = time.perf_counter() - t_comm
-            full, at = {}, 0
-            for n in names:
-                full[n] = reduced[at:at + grads[n].size].reshape(grads[n].shape)
-                at += grads[n].size
-        # NOTE: the local gradients are sent: drop them (ZeRO-2 keeps no gradient outside its shard)
-        del grads
+            full = grads
         gradient_bytes = sum(int(v.nbytes) for v in full.values())
+        if self.shards:          # ZeRO: only this rank's shard is updated here; the others' gradients go now
+            mine = set(self.shards[self.rank])
+            full = {n: g for n, g in full.items() if n in mine}
+        del grads
         # loss, and every rank's time, slowdown and temperature in one small float64 sum: each rank
         # fills its own slots, so every rank learns them all and takes the same re-balancing decision
         w = self.world
@@ -226,15 +240,19 @@ class DistTrainer:
         info = self._all_reduce("all-reduce of the loss", info)
         comm_s = time.perf_counter() - t_comm
         marks.append(self.now())
-        self.params = self.optimizer.run(full)
-        if self.shards:              # each rank updated its shard: everyone gets everyone's
-            self.params = self._gather_shards(self.params)
-        gs.set_parameters(self.params)
+        self.optimizer.run(full)     # in place: self.params holds the new values
+        del full
+        if self.shards and not self.remote:      # ZeRO-1/2: each rank updated its shard, everyone gets everyone's
+            self._gather_shards()
+        gs.set_parameters(self.params)      # a backend with its own copy (torch:cpu reads self.params itself)
         marks.append(self.now())
         digest = self.digest()
         digests = self._collective("parameter check", self.comm.all_gather,
                                    self.backend.memory.to_device(np.array([digest], np.int64)))
         digests = [f"{int(np.asarray(self.backend.memory.to_host(d))[0]) & (2 ** 64 - 1):016x}" for d in digests]
+        if self.remote:          # ZeRO-3: each rank holds its own shard; the job's parameters are all of them
+            combined = hashlib.blake2b("".join(digests).encode(), digest_size=8).hexdigest()
+            digests = [combined] * self.world
         identical = len(set(digests)) == 1
         marks.append(self.now())
         spans = _spans(marks, device_s, "reduce_scatter" if scatter else "all_reduce")
@@ -245,6 +263,8 @@ class DistTrainer:
                   "comm_seconds": comm_s, "exposed_gradient_comm_seconds": exposed,
                   "buckets": buckets.buckets if buckets else 1, "bucket_bytes": cap if buckets else None,
                   "optimizer_state_bytes": self.optimizer.state_bytes(), "gradient_bytes": gradient_bytes,
+                  "parameter_bytes": sum(int(v.nbytes) for v in self.params.values()),
+                  "peak_rss_bytes": peak_rss_bytes(), "rss_bytes": rss_bytes(),
                   "step_seconds": time.perf_counter() - t_start,
                   "digest": digests[self.rank], "digests": digests, "identical": identical, "spans": spans}
         if self.thermal:
@@ -263,14 +283,46 @@ class DistTrainer:
         return time.perf_counter_ns() - self.t0 + self.base
 
     def digest(self) -> int:
-        """A 64-bit fingerprint of every parameter's bytes, equal on two ranks only if the bits are."""
-        h = hashlib.blake2b(digest_size=8)
-        for n in sorted(self.params):
-            h.update(np.ascontiguousarray(self.params[n]).tobytes())
-        return int.from_bytes(h.digest(), "little", signed=True)
+        """A 64-bit fingerprint of the parameters this rank holds (ZeRO-3: its shard)."""
+        return digest_of(self.params)
 
     def parameters(self) -> dict[str, np.ndarray]:
-        return dict(self.params)
+        """Every parameter (name -> host array). ZeRO-3: gathered from their owners, a collective every rank
+        calls."""
+        if not self.remote:
+            return dict(self.params)
+        out = {}
+        for r, names in enumerate(self.shards):
+            for n in names:
+                t = self.gather.tensors[n]
+                out[n] = self.params[n].copy() if n in self.params else \
+                    np.empty(tuple(t.shape), torch.empty(0, dtype=t.dtype).numpy().dtype)
+                self._collective("gather of the parameters", broadcast_, out[n], r)
+        out.update({n: v for n, v in self.params.items() if n not in out})
+        return out
+
+    def parameter_meta(self) -> dict[str, np.ndarray]:
+        """Every parameter's shape and dtype (as an array of no memory): what a checkpoint is checked against."""
+        out = {n: np.broadcast_to(np.zeros((), v.dtype), v.shape) for n, v in self.params.items()}
+        for n, t in self.remote.items():
+            out[n] = np.broadcast_to(np.zeros((), torch.empty(0, dtype=t.dtype).numpy().dtype), tuple(t.shape))
+        return out
+
+    def load_parameters(self, params: dict[str, np.ndarray]) -> None:
+        """Values (a checkpoint's) copied into the rank's parameters, which every plan reads."""
+        for n, v in params.items():
+            if n in self.params:
+                np.copyto(self.params[n], np.asarray(v).reshape(self.params[n].shape))
+        for gs in self._steps.values():
+            gs.set_parameters(self.params)
+
+
+def digest_of(params: dict[str, np.ndarray]) -> int:
+    """A 64-bit fingerprint of every array's bytes, equal on two ranks only if the bits are."""
+    h = hashlib.blake2b(digest_size=8)
+    for n in sorted(params):
+        h.update(np.ascontiguousarray(params[n]).tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
 
 
 def shard_parameters(train, world: int) -> list[list[str]]:

@@ -157,3 +157,45 @@ OPTIM_SAMPLES = {
                                                       1e-3, 0.9, 0.999, 1e-8, 0.01)], ("float32", "float64")),
 }
 SAMPLES.update(OPTIM_SAMPLES)       # NOTE: conformance reads SAMPLES; new op modules add their own entries
+
+
+# --- numpy updates in place: the reference kernels above, writing into the parameter and state ---------------------
+# The same float operations in the same order as `sgd` / `adamw` (numpy applies no fused multiply-add), so
+# bit-identical to them; a parameter-sized temporary or two per call instead of fresh parameter and state arrays.
+# What `train --hybrid` runs on the host (runtime/dist/split.py): each rank keeps one copy of its parameters and
+# optimizer state, not that plus the step's new ones. Used only where every array has the parameter's dtype.
+def sgd_numpy_in_place(param, grad, momentum_buffer=None, lr=1e-3, momentum=0.0, weight_decay=0.0, nesterov=False):
+    dt = param.dtype.type
+    d = grad + param * dt(weight_decay) if weight_decay else grad
+    if momentum:
+        buf = momentum_buffer
+        buf *= dt(momentum)
+        buf += d
+        d = d + buf * dt(momentum) if nesterov else buf
+        param -= d * dt(lr)
+        return [param, buf]
+    param -= d * dt(lr)
+    return [param]
+
+
+def adamw_numpy_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    dt = param.dtype.type
+    t = float(np.asarray(step))
+    param *= dt(1 - lr * weight_decay)
+    tmp = grad - exp_avg
+    tmp *= dt(1 - beta1)
+    exp_avg += tmp
+    exp_avg_sq *= dt(beta2)
+    np.multiply(grad, grad, out=tmp)
+    tmp *= dt(1 - beta2)
+    exp_avg_sq += tmp
+    np.sqrt(exp_avg_sq, out=tmp)
+    tmp /= dt(math.sqrt(1 - beta2 ** t))
+    tmp += dt(eps)
+    np.divide(exp_avg, tmp, out=tmp)
+    tmp *= dt(lr / (1 - beta1 ** t))
+    param -= tmp
+    return [param, exp_avg, exp_avg_sq]
+
+
+NUMPY_IN_PLACE = {"sgd": sgd_numpy_in_place, "adamw": adamw_numpy_in_place}   # for the numpy backend's kernels
