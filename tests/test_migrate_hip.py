@@ -188,3 +188,55 @@ def test_check_compile_says_what_to_install_without_a_compiler(tmp_path, cli):
     assert r.returncode == 2 and "no HIP compiler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = cli("migrate", "check")
     assert r.returncode == 2 and "--compile TREE" in r.stderr
+
+
+def _uses_pch(include: Path, unit: Path, *flags: str) -> str:
+    """g++'s -H report of what a unit read: a line `! X.gch` when the precompiled header was loaded."""
+    r = subprocess.run(["g++", *flags, "-include", str(include), "-H", "-fsyntax-only", str(unit)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+@pytest.mark.multiprocess
+def test_precompiled_header_is_reused_and_never_used_stale_or_tampered(tmp_path):
+    """`migrate check --compile` precompiles HIP-CPU's headers with opscope's gaps header once (app/migrate/pch.py);
+    here on a tiny header, so the cache's rules are checked in a fraction of a second of g++."""
+    if not shutil.which("g++"):
+        pytest.skip("g++ is not installed")
+    from opscope.app.migrate.pch import precompiled
+    (tmp_path / "inc").mkdir()
+    dep = tmp_path / "inc" / "dep.h"
+    dep.write_text("#define VALUE 1\n")
+    header = tmp_path / "gaps.h"
+    header.write_text("#pragma once\n#include <dep.h>\n#include <vector>\n")
+    unit = tmp_path / "u.cpp"
+    unit.write_text("static_assert(VALUE == 1);\nint main() { std::vector<int> v; return int(v.size()); }\n")
+    flags = ["g++", "-std=c++17", "-O1", f"-I{tmp_path / 'inc'}"]
+    cache = tmp_path / "cache"
+    first = precompiled(flags, header, cache)
+    gch = first.with_name(first.name + ".gch")
+    assert first.parent.parent == cache and first.read_text() == header.read_text() and gch.is_file()
+    assert f"! {gch}" in _uses_pch(first, unit, *flags[1:])
+    built = gch.stat().st_mtime_ns
+    assert precompiled(flags, header, cache) == first and gch.stat().st_mtime_ns == built   # reused, not rebuilt
+    # other flags are another key: the -O0 build never meets the -O1 one
+    assert precompiled([*flags[:2], "-O0", flags[3]], header, cache).parent != first.parent
+    # a header it read has changed (TBB, HIP-CPU updated): rebuilt, the unit sees the new one
+    dep.write_text("#define VALUE 2\n")
+    unit.write_text(unit.read_text().replace("VALUE == 1", "VALUE == 2"))
+    again = precompiled(flags, header, cache)
+    assert again == first and gch.stat().st_mtime_ns != built
+    assert f"! {gch}" in _uses_pch(again, unit, *flags[1:])
+    # a .gch swapped or cut short: never used, built again
+    gch.write_bytes(b"gpch" + b"\0" * 64)
+    assert precompiled(flags, header, cache) == first and gch.read_bytes()[:4] == b"gpch" and gch.stat().st_size > 68
+    # an entry others can write may have been swapped by them: built again, ours alone
+    os.chmod(gch, 0o666)
+    assert precompiled(flags, header, cache) == first and gch.stat().st_mode & 0o077 == 0
+    # the header itself changed: another key
+    header.write_text(header.read_text() + "#include <map>\n")
+    assert precompiled(flags, header, cache).parent != first.parent
+    # a header g++ cannot precompile: None, and the caller includes the header as text
+    header.write_text("#include <no_such_header.h>\n")
+    assert precompiled(flags, header, cache) is None

@@ -10,6 +10,7 @@ source as C++17 and links TBB. g++ has no `<<<...>>>`, so for HIP-CPU launches a
 hipLaunchKernelGGL and `extern __shared__` arrays as HIP_DYNAMIC_SHARED. HIP-CPU lacks some of HIP's runtime
 (hipDeviceGetAttribute, hipOccupancy*, __any_sync...): opscope's answers for the CPU, hip_cpu/hip_cpu_gaps.h in
 this package, are force-included in every unit; $OPSCOPE_HIP_CPU_EXTRA may name more headers to force-include.
+The gaps header (HIP-CPU's headers in it) is precompiled once and kept in $OPSCOPE_HOME/hip-cpu-pch (pch.py).
 A program is each source with a `main`, linked with the other sources in its folder when it is the folder's only
 main (simpleCallback.cu + multithreading.cpp), else with those that share its name's start
 (simpleAtomicIntrinsics.cu + simpleAtomicIntrinsics_cpu.cpp).
@@ -26,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opscope.runtime.errors import UsageError
+from opscope.runtime.home import opscope_home
 
 from .c_rewrite import rewrite_c
 from .c_scan import SUFFIXES, blank
 from .files import Skip, read_source
+from .pch import precompiled
 from .rules import default_table
 from .scan import source_files
 
@@ -117,17 +120,26 @@ def compile_tree(path: str | Path, *, run: bool = False, args: dict[str, list[st
             partners = [f for f in units if f not in mains and (len(mains) == 1 or f.stem.startswith(unit.stem + "_"))]
             exe = unit.with_suffix(".bin")
             lang = ["-x", "c++"] if name != "hipcc" else []
-            build = [*cmd, *includes, *lang, str(unit), *[str(f) for f in partners],
-                     *(["-x", "none"] if lang else []), "-o", str(exe)]
+            rest = [*includes, *lang, str(unit), *[str(f) for f in partners],
+                    *(["-x", "none"] if lang else []), "-o", str(exe)]
             if name != "hipcc":
-                build += ["-ltbb", "-lpthread"]
+                rest += ["-ltbb", "-lpthread"]
             prog = Program(unit.relative_to(out).as_posix(), False)
             result.programs.append(prog)
-            jobs.append((prog, build, exe, (args or {}).get(unit.name, [])))
-        # programs build one per core: g++ on HIP-CPU's headers takes tens of seconds a unit
+            jobs.append((prog, rest, exe, (args or {}).get(unit.name, [])))
+        if jobs and name != "hipcc":
+            cmd = _with_precompiled_gaps(cmd, timeout)
+        # programs build one per core: g++ on HIP-CPU's headers takes seconds of CPU a unit even precompiled
         with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-            list(pool.map(lambda job: _build(*job, run=run, timeout=timeout), jobs))
+            list(pool.map(lambda job: _build(job[0], [*cmd, *job[1]], *job[2:], run=run, timeout=timeout), jobs))
     return result
+
+
+def _with_precompiled_gaps(cmd: list[str], timeout: float) -> list[str]:
+    """`cmd` force-including a precompiled copy of the gaps header (HIP-CPU's headers in it) when one can be had."""
+    i = cmd.index(str(GAPS))
+    pch = precompiled(cmd[:i - 1], GAPS, opscope_home() / "hip-cpu-pch", timeout=timeout)
+    return cmd if pch is None else [*cmd[:i], str(pch), *cmd[i + 1:]]
 
 
 def _build(prog: Program, build: list[str], exe: Path, argv: list[str], *, run: bool, timeout: float) -> None:
