@@ -55,13 +55,24 @@ class _Base:
         rest = [c for c in rest if _key(c) not in self.seen]
         return self.rng.choice(rest) if rest else None
 
+    def ask(self) -> dict | None:
+        """The first configuration, then the searcher's own proposals; None once every one was measured."""
+        c = self._next_first()
+        if c is not None:
+            return c
+        if len(self.seen) >= self.size:
+            return None
+        return self._propose()
+
+    def _propose(self) -> dict | None:
+        return self._random_unseen()
+
     def tell(self, config: dict, seconds: float | None) -> None:
         self.seen[_key(config)] = math.inf if seconds is None or not seconds > 0 else seconds
 
 
 class RandomSearch(_Base):
-    def ask(self) -> dict | None:
-        return self._next_first() or self._random_unseen()
+    """Uniform over the configurations not measured yet."""
 
 
 class TPESearch(_Base):
@@ -75,12 +86,7 @@ class TPESearch(_Base):
         self.dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in self.space.items()}
         self.pending: dict[tuple, object] = {}
 
-    def ask(self) -> dict | None:
-        c = self._next_first()
-        if c is not None:
-            return c
-        if len(self.seen) >= self.size:
-            return None
+    def _propose(self) -> dict | None:
         for _ in range(50):                 # TPE repeats itself on small spaces: tell it what it already knows
             trial = self.study.ask(self.dists)
             c = dict(trial.params)
@@ -131,12 +137,7 @@ class BanditSearch(_Base):
         x[-1] = 1.0
         return x
 
-    def ask(self) -> dict | None:
-        c = self._next_first()
-        if c is not None:
-            return c
-        if len(self.seen) >= self.size:
-            return None
+    def _propose(self) -> dict | None:
         cov = np.linalg.inv(self.precision)
         mean = cov @ self.b
         noise = self._noise(mean)
