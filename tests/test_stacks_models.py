@@ -57,6 +57,7 @@ def test_each_model_on_each_stack_matches_eager_in_its_measured_regions(name, st
 
 
 CRASHING = '''
+import torch
 
 
 class Lookup(torch.nn.Module):
