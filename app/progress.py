@@ -35,10 +35,16 @@ def progress_bar(what: str, total: int | None = None, *, unit: str = "", show: b
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn)
-    # a short bar: the counts and the note must fit an 80-column terminal beside a long model name
-    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(bar_width=20)]
+    from rich.table import Column
+    # a short bar: the counts and the note must fit an 80-column terminal beside a long model name.
+    # NOTE: where the line is too long, rich shrinks every column; the description (a model name) gives way,
+    # never the counts ("1413/100..." told nobody how far the run was)
+    columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False,
+                                           table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+               BarColumn(bar_width=20)]
     if total is not None:                # a status line (spinner, pulsing bar, note) until a total is known
-        columns.append(MofNCompleteColumn())
+        digits = len(f"{max(int(total), 1):,}") if isinstance(total, (int, float)) else 6
+        columns.append(MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=2 * digits + 1)))
         if unit:
             columns.append(TextColumn(unit, markup=False))
     columns += [TextColumn("{task.fields[note]}", markup=False), TimeElapsedColumn()]

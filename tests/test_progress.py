@@ -99,12 +99,16 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path):
 @pytest.mark.multiprocess
 def test_ctrl_c_during_the_bar_exits_130_and_keeps_the_run(tmp_path):
     p = _in_a_terminal(["profile", "demo:gpt", "--steps", "100000"], tmp_path / "home")
-    deadline = time.time() + 600                     # a loaded CI machine captures GPT slowly
-    while time.time() < deadline and not _steps_drawn(p.drawn(), 100000) - {0}:
-        time.sleep(0.5)                              # until the bar shows a recorded step
-    assert _steps_drawn(p.drawn(), 100000) - {0}, p.drawn()[-2000:]
-    os.killpg(p.pid, signal.SIGINT)                  # as a terminal's Ctrl-C: the runner gets it too
-    assert p.wait(timeout=300) == 130, p.drawn()[-2000:]
+    try:
+        deadline = time.time() + 600                 # a loaded CI machine captures GPT slowly
+        while time.time() < deadline and not _steps_drawn(p.drawn(), 100000) - {0}:
+            time.sleep(0.5)                          # until the bar shows a recorded step
+        assert _steps_drawn(p.drawn(), 100000) - {0}, p.drawn()[-2000:]
+        os.killpg(p.pid, signal.SIGINT)              # as a terminal's Ctrl-C: the runner gets it too
+        assert p.wait(timeout=300) == 130, p.drawn()[-2000:]
+    finally:                                         # a failed wait must not leave a 100000-step run behind
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
     # NOTE: not a fixed sleep: under load the reader thread took longer than 0.5 s to read the last line
     p.drained(60)
     m = re.search(r"opscope: interrupted; kept run (\w+)", p.drawn())
