@@ -421,6 +421,8 @@ class RunStore:
             for t in ("events", "memory", "tensors", "hardware", "stacks", "artifacts", *IMPORT_TABLES, "op_stats_cache",
                       "runs"):
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
+        from .kept import forget          # its kept files beside the store (the timeline's spans), too
+        forget(self, rid)
 
     # --- writing -------------------------------------------------------------------------
     def add_events(self, run_id: str, rows) -> int:

@@ -79,3 +79,15 @@ def test_a_big_runs_analyses_are_kept_by_a_detached_child_so_the_command_does_no
     while time.monotonic() < deadline and not list(store.artifacts(rid, kind=ANALYSES_ARTIFACT)):
         time.sleep(0.5)
     assert list(store.artifacts(rid, kind=ANALYSES_ARTIFACT)), "the detached child kept no analyses"
+
+
+def test_deleting_a_run_removes_its_kept_files_and_no_other_runs(opscope_home):
+    store = RunStore()
+    a, b = _run(store), _run(store, seed=1)
+    for rid in (a, b):
+        assert kept.kept_bytes(store, store.get_run(rid), "spans", lambda: b"x" * 1000) == b"x" * 1000
+    files = sorted(p.relative_to(opscope_home) for p in (opscope_home / "kept").rglob("*.bin"))
+    assert len(files) == 2
+    store.delete_run(a)
+    left = sorted(p.relative_to(opscope_home) for p in (opscope_home / "kept").rglob("*.bin"))
+    assert len(left) == 1 and b in str(left[0]).replace("-", "")
