@@ -128,28 +128,9 @@ def _trace_events(store, run: dict):
 
 def _memory_args(store, run_id: str) -> list[tuple[int, dict]]:
     """(ts ns, args) of each [memory] event, in trace order, from the importer's extras ([] if none kept)."""
-    import json
-    import zlib
-    try:
-        from opscope.profiler.importers.extras import KIND
-    except ImportError:
-        return []
-    out = []
-    for _kind, _name, blob in store.artifacts(run_id, KIND):
-        try:
-            doc = json.loads(zlib.decompress(blob))
-        except (ValueError, zlib.error):
-            continue
-        for entry in doc.get("args") or []:
-            if len(entry) >= 5 and entry[0] == "[memory]" and isinstance(entry[2], int) and entry[4]:
-                try:
-                    a = json.loads(entry[4])
-                except ValueError:
-                    continue
-                if isinstance(a, dict):
-                    out.append((entry[2], a))
-        break
-    return out
+    from opscope.profiler.importers.extras import Extras
+    kept = Extras.load(store, run_id)
+    return kept.memory() if kept else []
 
 
 def _site(node, module, source) -> str:

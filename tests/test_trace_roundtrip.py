@@ -83,3 +83,40 @@ def test_the_export_imports_again_to_the_same_ops(trace, cli, tmp_path):
     store = RunStore()
     q = "SELECT node, thread, start_ns, end_ns, input_shapes FROM events WHERE run_id = ? ORDER BY ALL"
     assert store.query(q, [rid]) == store.query(q, [again])
+
+
+def test_a_tampered_extras_artifact_is_read_as_hostile_and_the_export_still_works(trace, cli, tmp_path,
+                                                                                   monkeypatch):
+    import zlib
+
+    from opscope.profiler.importers.extras import KIND, Extras
+    from opscope.profiler.lifetimes import lifetimes
+    from opscope.profiler.store import RunStore
+    rid = json.loads(cli("trace", "import", trace, "--json").stdout)["run_id"]
+    store = RunStore()
+    (name, blob), = [(n, b) for _k, n, b in store.artifacts(rid, KIND)]
+    memory = Extras.load(store, rid).memory()
+    assert memory and lifetimes(store, store.get_run(rid)) is not None     # the kept [memory] args pair
+    doc = json.loads(zlib.decompress(blob))
+    doc["args"][:0] = [["aten::mm", "x", 1, 0, "{}"], ["[memory]", 1, 1.5, 0, "{}"], [1, 2], "row",
+                       ["[memory]", 1, 2, 0, "not json"], ["[memory]", 1, 3, 0, "[1]"], ["aten::mm", 1, 4, 0, 7]]
+    doc["pids"] += [["a", 1], [1], 5]
+    doc["meta"] += [1, "x"]
+    doc["frames"]["f (x.py:1)"] = 3
+    bad = {"wrong rows": zlib.compress(json.dumps(doc).encode()), "not zlib": b"garbage",
+           "not an object": zlib.compress(b"[1, 2]"), "a bomb": zlib.compress(b" " * 5_000_000)}
+    for what, data in bad.items():
+        if what == "a bomb":          # bigger than the import's limit once decompressed: not read
+            monkeypatch.setenv("OPSCOPE_IMPORT_MAX_BYTES", "1000000")
+        with store.connect() as con:
+            con.execute("UPDATE artifacts SET data = ? WHERE run_id = ? AND kind = ?", [data, rid, KIND])
+        x = Extras.load(store, rid)
+        assert (x is not None) == (what == "wrong rows"), what
+        if x is not None:
+            assert x.memory() == memory and all(type(p) is int for p in x._pids.values())
+        lifetimes(store, store.get_run(rid))
+        out = tmp_path / "again.json"
+        r = cli("trace", "export", rid, "-o", str(out), "--json")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (what, r.stderr)
+        ops = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert ops and all(type(e["pid"]) is int and type(e["tid"]) is int for e in ops), what

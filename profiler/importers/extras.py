@@ -84,21 +84,44 @@ def keep(store, run_id: str, extras: dict) -> None:
 
 
 class Extras:
-    """A run's kept extras, read back for the exporter."""
+    """A run's kept extras, read back for the exporter and the memory page's lifetimes. The artifact is read as
+    hostile (a store is a file anyone with the folder can edit): its decompressed size bounded by the import's
+    own limit (what the importer kept is a part of a trace it read), every row checked for the types collect()
+    writes; what is not is left out, and that event is exported as the tables have it."""
 
     def __init__(self, doc: dict):
-        self.meta = doc.get("meta") or []
-        self._pids = {int(t): p for t, p in doc.get("pids") or []}
-        self.frames = doc.get("frames") or {}
+        meta, pids, frames = doc.get("meta"), doc.get("pids"), doc.get("frames")
+        self.meta = [m for m in meta if isinstance(m, dict)] if isinstance(meta, list) else []
+        self._pids = {t: p for t, p in _pairs(pids) if type(t) is int and type(p) is int}
+        self.frames = ({k: v for k, v in frames.items() if isinstance(v, str)} if isinstance(frames, dict) else {})
         self._args: dict = defaultdict(list)
-        for n, tid, ts, pid, text in doc.get("args") or []:
-            self._args[(n, ts)].append((tid, pid, text))
+        self._memory: list = []           # (ts ns, args JSON text) of each [memory] event, in trace order
+        for row in doc.get("args") if isinstance(doc.get("args"), list) else []:
+            if not (isinstance(row, list) and len(row) == 5):
+                continue
+            n, tid, ts, pid, text = row
+            if (isinstance(n, str) and type(tid) in (int, type(None)) and type(ts) is int
+                    and type(pid) in (int, type(None)) and isinstance(text, (str, type(None)))):
+                self._args[(n, ts)].append((tid, pid, text))
+                if n == "[memory]" and text:
+                    self._memory.append((ts, text))
 
     @classmethod
     def load(cls, store, run_id: str) -> "Extras | None":
+        """The kept extras, or None: none kept (a run imported before they were), or what is kept is not them."""
+        from .common import max_bytes
         for _kind, name, blob in store.artifacts(run_id, KIND):
-            if name == f"v{_VERSION}":
-                return cls(orjson.loads(zlib.decompress(blob)))
+            if name != f"v{_VERSION}":
+                continue
+            try:
+                unzip = zlib.decompressobj()
+                text = unzip.decompress(blob, max_bytes() + 1)
+                if len(text) > max_bytes() or not unzip.eof:
+                    return None
+                doc = orjson.loads(text)
+            except (zlib.error, orjson.JSONDecodeError):
+                return None
+            return cls(doc) if isinstance(doc, dict) else None
         return None
 
     def pid(self, tid, default: int) -> int:
@@ -112,4 +135,23 @@ class Extras:
             return None
         k = next((i for i, g in enumerate(got) if g[0] == tid), 0)
         tid, pid, text = got.pop(k)
-        return tid, pid, orjson.loads(text) if text else None
+        if not text:
+            return tid, pid, None
+        args = _object(text)
+        return (tid, pid, args) if args is not None else None
+
+    def memory(self) -> list[tuple[int, dict]]:
+        """(ts ns, args) of each [memory] event, in trace order (Addr, Bytes, Device Type, Device Id)."""
+        return [(ts, a) for ts, text in self._memory if (a := _object(text)) is not None]
+
+
+def _pairs(x) -> list:
+    return [p for p in x if isinstance(p, list) and len(p) == 2] if isinstance(x, list) else []
+
+
+def _object(text: str) -> dict | None:
+    try:
+        a = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return a if isinstance(a, dict) else None
