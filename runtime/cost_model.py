@@ -257,25 +257,15 @@ def default_path():
 
 
 def spearman(a, b) -> float:
-    """Rank correlation (average ranks for ties); nan for fewer than three pairs."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.size < 3:
-        return float("nan")
+    """Rank correlation (scipy's: average ranks for ties); nan for fewer than three pairs or a constant side."""
+    import warnings
 
-    def ranks(v):
-        order = v.argsort(kind="mergesort")
-        r = np.empty(v.size)
-        r[order] = np.arange(v.size, dtype=float)
-        for val in np.unique(v):          # ties share their mean rank
-            same = v == val
-            if same.sum() > 1:
-                r[same] = r[same].mean()
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
+    from scipy.stats import spearmanr
+    if len(a) < 3:
         return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
+    with warnings.catch_warnings():          # a constant side is nan, which the callers print as n/a
+        warnings.simplefilter("ignore")
+        return float(spearmanr(a, b)[0])
 
 
 # --- the placement search's hook (runtime/autoplace/predict.py) ------------------------------
