@@ -26,6 +26,7 @@ from opscope.runtime.errors import UsageError
 
 MAX_ROWS = 10_000
 SECONDS = 10.0
+MAX_ANSWER = 32 * 1024 ** 2     # bytes of JSON a child sends back: rows are bounded, a cell is not (repeat('x', 1e9))
 _ALLOWED = ("SELECT", "EXPLAIN")
 
 
@@ -127,7 +128,11 @@ def _child() -> int:
                     seconds=job["seconds"])
     except OpscopeError as e:
         out = {"error": str(e)}
-    print(json.dumps(out, default=str))      # a date, a decimal, a blob: as text
+    text = json.dumps(out, default=str)      # a date, a decimal, a blob: as text
+    if len(text) > MAX_ANSWER:               # the parent reads it whole, into the web server's memory
+        text = json.dumps({"error": f"sql: the answer is over {MAX_ANSWER // 1024 ** 2} MB of text; select fewer "
+                                    f"or shorter columns (left(x, 100)), or fewer rows (a LIMIT)"})
+    print(text)
     return 0
 
 

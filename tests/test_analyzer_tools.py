@@ -119,6 +119,8 @@ def test_the_web_console_query_runs_in_a_child_with_the_same_sandbox(opscope_hom
     assert out["columns"] == ["op", "ns"] and out["rows"] == [["linear", 1000], ["relu", 500]]
     with pytest.raises(UsageError, match="file system operations are disabled"):
         query_in_child(rid, "SELECT * FROM read_csv('/etc/passwd')", store.path)
+    with pytest.raises(UsageError, match="the answer is over 32 MB"):     # a few rows, one huge cell: bounded too
+        query_in_child(rid, "SELECT repeat('x', 40000000) AS x", store.path)
 
 
 def test_share_never_passes_100_on_overlapping_spans_of_one_lane():
