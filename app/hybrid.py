@@ -35,18 +35,19 @@ SHARED_ENV = "OPSCOPE_SHARED_DIR"
 
 
 def add_hybrid_arguments(p) -> None:
+    from opscope.app.cli.common import count_arg, number_arg    # the numbers are refused while parsing
     p.add_argument("--hybrid", metavar="SPEC=SHARE,...|auto",
                    help="data-parallel over backends, one process per share: torch:cpu=0.7,sim:npu-a1=0.3; "
                         "auto[:A,B] or A=auto,B=auto measures the shares in a probe")
-    p.add_argument("--switch-threshold", type=int, default=0, metavar="N",
+    p.add_argument("--switch-threshold", type=count_arg("--switch-threshold", 0), default=0, metavar="N",
                    help="below this sequence length (dim 1) the first backend takes the batch")
     p.add_argument("--rebalance", action="store_true",
                    help="move shares when a rank's step time drifts (hysteresis: 10%% for 2 steps)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--timeout", type=number_arg("--timeout", above=0, unit="seconds"), default=60.0, metavar="S",
                    help="seconds a collective waits for a silent rank before the run stops (default 60)")
     p.add_argument("--overlap", action="store_true",
                    help="all-reduce the gradients in buckets while backward runs (as DDP does)")
-    p.add_argument("--bucket-mb", type=float, default=None, metavar="MB",
+    p.add_argument("--bucket-mb", type=number_arg("--bucket-mb", above=0, unit="MB"), default=None, metavar="MB",
                    help="--overlap: bucket size in MiB (default: a quarter of the model's gradients, at most DDP's "
                         "25; --json says what was chosen)")
     p.add_argument("--shard", choices=["optimizer", "gradients", "parameters"], default=None,
@@ -61,9 +62,9 @@ def add_hybrid_arguments(p) -> None:
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="--elastic: rank 0 checkpoints parameters and optimizer state here (.npz, no pickle), "
                         "a folder every node reaches")
-    p.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+    p.add_argument("--checkpoint-every", type=count_arg("--checkpoint-every"), default=10, metavar="N",
                    help="--elastic: steps between checkpoints (default 10; one more after the last step)")
-    p.add_argument("--max-restarts", type=int, default=3, metavar="K",
+    p.add_argument("--max-restarts", type=count_arg("--max-restarts", 0), default=3, metavar="K",
                    help="--elastic: resumes from the checkpoint before the job gives up (default 3)")
     p.add_argument("--shared-dir", default=os.environ.get(SHARED_ENV) or None, metavar="DIR",
                    help="every rank also writes its events to DIR/<job>/ as Parquet (a folder every node "

@@ -1,12 +1,11 @@
 """`opscope debug MODEL --backend B`: the terminal debugger (Textual)."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from opscope.runtime.errors import UsageError
 
-from .common import OPTIMIZERS, add_model_and_backend, check_specs
+from .common import OPTIMIZERS, add_model_and_backend, check_specs, number_arg, port_arg
 
 
 def register(sub) -> None:
@@ -15,7 +14,7 @@ def register(sub) -> None:
                                    "watch values, compare every op with a reference backend.")
     add_model_and_backend(p)
     p.add_argument("--reference", metavar="B", help="run every op also on this backend (e.g. numpy) and compare")
-    p.add_argument("--tolerance", type=float, metavar="X",
+    p.add_argument("--tolerance", type=number_arg("--tolerance", above=0), metavar="X",
                    help="error (scaled max abs) above which --reference stops (default: per dtype)")
     p.add_argument("--report", metavar="FILE", help="with --reference: write the accuracy report of every op "
                                                     "run (.csv or .json) when the run ends or the debugger quits")
@@ -24,7 +23,8 @@ def register(sub) -> None:
                         "err > 1e-3) or 'GLOB if COND'; repeatable. One that matches no op is refused")
     p.add_argument("--break-on-nan", action="store_true",
                    help="stop at every op that makes a NaN or Inf (not at the ops that only carry one on)")
-    p.add_argument("--history-mb", type=float, default=256, metavar="MB",
+    p.add_argument("--history-mb", type=number_arg("--history-mb", minimum=0, unit="MB"), default=256,
+                   metavar="MB",
                    help="memory for the values of ops already run, for stepping back with p (default 256; "
                         "older ops keep their stats only)")
     p.add_argument("--capture", choices=("export", "dynamo"), default="export",
@@ -33,8 +33,9 @@ def register(sub) -> None:
     p.add_argument("--train", action="store_true",
                    help="debug a whole training step: forward, backward and the optimizer (the model returns its loss)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, help="with --train: the optimizer (default sgd)")
-    p.add_argument("--lr", type=float, metavar="X", help="with --train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
-    p.add_argument("--debugpy", nargs="?", const=5678, type=_port, metavar="PORT",
+    p.add_argument("--lr", type=number_arg("--lr", above=0), metavar="X",
+                   help="with --train: learning rate (default 1e-2 sgd, 1e-3 adamw)")
+    p.add_argument("--debugpy", nargs="?", const=5678, type=port_arg("--debugpy"), metavar="PORT",
                    help="listen for a debugger (VS Code attach) on 127.0.0.1:PORT (default 5678)")
     p.set_defaults(func=main, precheck=precheck)
 
@@ -43,20 +44,14 @@ def precheck(args) -> None:
     """The values and their combinations, before torch is imported (app/cli/__init__.py): a typo costs a
     tenth of a second, not torch's import."""
     check_specs(args)
-    if args.tolerance is not None and not args.tolerance > 0:      # NaN too
-        raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
     if args.tolerance is not None and not args.reference:
         raise UsageError("--tolerance needs --reference (e.g. --reference numpy)")
-    if not args.history_mb >= 0:
-        raise UsageError(f"--history-mb {args.history_mb}: give a size in MB, 0 or more")
     if args.report and not args.reference:
         raise UsageError("--report needs --reference (e.g. --reference numpy): it compares every op with it")
     if not args.train and (args.lr is not None or args.optimizer is not None):
         raise UsageError("--optimizer and --lr need --train (debug a training step)")
     if args.train and args.capture != "export":
         raise UsageError("--train captures forward and backward as one graph: it cannot be used with --capture dynamo")
-    if args.lr is not None and not args.lr > 0:
-        raise UsageError(f"--lr {args.lr}: give a positive learning rate, e.g. 1e-3")
 
 
 def main(args) -> int:
@@ -115,13 +110,3 @@ def main(args) -> int:
     if app.return_code == 130:           # Ctrl-C when nothing runs, or SIGINT: end as every command does,
         raise KeyboardInterrupt          # "opscope: interrupted" in one line, exit 130
     return app.return_code or 0          # q: 0
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: give a number, e.g. 5678") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is out of range: give 1..65535 (0 picks a free one)")
-    return port

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from opscope.runtime.errors import UsageError
-
-from .common import add_model_and_backend, check_specs, console, say, table
+from .common import add_model_and_backend, check_specs, console, number_arg, say, table
 
 
 def register(sub) -> None:
@@ -21,21 +19,14 @@ def register(sub) -> None:
                                    "op's error, where error was introduced, and the first failing op.")
     add_model_and_backend(p)
     p.add_argument("--reference", "-r", default="numpy", metavar="R", help="the reference backend (default numpy)")
-    p.add_argument("--tolerance", type=float, metavar="X",
+    p.add_argument("--tolerance", type=number_arg("--tolerance", above=0), metavar="X",
                    help="error (max abs scaled by the reference's largest value) that fails an op (default: per dtype)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     fmt.add_argument("--csv", action="store_true", help="print the per-op table as CSV on stdout")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (.csv or .json) as well")
     p.add_argument("--all", action="store_true", help="list every op (default: failing and NaN ops, and a summary)")
-    p.set_defaults(func=main, precheck=precheck)
-
-
-def precheck(args) -> None:
-    """Before torch is imported (app/cli/__init__.py)."""
-    check_specs(args)
-    if args.tolerance is not None and not args.tolerance > 0:       # NaN too
-        raise UsageError(f"--tolerance {args.tolerance}: give a positive number, e.g. 1e-3")
+    p.set_defaults(func=main, precheck=check_specs)          # the specs, before torch is imported
 
 
 def main(args) -> int:

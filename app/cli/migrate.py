@@ -14,7 +14,7 @@ from pathlib import Path
 
 from opscope.runtime.errors import UsageError, terminal_text
 
-from .common import add_json, console, emit_json, output_path, say, table
+from .common import add_json, console, count_arg, emit_json, number_arg, output_path, say, table
 
 
 # a readiness score is what the scanner saw; a run says whether the script works off CUDA
@@ -34,8 +34,9 @@ def register(sub) -> None:
     fmt.add_argument("--html", action="store_true", help="a self-contained HTML report (needs -o)")
     s.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     s.add_argument("--max-size", default="2MiB", help="skip files larger than this (default 2MiB)")
-    s.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (default 1; 0 = one per CPU)")
-    s.add_argument("--fail-under", type=float, metavar="SCORE", help="exit 1 when the readiness score is below SCORE")
+    s.add_argument("--jobs", "-j", type=count_arg("--jobs", 0), default=1, help="worker processes (default 1; 0 = one per CPU)")
+    s.add_argument("--fail-under", type=number_arg("--fail-under", minimum=0, maximum=100), metavar="SCORE",
+                   help="exit 1 when the readiness score (0 to 100) is below SCORE")
     bar = s.add_mutually_exclusive_group()
     bar.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     bar.add_argument("--no-progress", action="store_true", help="never show the progress bar")

@@ -10,7 +10,7 @@ import time
 
 from opscope.runtime.errors import UsageError, terminal_text
 
-from .common import add_json, console, emit_json, port_arg, say
+from .common import add_json, console, emit_json, number_arg, port_arg, say
 from .serve import add_token_options
 
 
@@ -22,10 +22,11 @@ def register(sub) -> None:
                                                "dropped events) and store the alerts with it")
     p.add_argument("--device", action="append", default=[], metavar="SPEC",
                    help="a sim chip (sim:NAME or a .toml) to watch through its thermal model; repeatable")
-    p.add_argument("--sim-load", type=float, default=1.0, metavar="F",
+    p.add_argument("--sim-load", type=number_arg("--sim-load", minimum=0, maximum=1), default=1.0, metavar="F",
                    help="busy fraction the sim chips run at (default 1.0)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1)")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
+    p.add_argument("--interval", type=number_arg("--interval", above=0, unit="seconds"), default=1.0, metavar="S",
+                   help="seconds between samples (default 1)")
+    p.add_argument("--duration", type=number_arg("--duration", minimum=0, unit="seconds"), default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C, or until the --run finishes)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD",
                    help="run CMD for every alert (the alert as JSON on stdin, OPSCOPE_ALERT_* in its environment)")
@@ -45,13 +46,7 @@ def register(sub) -> None:
 
 
 def precheck(args) -> None:
-    """The numbers, before the alert engine (and torch, DuckDB) is imported."""
-    if not args.interval > 0:
-        raise UsageError(f"--interval must be > 0 seconds (got {args.interval})")
-    if args.duration is not None and not args.duration >= 0:
-        raise UsageError(f"--duration must be >= 0 seconds (got {args.duration})")
-    if not 0 <= args.sim_load <= 1:
-        raise UsageError(f"--sim-load must be between 0 and 1 (got {args.sim_load})")
+    """Before the alert engine (and torch, DuckDB) is imported; the numbers are checked while parsing."""
     if args.exec_cmd is not None and not shlex.split(args.exec_cmd):
         raise UsageError("--exec needs a command")
 

@@ -267,8 +267,6 @@ def check_port(host: str, port: int) -> None:
     """Bind once and let go, so a bad --port, an unknown --host or a busy port is a usage error before a
     runner or a server starts (werkzeug would print its own message and exit 1). `serve` uses it too."""
     import socket
-    if not 0 <= port < 65536:
-        raise UsageError(f"--port {port}: expected a port number 0-65535")
     try:
         with socket.create_server((host, port)):
             pass

@@ -10,6 +10,8 @@ import tempfile
 from opscope.runtime.errors import UsageError, terminal_text
 from opscope.runtime.home import HOME_ENV
 
+from .common import port_arg
+
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="open the web analyzer over every run in the store",
@@ -23,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1). Only 127.0.0.1, ::1 and localhost count as loopback: "
                         "any other address (127.0.0.2 too) refuses --no-token")
-    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument("--port", type=port_arg(), default=8050, help="port (default 8050)")
     add_token_options(p)
     p.add_argument("--run", default=None, help="open this run's timeline first")
     p.add_argument("--open", action="store_true", help="open the page in a browser")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from opscope.runtime.errors import UsageError
 
-from .common import MODEL_HELP, add_json, check_specs, console, emit_json, fmt_bytes, number_arg, say, table
+from .common import (MODEL_HELP, add_json, check_specs, console, count_arg, emit_json, fmt_bytes, number_arg, say,
+                     table)
 
 HELP = "predict step time, memory per rank and scaling of a parallel strategy at N ranks from measured op costs"
 
@@ -15,23 +16,25 @@ def register(sub) -> None:
     p.add_argument("model", nargs="?", help=MODEL_HELP + " (optional with --measure-link)")
     p.add_argument("--hybrid", default="sim:npu-a1=1", metavar="SPEC=SHARE,...",
                    help="the backends of one replica and their shares (default sim:npu-a1=1)")
-    p.add_argument("--ranks", type=int, action="append", metavar="N",
+    p.add_argument("--ranks", type=count_arg("--ranks"), action="append", metavar="N",
                    help="ranks to predict for (repeat for several; default 1, 8, 1024)")
     p.add_argument("--strategy", default="dp", metavar="S",
                    help="dp, zero1, zero2, zero3, tp=N, pp=N, or search (every one that fits, ranked); default dp")
     p.add_argument("--overlap", action="store_true", help="gradient buckets all-reduced while backward runs")
-    p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB", help="--overlap: bucket size (default 25)")
-    p.add_argument("--microbatches", type=int, metavar="M", help="pp: microbatches per step (default 4 x stages)")
+    p.add_argument("--bucket-mb", type=number_arg("--bucket-mb", above=0, unit="MB"), default=25.0, metavar="MB",
+                   help="--overlap: bucket size (default 25)")
+    p.add_argument("--microbatches", type=count_arg("--microbatches"), metavar="M", help="pp: microbatches per step (default 4 x stages)")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="what the optimizer state holds")
-    p.add_argument("--bandwidth", type=number_arg("--bandwidth", above=0, unit="bytes/s"), help="link bandwidth, bytes/s (default: the description's "
-                                                   "[interconnect], else the measured link, else 25 GB/s)")
+    p.add_argument("--bandwidth", type=number_arg("--bandwidth", above=0, unit="bytes/s"),
+                   help="link bandwidth, bytes/s (default: the description's [interconnect], else the measured link, "
+                        "else 25 GB/s)")
     p.add_argument("--latency", type=number_arg("--latency", minimum=0, unit="seconds"), help="link latency, seconds")
     p.add_argument("--topology", choices=["ring", "tree", "all-to-all"], help="collective topology")
-    p.add_argument("--ranks-per-node", type=int, metavar="G", help="hierarchical: G ranks per node on the link "
+    p.add_argument("--ranks-per-node", type=count_arg("--ranks-per-node"), metavar="G", help="hierarchical: G ranks per node on the link "
                                                                    "above, nodes joined by --inter-link")
     p.add_argument("--inter-link", metavar="BW,LAT[,TOPOLOGY]", help="the inter-node link: bytes/s, seconds, "
                                                                       "ring|tree|all-to-all")
-    p.add_argument("--cores-per-node", type=int, metavar="C", help="ranks of a node share C cores (wall-clock "
+    p.add_argument("--cores-per-node", type=count_arg("--cores-per-node"), metavar="C", help="ranks of a node share C cores (wall-clock "
                                                                    "compute stretches when they run out)")
     p.add_argument("--measure-link", action="store_true", help="measure this host's link first (gloo all-reduce, "
                                                                "2 processes, a few sizes), store and use it")
@@ -59,15 +62,6 @@ def _checked(args) -> None:
     check_specs(args, backends=())
     if args.model is None and not args.measure_link:
         raise UsageError("simulate needs a MODEL (demo:NAME or file.py:factory), or --measure-link alone")
-    for n in args.ranks or []:
-        if n < 1:
-            raise UsageError(f"--ranks must be >= 1 (got {n})")
-    for flag, v in (("--ranks-per-node", args.ranks_per_node), ("--cores-per-node", args.cores_per_node),
-                    ("--microbatches", args.microbatches)):
-        if v is not None and v < 1:
-            raise UsageError(f"{flag} must be >= 1 (got {v})")
-    if not args.bucket_mb > 0:
-        raise UsageError(f"--bucket-mb must be > 0 (got {args.bucket_mb})")
     if (args.ranks_per_node is None) != (args.inter_link is None):
         raise UsageError("--ranks-per-node and --inter-link go together (G ranks per node, the link between nodes)")
     if "auto" in args.hybrid:

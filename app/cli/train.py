@@ -1,8 +1,6 @@
 """`opscope train MODEL --backend B --steps N`: train on a backend and in eager PyTorch side by side."""
 from __future__ import annotations
 
-from opscope.runtime.errors import UsageError
-
 from .common import (OPTIMIZERS, add_fallback, add_json, add_model_and_backend, choice_arg, console, count_arg,
                      emit_json, fallback_of, fmt_bytes, number_arg, say, table)
 
@@ -30,8 +28,6 @@ def main(args) -> int:
         return train_hybrid(args)
     from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, compare_with_eager
 
-    if args.steps < 1:
-        raise UsageError(f"--steps must be >= 1 (got {args.steps})")
     from opscope.app.progress import progress_bar, shown
     opt = OptimizerSpec(args.optimizer, lr=args.lr if args.lr is not None else DEFAULT_LR.get(args.optimizer, 1e-2))
     with progress_bar(f"training {args.model}", total=args.steps, unit="steps", show=shown(args)) as update:
