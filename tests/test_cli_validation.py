@@ -154,3 +154,35 @@ def test_every_parser_and_subparser_has_examples():
                   ("monitor",)]:
         assert verbs in seen, verbs
 
+
+def _typed_options():
+    """(argv to the parser, flag) for every option of every command and verb that converts its value (a count, a
+    number, a port, a choice): walked, not picked, so an option added tomorrow is covered too."""
+    for command in COMMANDS:
+        for path, parser in _parsers(build_parser([command])):
+            if path[:1] != (command,):
+                continue
+            for action in parser._actions:
+                if action.option_strings and action.type is not None and action.nargs != 0:
+                    yield list(path), action.option_strings[0]
+
+
+TYPED = list(_typed_options())
+
+
+@pytest.mark.parametrize("bad", ["nan", "-1", "x"])
+def test_every_typed_option_of_every_parser_refuses_a_bad_value_while_parsing(bad):
+    """NaN passes float() and fails every comparison, -1 passes int(): each must be refused by the option's type, in
+    one line that names the option, before any command (or torch) runs."""
+    assert len(TYPED) > 40, TYPED          # the walk found the parsers (a broken walk would pass vacuously)
+    accepted = []
+    for path, flag in TYPED:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                build_parser(path).parse_args([*path, f"{flag}={bad}"])
+            except SystemExit as e:
+                if e.code == 2 and flag in err.getvalue() and "Traceback" not in err.getvalue():
+                    continue
+        accepted.append(f"opscope {' '.join(path)} {flag} {bad}: {err.getvalue().strip()!r}")
+    assert not accepted, "\n".join(accepted)
