@@ -27,6 +27,17 @@ _DTYPE_BYTES = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32":
 MAX_TREES = 2000
 MAX_NODES = 1 << 12
 MAX_FILE = 32 << 20
+# What a model file's numbers may be: the log-time parts (base, weights, leaves) stay far inside exp()'s range
+# (log of a year in ns is 38), a launch cost under a day, a learning rate in (0, 1].
+MAX_LOG = 100.0
+MAX_OVERHEAD_NS = 86_400e9
+
+
+def _number(v, lo: float, hi: float, what: str) -> float:
+    """A finite number in lo..hi read from a model file, or ValueError naming it."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise ValueError(f"{what} = {str(v)[:40]}, expected a number {lo:g}..{hi:g}")
+    return float(v)
 
 
 def kinds() -> list[str]:
@@ -215,11 +226,13 @@ class CostModel:
             raise UsageError(f"{where}: not an opscope cost model; make one with `opscope costmodel fit`")
         try:
             m = cls(kind_names=[str(k) for k in d["kind_names"]], backends=[str(b) for b in d["backends"]],
-                    base=float(d["base"]), rate=float(d["rate"]),
-                    region_overhead_ns={str(k): float(v) for k, v in d["region_overhead_ns"].items()},
+                    base=_number(d["base"], -MAX_LOG, MAX_LOG, "base"),
+                    rate=_number(d["rate"], 1e-6, 1.0, "rate"),
+                    region_overhead_ns={str(k): _number(v, 0.0, MAX_OVERHEAD_NS, "region_overhead_ns")
+                                        for k, v in d["region_overhead_ns"].items()},
                     trained_on=[str(t) for t in d.get("trained_on", [])])
             width = 6 + 2 * len(m.kind_names) + len(m.backends)
-            m.linear = [float(w) for w in d.get("linear", [])]
+            m.linear = [_number(w, -MAX_LOG, MAX_LOG, "a linear weight") for w in d.get("linear", [])]
             if len(m.linear) not in (0, 2 + len(m.backends)):
                 raise ValueError("linear part")
             trees = d["trees"]
@@ -228,12 +241,16 @@ class CostModel:
             for t in trees:
                 if not isinstance(t, list) or not 0 < len(t) <= MAX_NODES:
                     raise ValueError("tree size")
-                nodes = [[int(n[0]), float(n[1]), int(n[2]), int(n[3])] for n in t]
+                nodes = []
+                for n in t:
+                    f = int(n[0])
+                    bound = 1e12 if f >= 0 else MAX_LOG   # a split's threshold: a feature; a leaf: a log-time step
+                    nodes.append([f, _number(n[1], -bound, bound, "a node's value"), int(n[2]), int(n[3])])
                 for i, (f, _, lo, hi) in enumerate(nodes):   # children after their parent: no loop, no escape
-                    if f >= width or (f >= 0 and not (i < lo < len(nodes) and i < hi < len(nodes))):
+                    if not -1 <= f < width or (f >= 0 and not (i < lo < len(nodes) and i < hi < len(nodes))):
                         raise ValueError("node")
                 m.trees.append(nodes)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
             raise UsageError(f"{where}: a damaged cost model ({e}); make a new one with `opscope costmodel fit`")
         return m
 

@@ -61,7 +61,8 @@ def test_it_round_trips_through_json_and_predicts_the_same(tmp_path):
     assert json.loads(path.read_text())["format"] == "opscope-cost-model"
 
 
-@pytest.mark.parametrize("damage", ["not json", "cycle", "feature", "too many trees", "pickle"])
+@pytest.mark.parametrize("damage", ["not json", "cycle", "feature", "too many trees", "pickle", "nan leaf",
+                                    "infinite feature", "negative launch cost", "huge weight", "zero rate"])
 def test_a_damaged_or_hostile_model_file_is_one_line(tmp_path, damage):
     m = CostModel.fit(_rows(5, 200, "a"), trees=5)
     d = json.loads(m.to_json())
@@ -77,6 +78,16 @@ def test_a_damaged_or_hostile_model_file_is_one_line(tmp_path, damage):
             tree[0] = [0, 1.0, 0, 0]
         elif damage == "feature":
             tree[0] = [10_000, 1.0, 1, 1]
+        elif damage == "nan leaf":         # every number is range-checked: a NaN would rank every region last
+            tree[-1] = [-1, float("nan"), 0, 0]
+        elif damage == "infinite feature":
+            tree[0] = [float("inf"), 1.0, 1, 1]
+        elif damage == "negative launch cost":
+            d["region_overhead_ns"] = {"fast": -1e9}
+        elif damage == "huge weight":
+            d["linear"] = [1e300] * len(d["linear"])
+        elif damage == "zero rate":
+            d["rate"] = 0
         else:
             d["trees"] = [tree] * 5000
         path.write_text(json.dumps(d))
