@@ -144,3 +144,23 @@ def test_a_graph_runs_ops_nest_under_their_module_paths(opscope_home):
     assert t["parent"][node[(4, "linear")]] in (node[(3, "h.0.attn")], node[(3, "h.1.attn")])
     assert t["total"][node[(1, "add")]] == 10                      # an op with no module: under the thread
     assert sum(r["self"] for r in heaviest(t)) == 210
+
+
+def _text(component) -> str:
+    kids = getattr(component, "children", component)
+    if isinstance(kids, (list, tuple)):
+        return "".join(_text(k) for k in kids)
+    return kids if isinstance(kids, str) else (_text(kids) if kids is not None and kids is not component else "")
+
+
+def test_the_area_summary_and_the_flame_table_say_which_clock_their_times_are_on():
+    from opscope.app.pages.flame import heaviest_table
+    from opscope.app.pages.timeline_tools import render
+    sp = spans()
+    sp.clocks = ["simulated", "simulated", "modelled host"]
+    rows, head = area_summary(sp, 0, 100, [0, 1])
+    assert head["clocks"] == ["simulated"] and "simulated clock" in _text(render(rows, head, sp))
+    rows, head = area_summary(sp, 0, 100, [0, 1, 2])
+    assert "modelled host and simulated clock" in _text(render(rows, head, sp))
+    t = layout(merge(STACKS))
+    assert "times on the host: simulated clock" in _text(heaviest_table(t, "ops", "host: simulated clock"))

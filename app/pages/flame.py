@@ -74,7 +74,9 @@ def register(app, data):
         tree = tree_of(data, run, kind, step)
         if not tree["name"] or tree["root_total"] <= 0:
             return {"message": _empty(kind)}, ui.note(_empty(kind))
-        return {**tree, "kind": kind, "run": run["run_id"]}, heaviest_table(tree, kind)
+        # Python frames are timed on the host's wall clock; ops on their tracks' clocks (a sim run's: simulated)
+        clock = "wall clock" if kind == "stacks" else ui.clock_caption(data.clocks(run))
+        return {**tree, "kind": kind, "run": run["run_id"]}, heaviest_table(tree, kind, clock)
 
     app.clientside_callback(_DRAW_JS, Output(ids.FLAME_DATA, "id"), Input(ids.FLAME_DATA, "data"))
 
@@ -92,7 +94,7 @@ def _empty(kind: str) -> str:
     return "This run recorded no ops."
 
 
-def heaviest_table(tree: dict, kind: str):
+def heaviest_table(tree: dict, kind: str, clock: str = ""):
     from opscope.profiler.flame import heaviest
     root = tree["root_total"] or 1.0
     what = "frame" if kind == "stacks" else "op"
@@ -104,7 +106,7 @@ def heaviest_table(tree: dict, kind: str):
     return html.Div([
         html.P(f"{how}Self time: in the {what} itself, not in what it calls (the self times add up to the whole). "
                f"Total: with its callees, counted once where it recurses. Shares are of the whole "
-               f"({ui.fmt_ns(root)}).", className="muted"),
+               f"({ui.fmt_ns(root)}){f'; times on the {clock}' if clock else ''}.", className="muted"),
         ui.table(ids.FLAME_TABLE + "-grid", [("name", what, {"maxWidth": 620}), ("self", "self time", ui.DURATION),
                                              ("self_pct", "self %", ui.num(".1f")),
                                              ("total", "total time", ui.DURATION),

@@ -155,7 +155,7 @@ def window(data, query) -> tuple[dict, int]:
 
 def _clock_caption(clocks: dict, breaks: bool) -> str:
     """What the axis measures, per kind of track: one clock each, said once under the axis."""
-    parts = [f"{kind}: {clock} clock" for kind, clock in sorted(clocks.items(), reverse=True)]
+    parts = [ui.clock_caption(clocks)] if clocks else []
     if breaks:
         parts.append("host time between simulated steps collapsed (dashed lines)")
     return " · ".join(parts)

@@ -84,8 +84,9 @@ def area_summary(spans: lod.Spans, t0: int, t1: int, tracks) -> tuple[list[dict]
     order = [int(i) for i in np.argsort(-own, kind="stable") if count[i]]
     rows = [{"label": i, "name": spans.names[i], "count": int(count[i]), "total": float(total[i]),
              "self": float(own[i]), "share": float(100.0 * own[i] / busy) if busy > 0 else 0.0} for i in order]
+    clocks = sorted({spans.clocks[k] for k in picked if spans.clocks and spans.clocks[k]})
     head = {"t0": t0, "t1": t1, "length": t1 - t0, "tracks": len(picked), "threads": len(threads), "spans": spans_in,
-            "busy": busy, "picked": picked}
+            "busy": busy, "picked": picked, "clocks": clocks}
     return rows, head
 
 
@@ -127,7 +128,8 @@ def render(rows: list[dict], head: dict, spans: lod.Spans):
         html.B(f"{head['tracks']}"), f" track{'s' if head['tracks'] != 1 else ''} ({where}) · ",
         html.B(f"{head['spans']:,}"), " spans · self time ", html.B(ui.fmt_ns(head["busy"])),
         html.Span(" · time: inclusive, cut at the area's edges · self: less the lane below · share: of the area's "
-                  "self time (the rows add up to 100 %)", className="muted")])
+                  "self time (the rows add up to 100 %)", className="muted"),
+        html.Span(f" · {' and '.join(head['clocks'])} clock" if head.get("clocks") else "", className="muted")])
     data = [{"id": str(r["label"]), "name": r["name"], "count": r["count"], "total": r["total"], "self": r["self"],
              "share": r["share"], "swatch": colors[r["label"]]} for r in rows]
     return html.Div([line, ui.table(ids.TL_AREA_OUT + "-grid", [

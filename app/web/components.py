@@ -17,6 +17,11 @@ __all__ = ["fmt_bytes", "fmt_flops", "fmt_ns", "card", "note", "status_pill", "r
            "table", "column_defs", "header_min_width", "op_swatch_rows", "NUM", "RIGHT", "SWATCH", "DURATION", "num", "si"]
 
 
+def clock_caption(clocks: dict) -> str:
+    """What a run's times measure, per kind of track (Data.clocks): "host: wall clock · device: simulated clock"."""
+    return " · ".join(f"{kind}: {clock} clock" for kind, clock in sorted(clocks.items(), reverse=True))
+
+
 def fmt_ns(ns) -> str:
     """A duration in the unit that suits it, three significant digits (56.2 ms, 820 us, 4.00 s): what the
     tables and the timeline write (assets/formats.js `duration`, which timeline.js calls too), so a span's panel and
