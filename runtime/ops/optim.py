@@ -10,6 +10,7 @@ one pass over memory, SGD bit-identical, AdamW within an ulp or two); the numpy 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Optional
 
 import numpy as np
@@ -127,26 +128,52 @@ UPDATE_IN_PLACE = {"sgd": sgd_in_place, "adamw": adamw_in_place}
 @define("sgd", "elementwise", flops=lambda n: 4 * _n(n), dtypes=FLOATS,
         doc="SGD update (momentum, weight decay): returns the new parameter (and momentum buffer)")
 def sgd(param, grad, momentum_buffer=None, lr=1e-3, momentum=0.0, weight_decay=0.0, nesterov=False):
-    dt = param.dtype.type
-    d = grad + param * dt(weight_decay) if weight_decay else grad
-    if momentum:
-        buf = momentum_buffer * dt(momentum) + d
-        d = d + buf * dt(momentum) if nesterov else buf
-        return [(param - d * dt(lr)).astype(param.dtype), buf.astype(param.dtype)]
-    return [(param - d * dt(lr)).astype(param.dtype)]
+    return _sgd_numpy(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place=False)
 
 
 @define("adamw", "elementwise", flops=lambda n: 12 * _n(n), dtypes=FLOATS,
         doc="AdamW update: returns the new parameter, first and second moments")
 def adamw(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    return _adamw_numpy(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place=False)
+
+
+# The numpy updates, functional (new arrays: the reference kernels) or in place (written into the parameter and
+# state, a parameter-sized temporary or two per call: what `train --hybrid` runs on the host, runtime/dist/split.py,
+# so each rank keeps one copy of its parameters and optimizer state). One sequence of float operations for both:
+# an augmented operation on a fresh array gives the same numbers as the expression, so in place is bit-identical.
+# Functional sgd takes jax arrays too (xla_lowering traces it): there, operators only, no numpy `out=`.
+def _sgd_numpy(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place):
+    dt = param.dtype.type
+    mul, sub = (operator.imul, operator.isub) if in_place else (operator.mul, operator.sub)
+    d = grad + param * dt(weight_decay) if weight_decay else grad
+    if momentum:
+        buf = mul(momentum_buffer, dt(momentum))
+        buf += d                                   # the state itself, or the fresh product (jax: a new array)
+        d = d + buf * dt(momentum) if nesterov else buf
+    out = [sub(param, d * dt(lr))] + ([buf] if momentum else [])
+    return out if in_place else [a.astype(param.dtype) for a in out]
+
+
+def _adamw_numpy(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place):
     dt = param.dtype.type
     t = float(np.asarray(step))
-    p = param * dt(1 - lr * weight_decay)
-    m = exp_avg + (grad - exp_avg) * dt(1 - beta1)          # lerp, as torch computes it for weight < 0.5
-    v = exp_avg_sq * dt(beta2) + grad * grad * dt(1 - beta2)
-    denom = np.sqrt(v) / dt(math.sqrt(1 - beta2 ** t)) + dt(eps)
-    p = p - m / denom * dt(lr / (1 - beta1 ** t))
-    return [p.astype(param.dtype), m.astype(param.dtype), v.astype(param.dtype)]
+    into = (lambda a: a) if in_place else (lambda a: None)
+    p = np.multiply(param, dt(1 - lr * weight_decay), out=into(param))
+    tmp = np.asarray(grad - exp_avg)               # lerp, as torch computes it for weight < 0.5 (an array
+    #                                               even for a 0-d parameter: the ops below write into it)
+    tmp *= dt(1 - beta1)
+    m = np.add(exp_avg, tmp, out=into(exp_avg))
+    v = np.multiply(exp_avg_sq, dt(beta2), out=into(exp_avg_sq))
+    np.multiply(grad, grad, out=tmp)
+    tmp *= dt(1 - beta2)
+    v += tmp
+    np.sqrt(v, out=tmp)                            # the denominator
+    tmp /= dt(math.sqrt(1 - beta2 ** t))
+    tmp += dt(eps)
+    np.divide(m, tmp, out=tmp)
+    tmp *= dt(lr / (1 - beta1 ** t))
+    p -= tmp
+    return [p, m, v] if in_place else [p.astype(param.dtype), m.astype(param.dtype), v.astype(param.dtype)]
 
 
 OPTIM_SAMPLES = {
@@ -159,43 +186,13 @@ OPTIM_SAMPLES = {
 SAMPLES.update(OPTIM_SAMPLES)       # NOTE: conformance reads SAMPLES; new op modules add their own entries
 
 
-# --- numpy updates in place: the reference kernels above, writing into the parameter and state ---------------------
-# The same float operations in the same order as `sgd` / `adamw` (numpy applies no fused multiply-add), so
-# bit-identical to them; a parameter-sized temporary or two per call instead of fresh parameter and state arrays.
-# What `train --hybrid` runs on the host (runtime/dist/split.py): each rank keeps one copy of its parameters and
-# optimizer state, not that plus the step's new ones. Used only where every array has the parameter's dtype.
+# Used only where every array has the parameter's dtype (split.py checks).
 def sgd_numpy_in_place(param, grad, momentum_buffer=None, lr=1e-3, momentum=0.0, weight_decay=0.0, nesterov=False):
-    dt = param.dtype.type
-    d = grad + param * dt(weight_decay) if weight_decay else grad
-    if momentum:
-        buf = momentum_buffer
-        buf *= dt(momentum)
-        buf += d
-        d = d + buf * dt(momentum) if nesterov else buf
-        param -= d * dt(lr)
-        return [param, buf]
-    param -= d * dt(lr)
-    return [param]
+    return _sgd_numpy(param, grad, momentum_buffer, lr, momentum, weight_decay, nesterov, in_place=True)
 
 
 def adamw_numpy_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
-    dt = param.dtype.type
-    t = float(np.asarray(step))
-    param *= dt(1 - lr * weight_decay)
-    tmp = grad - exp_avg
-    tmp *= dt(1 - beta1)
-    exp_avg += tmp
-    exp_avg_sq *= dt(beta2)
-    np.multiply(grad, grad, out=tmp)
-    tmp *= dt(1 - beta2)
-    exp_avg_sq += tmp
-    np.sqrt(exp_avg_sq, out=tmp)
-    tmp /= dt(math.sqrt(1 - beta2 ** t))
-    tmp += dt(eps)
-    np.divide(exp_avg, tmp, out=tmp)
-    tmp *= dt(lr / (1 - beta1 ** t))
-    param -= tmp
-    return [param, exp_avg, exp_avg_sq]
+    return _adamw_numpy(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, in_place=True)
 
 
 NUMPY_IN_PLACE = {"sgd": sgd_numpy_in_place, "adamw": adamw_numpy_in_place}   # for the numpy backend's kernels
