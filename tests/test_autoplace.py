@@ -33,6 +33,37 @@ def test_bad_auto_input_is_one_line_and_exit_2(cli, argv, says):
     assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("damage", ["nan step", "negative seconds", "runner not a dict", "runner's time a string"])
+def test_a_damaged_choice_in_a_plan_or_the_cache_is_one_line_and_the_cache_ignores_it(damage, tmp_path, monkeypatch):
+    # the report prints and divides these numbers: a plan's or cache file's choice is checked when read
+    from opscope.runtime.autoplace import cache
+    from opscope.runtime.autoplace.choice import Choice
+    from opscope.runtime.errors import UsageError
+    seg = {"backend": "torch:cpu", "first": "a", "last": "b", "nodes": 2, "seconds": 1e-3,
+           "runners_up": [{"backend": "onnxruntime", "seconds": 2e-3, "how": "measured", "reason": ""}]}
+    doc = {"segments": [seg], "step_seconds": 1e-3, "single": {"torch:cpu": 1e-3}, "search": {}}
+    assert Choice.from_doc(json.loads(json.dumps(doc)), "x").segments[0].runners_up == seg["runners_up"]
+    if damage == "nan step":
+        doc["step_seconds"] = float("nan")
+    elif damage == "negative seconds":
+        seg["seconds"] = -1.0
+    elif damage == "runner not a dict":
+        seg["runners_up"] = ["onnxruntime"]
+    else:
+        seg["runners_up"][0]["seconds"] = "fast"
+    with pytest.raises(UsageError) as e:
+        Choice.from_doc(json.loads(json.dumps(doc)), "plan x.opsplan")
+    assert "plan x.opsplan: corrupted" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
+    (tmp_path / "autoplace").mkdir()
+    (tmp_path / "autoplace" / "k.json").write_text(json.dumps(doc))
+    (tmp_path / "autoplace" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+
+    class Reg:
+        backends = {"torch:cpu": None}
+    assert cache.load("k", Reg()) is None and cache.load("deep", Reg()) is None
+
+
 HIDE_STACKS = textwrap.dedent("""
     # the compiler stacks' packages are not found: as on a machine where none is installed
     import sys

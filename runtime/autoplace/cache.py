@@ -9,6 +9,7 @@ import os
 
 from ..errors import UsageError
 from ..home import opscope_home
+from ..safe_read import read_small_json
 
 MAX_BYTES = 16 << 20
 
@@ -20,11 +21,10 @@ def _path(key: str):
 def load(key: str, reg):
     from .choice import Choice
     path = _path(key)
+    doc = read_small_json(path, MAX_BYTES)        # missing, too big, too deep or not JSON: never written
     try:
-        if not path.is_file() or path.stat().st_size > MAX_BYTES:
-            return None
-        choice = Choice.from_doc(json.loads(path.read_text()), str(path))
-    except (OSError, ValueError, UsageError):
+        choice = Choice.from_doc(doc, str(path))
+    except UsageError:
         return None
     if {s.backend for s in choice.segments} - set(reg.backends):
         return None

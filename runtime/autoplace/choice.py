@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -108,19 +109,30 @@ class Choice:
         if not isinstance(doc, dict) or not isinstance(doc.get("segments"), list) or \
                 not 0 < len(doc["segments"]) <= MAX_SEGMENTS:
             raise bad("no segments")
+        def seconds(v, what):
+            """A time the report prints (and divides by): None, or finite and not negative."""
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise bad(f"{what} = {str(v)[:40]}, not a time in seconds")
+            return float(v)
+
+        def runner(r):
+            if not isinstance(r, dict) or not isinstance(r.get("backend"), str):
+                raise bad("a runner-up is not {backend, seconds, how, reason}")
+            return {"backend": r["backend"][:200], "seconds": seconds(r.get("seconds"), "a runner-up's seconds"),
+                    "how": str(r.get("how", ""))[:100], "reason": str(r.get("reason", ""))[:1000]}
         segs = []
         for s in doc["segments"]:
             if not isinstance(s, dict) or not all(isinstance(s.get(k), str) and len(s[k]) <= 1000
                                                   for k in ("backend", "first", "last")) or \
                     type(s.get("nodes")) is not int or s["nodes"] < 1:
                 raise bad("a segment is not {backend, first, last, nodes}")
-            secs = s.get("seconds")
+            runners = s.get("runners_up") if isinstance(s.get("runners_up"), list) else []
             segs.append(Segment(s["backend"], s["first"], s["last"], s["nodes"],
-                                float(secs) if isinstance(secs, (int, float)) else None,
-                                list(s.get("runners_up") or []) if isinstance(s.get("runners_up"), list) else [],
+                                seconds(s.get("seconds"), "a segment's seconds"), [runner(r) for r in runners],
                                 str(s.get("module", ""))[:1000]))
-        step = doc.get("step_seconds")
         single = doc.get("single") if isinstance(doc.get("single"), dict) else {}
-        return cls(segs, float(step) if isinstance(step, (int, float)) else None,
-                   {str(k)[:200]: float(v) for k, v in single.items() if isinstance(v, (int, float))},
+        return cls(segs, seconds(doc.get("step_seconds"), "step_seconds"),
+                   {str(k)[:200]: seconds(v, "a single backend's step") for k, v in single.items()},
                    doc.get("search") if isinstance(doc.get("search"), dict) else {})
