@@ -42,10 +42,11 @@ def test_numpy_sgd_in_place_is_bit_identical_to_the_reference_kernel(kw):
         assert np.array_equal(w, o)
 
 
-def test_numpy_adamw_in_place_is_bit_identical_to_the_reference_kernel():
+@pytest.mark.parametrize("shape", [(1000,), ()])        # () : a scalar parameter (a learnable temperature)
+def test_numpy_adamw_in_place_is_bit_identical_to_the_reference_kernel(shape):
     rng = np.random.default_rng(1)
-    p, g, m = (rng.standard_normal(1000).astype(np.float32) for _ in range(3))
-    v = rng.random(1000).astype(np.float32)
+    p, g, m = (np.asarray(rng.standard_normal(shape), np.float32) for _ in range(3))
+    v = np.asarray(rng.random(shape), np.float32)
     args = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
     ps, ms, vs = p.copy(), m.copy(), v.copy()
     for step in (1.0, 2.0, 3.0):                 # three steps: the bias corrections change
