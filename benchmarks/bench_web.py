@@ -237,21 +237,27 @@ _ADVICE_SHOWN = """var e = document.getElementById('advisor-list');
 return !!(e && e.textContent.length && e.textContent.indexOf('loading') < 0);"""
 
 
-def first_render(app, url, rid, n, loaded: bool) -> float:
-    """A fresh Chromium opening the timeline of a run no page has opened yet; with busy loops on every core."""
+def page_seconds(url: str, shown: str, *args, loaded: bool, timeout: float = 600) -> float:
+    """Seconds from a fresh Chromium opening `url` until the script `shown` holds; with busy loops on every core
+    when `loaded` (each page below is timed this way)."""
     load = busy_loops(loaded)
     driver = chromium(tempfile.mkdtemp(prefix="opscope-chrome-"))
     try:
-        app.opscope_data._spans.clear()
         t0 = time.perf_counter()
-        driver.get(f"{url}/timeline?run={rid}")
-        wait(driver, _DRAWN, f"of {n:,} spans")
+        driver.get(url)
+        wait(driver, shown, *args, timeout=timeout)
         return time.perf_counter() - t0
     finally:
         driver.quit()
         for p in load:
             p.kill()
             p.wait()
+
+
+def first_render(app, url, rid, n, loaded: bool) -> float:
+    """The timeline of a run no page has opened yet."""
+    app.opscope_data._spans.clear()
+    return page_seconds(f"{url}/timeline?run={rid}", _DRAWN, f"of {n:,} spans", loaded=loaded, timeout=60)
 
 
 def busy_loops(loaded: bool) -> list:
@@ -261,39 +267,17 @@ def busy_loops(loaded: bool) -> list:
 
 
 def compare_page(url, a, b, loaded: bool) -> float:
-    """The Compare page of two runs in a fresh Chromium until its summary and table show."""
-    load = busy_loops(loaded)
-    driver = chromium(tempfile.mkdtemp(prefix="opscope-chrome-"))
-    try:
-        t0 = time.perf_counter()
-        driver.get(f"{url}/compare?run={a}&b={b}")
-        wait(driver, _COMPARED, timeout=600)
-        return time.perf_counter() - t0
-    finally:
-        driver.quit()
-        for p in load:
-            p.kill()
-            p.wait()
+    """The Compare page of two runs until its summary and table show."""
+    return page_seconds(f"{url}/compare?run={a}&b={b}", _COMPARED, loaded=loaded)
 
 
 def advisor_page(store, url, rid, cold: bool, loaded: bool = False) -> float:
-    """The Advisor page in a fresh Chromium until its advice shows; cold: nothing kept in the store for the run."""
+    """The Advisor page until its advice shows; cold: nothing kept in the store for the run."""
     from opscope.profiler.advisor import ANALYSES_ARTIFACT
     if cold:
         with store.connect() as con:
             con.execute("DELETE FROM artifacts WHERE run_id = ? AND kind = ?", [rid, ANALYSES_ARTIFACT])
-    load = busy_loops(loaded)
-    driver = chromium(tempfile.mkdtemp(prefix="opscope-chrome-"))
-    try:
-        t0 = time.perf_counter()
-        driver.get(f"{url}/advisor?run={rid}")
-        wait(driver, _ADVICE_SHOWN, timeout=600)
-        return time.perf_counter() - t0
-    finally:
-        driver.quit()
-        for p in load:
-            p.kill()
-            p.wait()
+    return page_seconds(f"{url}/advisor?run={rid}", _ADVICE_SHOWN, loaded=loaded)
 
 
 def main(argv=None) -> int:
