@@ -121,6 +121,8 @@ def test_costmodel_trains_on_a_real_run_store_and_checks_on_held_out_models(cli)
     check = json.loads(r.stdout)
     assert {m["model"] for m in check["models"]} == {"demo:mlp", "demo:cnn"}
     assert check["ops"] > 5 and -1 <= check["op_spearman"] <= 1
+    r = cli("costmodel", "fit", "-o", str(out["path"]) + ".d/model.json")
+    assert r.returncode == 2 and "does not exist" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = cli("costmodel", "fit", "--trees", "0")
     assert r.returncode == 2 and "--trees" in r.stderr and "1 to 2000" in r.stderr
 

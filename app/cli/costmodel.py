@@ -3,7 +3,7 @@ measured ops and regions of every finished run in the store; `check` reports how
 times of models it was not trained on (leave one model out, Spearman rank correlation)."""
 from __future__ import annotations
 
-from .common import add_json, console, emit_json, number_arg, say, table
+from .common import add_json, console, emit_json, number_arg, output_path, say, table
 
 
 TREES = number_arg("--trees", minimum=1, maximum=2000, whole=True)
@@ -38,6 +38,7 @@ def fit(args) -> int:
     from opscope.profiler.cost_data import fit as fit_model
     from opscope.runtime.cost_model import default_path
     trees = args.trees
+    output_path(args.output)              # a missing folder, or a folder given as the file: one line, before the work
     ops, regions = _data()
     model = fit_model(ops, regions, trees=trees)
     path = args.output or default_path()
