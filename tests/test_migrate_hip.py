@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,18 @@ def test_precompiled_header_is_reused_and_never_used_stale_or_tampered(tmp_path)
     # an entry others can write may have been swapped by them: built again, ours alone
     os.chmod(gch, 0o666)
     assert precompiled(flags, header, cache) == first and gch.stat().st_mode & 0o077 == 0
+    # a manifest that names a FIFO as a file g++ read, or that is too big: checked, never trusted -- rebuilt, no hang
+    manifest = first.parent / "manifest.json"
+    os.mkfifo(tmp_path / "fifo")
+    doc = json.loads(manifest.read_text())
+    doc["read"][str(tmp_path / "fifo")] = "0" * 64
+    for text in (json.dumps(doc), json.dumps({**doc, "pad": "x" * (5 << 20)})):
+        manifest.write_text(text)
+        done = []
+        t = threading.Thread(target=lambda: done.append(precompiled(flags, header, cache)), daemon=True)
+        t.start()
+        t.join(120)
+        assert done == [first] and len(manifest.read_text()) < 1 << 20, "a tampered manifest was trusted"
     # the header itself changed: another key
     header.write_text(header.read_text() + "#include <map>\n")
     assert precompiled(flags, header, cache).parent != first.parent

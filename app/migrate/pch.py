@@ -22,10 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from opscope.runtime.errors import UsageError
 from opscope.runtime.home import private_folder
+from opscope.runtime.safe_read import open_regular, read_small_json
 
 KEEP = 3                        # entries kept (one is ~140 MB); the least recently used go first
 _MANIFEST = "manifest.json"
+_MANIFEST_LIMIT = 4 << 20       # ~460 paths with their hashes take ~70 KB; a bigger one was not written here
 
 
 def precompiled(flags: list[str], header: Path, cache: Path, *, timeout: float = 600) -> Path | None:
@@ -34,11 +37,11 @@ def precompiled(flags: list[str], header: Path, cache: Path, *, timeout: float =
         private_folder(cache)
         key = _key(flags, header)
         entry = cache / key
-        if _valid(entry, key):
+        if _valid(entry, key, header.name):
             os.utime(entry / _MANIFEST)                        # recently used: pruned last
             return entry / header.name
         built = _build(flags, header, cache, key, timeout)
-    except (OSError, subprocess.SubprocessError, ValueError):
+    except (OSError, subprocess.SubprocessError, ValueError, UsageError):
         return None
     if built is None:
         return None
@@ -47,7 +50,7 @@ def precompiled(flags: list[str], header: Path, cache: Path, *, timeout: float =
             os.rename(entry, cache / f"old-{key}-{os.getpid()}")
         os.rename(built, entry)
     except OSError:                                            # another build won the race: use ours where it lies
-        return built / header.name if _valid(built, key) else None
+        return built / header.name if _valid(built, key, header.name) else None
     _prune(cache)
     return entry / header.name
 
@@ -83,17 +86,18 @@ def _build(flags: list[str], header: Path, cache: Path, key: str, timeout: float
     return folder
 
 
-def _valid(entry: Path, key: str) -> bool:
-    """Every file the .gch was made from is unchanged, the .gch is the one built, and only the user can write them."""
+def _valid(entry: Path, key: str, name: str) -> bool:
+    """Every file the .gch was made from is unchanged, the .gch is the one built, and only the user can write them.
+    The manifest is read bounded and every path in it opened as a regular file only (a FIFO named there would block
+    the hash for ever): it is checked, never trusted."""
     try:
         if not all(_ours_alone(p) for p in (entry, *entry.iterdir())):
             return False
-        manifest = json.loads((entry / _MANIFEST).read_text())
-        header = next(p for p in entry.iterdir() if p.name.endswith(".h"))
-        return (manifest["key"] == key and manifest["header"] == _sha256(header)
+        manifest = read_small_json(entry / _MANIFEST, _MANIFEST_LIMIT)
+        return (manifest["key"] == key and manifest["header"] == _sha256(entry / name)
                 and all(_sha256(Path(p)) == h for p, h in manifest["read"].items())
-                and manifest["gch"] == _sha256(entry / (header.name + ".gch")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
+                and manifest["gch"] == _sha256(entry / (name + ".gch")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
         return False
 
 
@@ -122,7 +126,7 @@ def _prune(cache: Path) -> None:
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, str(path), "") as f:         # never a FIFO or a device: a hash that ends
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
