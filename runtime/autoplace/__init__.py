@@ -17,10 +17,10 @@ This module is light (no torch): the CLI checks a spec with it before the model 
 """
 from __future__ import annotations
 
-from .spec import (BUDGET, BUDGET_ENV, DEFAULT_BUDGET, NAME, THREADS, budget, candidates, check_budget, is_auto,
+from .spec import (BUDGET_ENV, DEFAULT_BUDGET, NAME, THREADS, budget, candidates, check_budget, is_auto,
                    per_op_names)
 
-__all__ = ["BUDGET", "BUDGET_ENV", "DEFAULT_BUDGET", "NAME", "THREADS", "arm", "budget", "candidates", "check_budget",
+__all__ = ["BUDGET_ENV", "DEFAULT_BUDGET", "NAME", "THREADS", "arm", "budget", "candidates", "check_budget",
            "is_auto", "per_op_names", "plan_entry", "resolve"]
 
 

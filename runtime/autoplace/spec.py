@@ -9,9 +9,8 @@ from ..errors import UsageError
 
 NAME = "auto"
 DEFAULT_BUDGET = 48                 # candidate regions measured at most (each is a compile of seconds)
-# how many candidates the search may measure, and the stacks' intra-op threads while it measures and runs
-# (None: each stack's own default); the CLI's --budget and the benchmark's one thread set them
-BUDGET: contextvars.ContextVar = contextvars.ContextVar("opscope_auto_budget", default=None)
+# the stacks' intra-op threads while the search measures and runs (None: each stack's own default); the
+# benchmark's one thread sets it
 THREADS: contextvars.ContextVar = contextvars.ContextVar("opscope_auto_threads", default=None)
 
 
@@ -56,13 +55,11 @@ BUDGET_ENV = "OPSCOPE_AUTO_BUDGET"   # how the CLI's --budget reaches the search
 
 
 def budget() -> int:
-    n = BUDGET.get()
-    if n is None:
-        try:
-            n = int(os.environ.get(BUDGET_ENV, ""))
-        except ValueError:
-            n = None
-    return DEFAULT_BUDGET if n is None or n < 1 else n
+    try:
+        n = int(os.environ.get(BUDGET_ENV, ""))
+    except ValueError:
+        return DEFAULT_BUDGET
+    return n if n >= 1 else DEFAULT_BUDGET
 
 
 def check_budget(n: int) -> int:
