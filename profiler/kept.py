@@ -59,16 +59,17 @@ def kept(store, run: dict, what: str, compute):
     return value
 
 
-def kept_bytes(store, run: dict, what: str, compute) -> bytes:
+def kept_bytes(store, run: dict, what: str, compute, read=bytes):
     """kept() for an answer that is bytes (arrays: the timeline's spans), kept in a file beside the store: tens of
-    MB read back from a file in 0.1 s took 1.3-1.8 s out of a DuckDB BLOB."""
+    MB read back from a file in 0.1 s took 1.3-1.8 s out of a DuckDB BLOB. -> read(the bytes); a kept file that
+    read() refuses (cut short, damaged, edited) is built again and kept anew, not an error on every visit."""
     k = key(run)
     if k is None:
-        return compute()
+        return read(compute())
     path = _file(store, run["run_id"], f"{what}|{k}")
     try:
-        return path.read_bytes()
-    except OSError:
+        return read(path.read_bytes())
+    except Exception:                     # absent (OSError), or not what read() takes: built again below
         pass
     value = compute()
     try:
@@ -78,7 +79,7 @@ def kept_bytes(store, run: dict, what: str, compute) -> bytes:
         os.replace(tmp, path)             # a reader never sees half a file
     except OSError:                       # a store folder this process cannot write: built again next time
         pass
-    return value
+    return read(value)
 
 
 def _file(store, run_id: str, name: str) -> Path:

@@ -91,3 +91,17 @@ def test_deleting_a_run_removes_its_kept_files_and_no_other_runs(opscope_home):
     store.delete_run(a)
     left = sorted(p.relative_to(opscope_home) for p in (opscope_home / "kept").rglob("*.bin"))
     assert len(left) == 1 and b in str(left[0]).replace("-", "")
+
+
+def test_a_kept_spans_file_that_does_not_read_back_is_built_again(opscope_home, monkeypatch):
+    from opscope.app.web.data import WebData
+    monkeypatch.setattr(kept, "BIG", 1)          # the timeline keeps a big run's spans: this one counts as big
+    store = RunStore()
+    rid = _run(store)
+    first = WebData(store).spans(store.get_run(rid))
+    (path,) = (opscope_home / "kept").rglob("*.bin")
+    for damaged in (b"garbage", path.read_bytes()[:1000]):
+        path.write_bytes(damaged)
+        again = WebData(store).spans(store.get_run(rid))
+        assert again.count == first.count and (again.start == first.start).all()
+        assert path.read_bytes() != damaged                     # and kept anew

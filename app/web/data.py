@@ -193,8 +193,8 @@ class WebData:
         build, and read back after: building a million took seconds on every first visit (issue 38)."""
         if kept.key(run) is None or int(run.get("events") or 0) < kept.BIG:
             return self._load_spans(run)
-        return timeline.from_bytes(kept.kept_bytes(self.store, run, _KEPT_SPANS,
-                                                   lambda: timeline.to_bytes(self._load_spans(run))))
+        return kept.kept_bytes(self.store, run, _KEPT_SPANS, lambda: timeline.to_bytes(self._load_spans(run)),
+                               read=timeline.from_bytes)
 
     def _load_spans(self, run: dict) -> timeline.Spans:
         rid = run["run_id"]
