@@ -48,7 +48,10 @@ def kept(store, run: dict, what: str, compute):
     name = f"{what}|{k}"
     blob = _read(store, run["run_id"], name)
     if blob is not None:
-        return json.loads(blob)
+        try:
+            return json.loads(blob)
+        except ValueError:                # damaged or edited: computed (not kept twice under one name)
+            return compute()
     value = compute()
     text = json.dumps(value)
     if json.loads(text) == value:          # only what reads back equal is kept, so a read is never a change

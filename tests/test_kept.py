@@ -45,6 +45,9 @@ def test_a_finished_runs_times_are_kept_and_read_back_equal(opscope_home):
         con.execute("UPDATE artifacts SET data = ? WHERE run_id = ? AND kind = ?",
                     [json.dumps({**fresh, "busy_ns": 7}).encode(), rid, kept.KIND])
     assert kept.run_times(store, run)["busy_ns"] == 7
+    with store.connect() as con:             # what is not JSON is computed again, not a traceback on every visit
+        con.execute("UPDATE artifacts SET data = ? WHERE run_id = ? AND kind = ?", [b"{damaged", rid, kept.KIND])
+    assert kept.run_times(store, run) == fresh
 
 
 def test_a_running_run_is_computed_afresh_and_nothing_is_kept(opscope_home):
