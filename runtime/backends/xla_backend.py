@@ -25,7 +25,7 @@ from ..graph import materialize
 from ..regions import Claim, Region, RegionProgram, StackRegistry
 from ..regions import example_inputs as _examples
 from .numpy_backend import NumpyMemory
-from .xla_lowering import more_lowerings
+from .xla_lowering import more_lowerings, scatter_into
 
 INSTALL = 'pip install "jax[cpu]" (or opscope[xla])'
 CLOCK = ("xla profiler: XLA's thunk-executor spans, in their order, scaled to fit the region's call (the gaps "
@@ -261,11 +261,10 @@ _WRITABLE_VIEWS = frozenset({"select", "slice"})
 def _write_back(base, view, env):
     """`base` with the elements `view` (select or slice of it) selects replaced by the view's new value."""
     if view.op == "select":
-        dim, index = view.args[1], view.args[2]
+        args = view.args[1:3]
     else:                          # slice(x, dim=0, start=None, end=None, step=1), its defaults left out
-        dim, start, end, step = (list(view.args[1:]) + [0, None, None, 1][len(view.args) - 1:])[:4]
-        index = slice(*slice(start, end, step).indices(base.shape[dim % base.ndim]))
-    return base.at[(slice(None),) * (dim % base.ndim) + (index,)].set(env[view.outputs[0]])
+        args = (list(view.args[1:]) + [0, None, None, 1][len(view.args) - 1:])[:4]
+    return scatter_into(base, env[view.outputs[0]], *args)
 
 
 class _Trace:

@@ -351,13 +351,14 @@ def _index_of(view_args, ndim, shape):
     return (slice(None),) * dim + (slice(*slice(start, end, step).indices(shape[dim])),)
 
 
-def _scatter_into(x, src, *view_args):
+def scatter_into(x, src, *view_args):
+    """x with src written where the select (dim, index) or slice (dim, start, end, step) view takes its elements."""
     return x.at[_index_of(view_args, x.ndim, x.shape)].set(src)
 
 
 def _view_backward(grad, input_sizes, *view_args):
     import jax.numpy as jnp
-    return _scatter_into(jnp.zeros(tuple(input_sizes), grad.dtype), grad, *view_args)
+    return scatter_into(jnp.zeros(tuple(input_sizes), grad.dtype), grad, *view_args)
 
 
 def _safe_softmax(x, dim, dtype=None):
@@ -368,7 +369,7 @@ def _safe_softmax(x, dim, dtype=None):
 
 
 def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
-    return _scatter_into(x, src, dim, start, end, step)
+    return scatter_into(x, src, dim, start, end, step)
 
 
 def _chunk(x, chunks, dim=0):
@@ -524,10 +525,8 @@ def _table(base, compare, same, gelu, flash, flash_backward, gelu_backward, sgd,
             "aten::type_as": lambda x, other: x.astype(other.dtype), "aten::group_norm": _group_norm,
             "aten::_weight_norm": _weight_norm,
             # the backward ops of Llama's rotary halves, ViT's CLS token, T5's buckets, Wav2Vec2's convolutions
-            "aten::slice_backward": lambda grad, sizes, dim, start, end, step: _view_backward(grad, sizes, dim, start,
-                                                                                              end, step),
-            "aten::select_backward": lambda grad, sizes, dim, index: _view_backward(grad, sizes, dim, index),
-            "aten::select_scatter": lambda x, src, dim, index: _scatter_into(x, src, dim, index),
+            "aten::slice_backward": _view_backward, "aten::select_backward": _view_backward,   # every argument given
+            "aten::select_scatter": scatter_into,
             "aten::slice_scatter": _slice_scatter,
             "aten::minimum": jnp.minimum, "aten::maximum": jnp.maximum,
             "aten::new_zeros": lambda x, size, **_: jnp.zeros(size, x.dtype),
