@@ -73,10 +73,14 @@ def test_parameter_sharding_with_overlap_and_unequal_shares_equals_one_process()
     assert last["buckets"] >= 2
 
 
-def test_parameter_sharding_refuses_a_backend_that_is_not_torch_in_one_line(cli):
-    r = cli("train", "demo:mlp", "--hybrid", "torch:cpu=0.5,numpy=0.5", "--shard", "parameters")
+@pytest.mark.parametrize("hybrid,extra,says", [
+    ("torch:cpu=0.5,numpy=0.5", (), "--shard parameters needs every rank on a torch backend (got numpy)"),
+    ("auto", (), "--shard parameters needs fixed shares (not auto"),     # not a list of backends nobody typed
+    ("torch:cpu=0.5,torch:cpu=0.5", ("--rebalance",), "--shard parameters needs fixed shares")])
+def test_parameter_sharding_refuses_a_bad_combination_in_one_line(cli, hybrid, extra, says):
+    r = cli("train", "demo:mlp", "--hybrid", hybrid, "--shard", "parameters", *extra)
     assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "--shard parameters needs every rank on a torch backend" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and says in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 

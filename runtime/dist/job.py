@@ -94,14 +94,16 @@ class DistJob:
                              "state), gradients (ZeRO-2: its shard's gradients too) or parameters (ZeRO-3: and only "
                              "its shard of the parameters)")
         if self.shard == "parameters":
+            # NOTE: shares first: `auto` names every registered backend, and the line then was about backends the
+            # user never typed
+            if self.ratios is None or self.rebalance:
+                raise UsageError("--shard parameters needs fixed shares (not auto, no --rebalance): a new split "
+                                 "would capture the model again from parameters no rank holds whole")
             # every rank must take the same gather decisions in the same order (zero3.py): the same kind of plan
             others = [s for s in self.specs if not s.startswith("torch:")]
             if others:
                 raise UsageError(f"--shard parameters needs every rank on a torch backend (got {', '.join(others)}): "
                                  "its gathers follow the plan's ops, which must be the same on every rank")
-            if self.ratios is None or self.rebalance:
-                raise UsageError("--shard parameters needs fixed shares (not auto, no --rebalance): a new split "
-                                 "would capture the model again from parameters no rank holds whole")
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1 (got {self.steps})")
         if self.elastic and not self.checkpoint_dir:
