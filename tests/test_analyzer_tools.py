@@ -164,3 +164,20 @@ def test_the_area_summary_and_the_flame_table_say_which_clock_their_times_are_on
     assert "modelled host and simulated clock" in _text(render(rows, head, sp))
     t = layout(merge(STACKS))
     assert "times on the host: simulated clock" in _text(heaviest_table(t, "ops", "host: simulated clock"))
+
+
+def test_an_area_far_outside_the_run_is_cut_to_its_time_not_an_overflow(opscope_home):
+    from opscope.app.web.server import create_app
+
+    from test_web_security import _callback_body
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 1000), ev(1, "relu", 1000, 1500)])
+    app = create_app(store=store)
+    key = next(k for k in app.callback_map if k.startswith("timeline-area-out."))
+    for t0, t1 in ((-1e300, 1e300), (0, 1e300), (1e300, 2e300)):
+        body = _callback_body(key, app.callback_map[key], [{"run": rid, "t0": t0, "t1": t1, "tracks": [0, 1, 2, 3]}])
+        r = app.server.test_client().post("/_dash-update-component", json=body)
+        assert r.status_code == 200, r.get_data(as_text=True)
+    assert "linear" in r.get_data(as_text=True) or "Nothing ran" in r.get_data(as_text=True)
+    body = _callback_body(key, app.callback_map[key], [{"run": rid, "t0": 0, "t1": 1e300, "tracks": [0, 1, 2, 3]}])
+    assert "linear" in app.server.test_client().post("/_dash-update-component", json=body).get_data(as_text=True)

@@ -42,7 +42,8 @@ def register(app, data):
         if run is None or run["run_id"] != area["run"]:
             return ui.note(f"No run {area['run']!r} in this store.", "warn")
         spans = data.spans(run)
-        t0, t1 = spans.t_min + int(area["t0"]), spans.t_min + int(area["t1"])
+        # ns since the first span, cut to the run's time: any finite number passes inputs.area, 1e300 included
+        t0, t1 = (spans.t_min + int(min(max(area[k], 0), spans.t_max - spans.t_min)) for k in ("t0", "t1"))
         tracks = [k for k in area["tracks"] if isinstance(k, int) and 0 <= k < len(spans.tracks)]
         rows, head = area_summary(spans, t0, t1, tracks)
         return render(rows, head, spans)

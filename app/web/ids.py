@@ -77,12 +77,12 @@ SQL_TABLES = "sql-tables"            # the tables a query can read, with their c
 # flame graph (app/pages/flame.py)
 FLAME_KIND = "flame-kind"            # Python stacks or op nesting
 FLAME_STEP = "flame-step"
-FLAME_DATA = "flame-data"            # dcc.Store: the merged call tree, drawn by assets/analyzer_tools.js
+FLAME_DATA = "flame-data"            # dcc.Store: the merged call tree, drawn by assets/flame.js
 FLAME_GRAPH = "flame-graph"          # where the canvas goes
 FLAME_TABLE = "flame-table"          # the heaviest frames by self time
 
 # timeline tools (app/pages/timeline_tools.py)
-TL_AREA = "timeline-area"            # dcc.Store: {run, t0, t1, tracks} of an area selection (assets/analyzer_tools.js)
+TL_AREA = "timeline-area"            # dcc.Store: {run, t0, t1, tracks} of an area selection (assets/timeline_tools.js)
 TL_AREA_OUT = "timeline-area-out"    # its summary table
 
 # memory: allocations paired with frees (app/pages/lifetimes.py)
