@@ -24,6 +24,17 @@ def at(seq):
     return lambda ev: isinstance(ev, Stop) and ev.seq == seq
 
 
+def on(op):
+    return lambda ev: isinstance(ev, Stop) and ev.node.op == op
+
+
+async def continue_to(pilot, app, op):
+    """From the first op, `c` to the breakpoint set on `op`: the stop it makes."""
+    await until(pilot, app, at(0))
+    await pilot.press("c")
+    return await until(pilot, app, on(op))
+
+
 def text_of(app, wid):
     return str(app.query_one(f"#{wid}").render())
 
@@ -381,7 +392,7 @@ async def test_at_80x24_a_breakpoint_stop_shows_every_input_and_the_output_with_
     app = app_for(mlp, breakpoints=["linear"])
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, app, at(0))
-        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "linear")
+        ev = await until(pilot, app, on("linear"))
         app.screen.refresh(layout=True)
         await pilot.pause()
         shown = screen_text(app)
@@ -414,9 +425,7 @@ async def test_an_op_with_more_inputs_than_rows_keeps_its_output_in_view(tmp_pat
     s = open_session(write(tmp_path, "many.py", MANY_INPUTS) + ":factory", "numpy")
     app = app_for(s, breakpoints=["cat"])
     async with app.run_test(size=size) as pilot:
-        await until(pilot, app, at(0))
-        await pilot.press("c")
-        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "cat")
+        ev = await continue_to(pilot, app, "cat")
         app.screen.refresh(layout=True)
         await pilot.pause()
         assert len(ev.input_stats) == 9
@@ -466,9 +475,7 @@ async def test_gpt2_stop_shows_the_ops_own_line_and_its_python_stack(gpt2_file):
     s = open_debug_session(gpt2_file + ":factory", "numpy")
     app = app_for(s, breakpoints=["matmul"])
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, app, at(0))
-        await pilot.press("c")
-        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "matmul")
+        ev = await continue_to(pilot, app, "matmul")
         # the attention matmul lives in a helper (eager_attention_forward), not in the module's forward
         assert ev.stack[0].function == "eager_attention_forward"
         assert ev.node.source == ev.stack[0].where and "modeling_gpt2.py" in ev.node.source
@@ -663,13 +670,11 @@ async def test_a_stop_shows_the_locals_of_the_ops_frame_as_traced(tmp_path):
     s = open_debug_session(write(tmp_path, "gated.py", HELPER_LOCALS) + ":factory", "numpy")
     app = app_for(s, breakpoints=["sigmoid"])
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, app, at(0))
-        await pilot.press("c")
-        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "sigmoid")
+        ev = await continue_to(pilot, app, "sigmoid")
         assert dict(ev.locals) == {"h": "4x8 float32", "temperature": "2.0", "width": "8"}
         op = text_of(app, "op")
         assert "locals h: 4x8 float32  temperature: 2.0  width: 8" in op
         await pilot.press("n")
-        ev = await until(pilot, app, lambda e: isinstance(e, Stop) and e.node.op == "mul")
+        ev = await until(pilot, app, on("mul"))
         assert dict(ev.locals)["gate"] == "4x8 float32"
         assert "gate: 4x8 float32" in text_of(app, "op")
