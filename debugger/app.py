@@ -42,7 +42,7 @@ class Prepared:
     """A controller event made ready to show (in the worker thread)."""
 
     op: Content
-    table: tuple                # the tensors table: (header, [row]) as Content
+    table: tuple                # the tensors table: (header, [row], pinned) as view.stats_table makes it
     values: list                # [(label, value)] in table order, for the value pages
     watches: str | None         # watches text, None when unchanged since the last event
     width: int = 0              # the tensors table's width the table was made for (0: not laid out yet)
