@@ -3,7 +3,12 @@ plus an LSTM and a UNet), each a factory returning (model, inputs) -- `FORWARD` 
 `TRAINING` for `opscope train` (the loss first, labels by keyword, dropout off so eager and the stacks agree).
 
     model, inputs = FORWARD["llama"]()
+
+GPT-2, BERT, Llama, T5 and ViT take a Size: the matrix's one layer by default, or -b auto's two layers
+(tests/autoplace_models.py), one factory for both.
 """
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -14,37 +19,58 @@ def _ids(vocab, shape=(2, 8), low=0):
     return torch.randint(low, vocab, shape, generator=torch.Generator().manual_seed(1))
 
 
-def gpt2():
+@dataclass(frozen=True)
+class Size:
+    """How big the transformers models are. Feed-forward widths are twice `hidden`, position tables twice `seq`
+    (Llama's 32), T5's vocabulary twice `hidden`; images are cut in 8x8 patches."""
+    layers: int = 1
+    hidden: int = 32
+    heads: int = 2
+    vocab: int = 100
+    seq: int = 8              # tokens per sequence (batch 2)
+    decoder_seq: int = 6      # T5's decoder tokens
+    image: int = 16           # ViT's image side
+    labels: int = 3           # ViT's classes
+
+
+SMALL = Size()
+
+
+def gpt2(size: Size = SMALL):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, use_cache=False,
-                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
-    return GPT2LMHeadModel(cfg).eval(), (_ids(100),)
+    cfg = GPT2Config(n_layer=size.layers, n_embd=size.hidden, n_head=size.heads, vocab_size=size.vocab,
+                     n_positions=2 * size.seq, use_cache=False, bos_token_id=0, eos_token_id=0,
+                     attn_implementation="sdpa")
+    return GPT2LMHeadModel(cfg).eval(), (_ids(size.vocab, (2, size.seq)),)
 
 
-def bert():
+def bert(size: Size = SMALL):
     from transformers import BertConfig, BertForMaskedLM
     torch.manual_seed(0)
-    cfg = BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                     vocab_size=100, max_position_embeddings=16, attn_implementation="sdpa")
-    return BertForMaskedLM(cfg).eval(), (_ids(100),)
+    cfg = BertConfig(num_hidden_layers=size.layers, hidden_size=size.hidden, num_attention_heads=size.heads,
+                     intermediate_size=2 * size.hidden, vocab_size=size.vocab, max_position_embeddings=2 * size.seq,
+                     attn_implementation="sdpa")
+    return BertForMaskedLM(cfg).eval(), (_ids(size.vocab, (2, size.seq)),)
 
 
-def _llama_config():
+def _llama_config(size: Size = SMALL):
     from transformers import LlamaConfig
-    return LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                       num_key_value_heads=2, vocab_size=100, max_position_embeddings=32, use_cache=False)
+    return LlamaConfig(num_hidden_layers=size.layers, hidden_size=size.hidden, intermediate_size=2 * size.hidden,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=size.vocab, max_position_embeddings=32,
+                       use_cache=False)
 
 
-def llama():
+def llama(size: Size = SMALL):
     from transformers import LlamaForCausalLM
     torch.manual_seed(0)
-    return LlamaForCausalLM(_llama_config()).eval(), (_ids(100),)
+    return LlamaForCausalLM(_llama_config(size)).eval(), (_ids(size.vocab, (2, size.seq)),)
 
 
-def _t5_config():
+def _t5_config(size: Size = SMALL):
     from transformers import T5Config
-    return T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2,
+    return T5Config(vocab_size=2 * size.hidden, d_model=size.hidden, d_kv=16, d_ff=2 * size.hidden,
+                    num_layers=size.layers, num_decoder_layers=size.layers, num_heads=size.heads,
                     relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0,
                     decoder_start_token_id=0, pad_token_id=0, use_cache=False)
 
@@ -60,10 +86,12 @@ class _Seq2Seq(nn.Module):
         return self.model(input_ids=ids, decoder_input_ids=decoder_ids).logits
 
 
-def t5():
+def t5(size: Size = SMALL):
     from transformers import T5ForConditionalGeneration
     torch.manual_seed(0)
-    return _Seq2Seq(T5ForConditionalGeneration(_t5_config())).eval(), (_ids(64, low=1), _ids(64, (2, 6), low=1))
+    vocab = 2 * size.hidden
+    return (_Seq2Seq(T5ForConditionalGeneration(_t5_config(size))).eval(),
+            (_ids(vocab, (2, size.seq), low=1), _ids(vocab, (2, size.decoder_seq), low=1)))
 
 
 def mixtral():
@@ -113,17 +141,18 @@ def wav2vec2():
     return Wav2Vec2Model(_wav2vec2_config()).eval(), (torch.randn(2, 400, generator=torch.Generator().manual_seed(1)),)
 
 
-def _vit_config():
+def _vit_config(size: Size = SMALL):
     from transformers import ViTConfig
-    return ViTConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, image_size=16,
-                     patch_size=8, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return ViTConfig(num_hidden_layers=size.layers, hidden_size=size.hidden, num_attention_heads=size.heads,
+                     intermediate_size=2 * size.hidden, image_size=size.image, patch_size=8, num_labels=size.labels,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-def vit():
+def vit(size: Size = SMALL):
     from transformers import ViTForImageClassification
     torch.manual_seed(0)
-    return (ViTForImageClassification(_vit_config()).eval(),
-            (torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)),))
+    return (ViTForImageClassification(_vit_config(size)).eval(),
+            (torch.randn(2, 3, size.image, size.image, generator=torch.Generator().manual_seed(1)),))
 
 
 def swin():
