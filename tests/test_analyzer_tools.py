@@ -181,3 +181,20 @@ def test_an_area_far_outside_the_run_is_cut_to_its_time_not_an_overflow(opscope_
     assert "linear" in r.get_data(as_text=True) or "Nothing ran" in r.get_data(as_text=True)
     body = _callback_body(key, app.callback_map[key], [{"run": rid, "t0": 0, "t1": 1e300, "tracks": [0, 1, 2, 3]}])
     assert "linear" in app.server.test_client().post("/_dash-update-component", json=body).get_data(as_text=True)
+
+
+def test_the_lifetimes_card_says_which_clock_its_times_are_on(opscope_home):
+    from opscope.app.web import ids
+    from opscope.app.web.server import create_app
+    from opscope.profiler import profile
+    from opscope.runtime import models
+
+    from test_web_security import _callback_body
+    model, inputs = models.load("demo:mlp")
+    rid = profile("demo:mlp", "sim:npu-a1", model=model, inputs=inputs, steps=1)
+    app = create_app(store=RunStore())
+    key = next(k for k in app.callback_map if k.startswith(f"{ids.MEM_LIFETIMES}."))
+    status = {"run": rid, "status": "ok", "events": RunStore().get_run(rid)["events"], "dropped": 0}
+    body = _callback_body(key, app.callback_map[key], [status])
+    text = app.server.test_client().post("/_dash-update-component", json=body).get_data(as_text=True)
+    assert "never freed" in text and "device: simulated clock" in text

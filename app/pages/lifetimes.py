@@ -31,7 +31,7 @@ def register(app, data):
         if life is None:
             return ui.note(_missing(run))
         origin = _origin(data, run, life)
-        return html.Div([_summary(life, origin), dcc.Graph(id=GRAPH, figure=figure(life, origin),
+        return html.Div([_summary(life, origin, ui.clock_caption(data.clocks(run))), dcc.Graph(id=GRAPH, figure=figure(life, origin),
                                                            config={"displaylogo": False}),
                          html.H4("By call site", className="card-title"), _site_table(life),
                          html.H4("Never freed", className="card-title"), _leak_table(life, origin, run)])
@@ -51,7 +51,7 @@ def _origin(data, run, life) -> int:
     return int(first) if first is not None else life["t0"]
 
 
-def _summary(life, origin):
+def _summary(life, origin, clock: str = ""):
     b, p = life["buffers"], life["peak"]
     n, freed = len(b["bytes"]), int(b["freed"].sum())
     leak = int(b["bytes"][~b["freed"]].sum())
@@ -67,7 +67,7 @@ def _summary(life, origin):
     return html.Div([html.Div(items, className="lifetime-summary"), html.P(
         "Each allocation is paired with the free of the same address (a plan: of the same buffer). Live bytes here "
         "count paired allocations only, so they can read below the allocator's total. Times: since the run's "
-        "first op.", className="muted")])
+        f"first op{f' ({clock})' if clock else ''}.", className="muted")])
 
 
 def figure(life, origin) -> dict:
