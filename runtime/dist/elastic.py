@@ -345,7 +345,7 @@ class Elastic:
     def _like(self) -> tuple[dict, dict]:
         """Stand-ins of the checkpoint's arrays (shape and dtype, no memory) to check it against."""
         t, opt = self.trainer, self.trainer.optimizer
-        params = {n: np.broadcast_to(np.zeros((), v.dtype), v.shape) for n, v in t.parameter_meta().items()}
+        params = t.parameter_meta()
         state = {}
         for c, r in self._layout():       # a slot this rank keeps as it holds it; another's from the graph
             v = opt.plan.constants.get(c) if r is None or r == self.rank else None

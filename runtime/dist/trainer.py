@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .. import backends
+from ..dtypes import to_numpy
 from ..errors import ModelError, first_line
 from ..hybrid import _Timer
 from ..train.joint import capture_joint
@@ -296,7 +297,7 @@ class DistTrainer:
             for n in names:
                 t = self.gather.tensors[n]
                 out[n] = self.params[n].copy() if n in self.params else \
-                    np.empty(tuple(t.shape), torch.empty(0, dtype=t.dtype).numpy().dtype)
+                    np.empty(tuple(t.shape), to_numpy(t.dtype))
                 self._collective("gather of the parameters", broadcast_, out[n], r)
         out.update({n: v for n, v in self.params.items() if n not in out})
         return out
@@ -305,7 +306,7 @@ class DistTrainer:
         """Every parameter's shape and dtype (as an array of no memory): what a checkpoint is checked against."""
         out = {n: np.broadcast_to(np.zeros((), v.dtype), v.shape) for n, v in self.params.items()}
         for n, t in self.remote.items():
-            out[n] = np.broadcast_to(np.zeros((), torch.empty(0, dtype=t.dtype).numpy().dtype), tuple(t.shape))
+            out[n] = np.broadcast_to(np.zeros((), to_numpy(t.dtype)), tuple(t.shape))
         return out
 
     def load_parameters(self, params: dict[str, np.ndarray]) -> None:
