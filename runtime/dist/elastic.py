@@ -76,13 +76,14 @@ class Checkpoint:
         """The optimizer's carried values (momentum, Adam's moments, step count)."""
         return self.load("state")
 
-    def load(self, group: str, want: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def load(self, group: str, want: dict[str, np.ndarray] | None = None, keep=None) -> dict[str, np.ndarray]:
         with _one_line():
-            return self._load(group, want)
+            return self._load(group, want, keep)
 
-    def _load(self, group: str, want: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    def _load(self, group: str, want: dict[str, np.ndarray] | None, keep=None) -> dict[str, np.ndarray]:
         """The `group` ("param" or "state") entries; with `want` (name -> the model's array), only once every
-        header matched it -- so at most the model's own bytes are ever allocated."""
+        header matched it -- so at most the model's own bytes are ever allocated. keep: read only these entries
+        (a sharded rank's own; every header is still checked)."""
         have = {k.partition("/")[2]: v for k, v in self.headers.items() if k.startswith(group + "/")}
         what = "parameter" if group == "param" else "optimizer state"
         if want is not None:
@@ -95,7 +96,8 @@ class Checkpoint:
                     raise _bad(self.folder, f"holds {what} {k} as {list(shape)} {dtype}; "
                                f"the model's is {list(w.shape)} {w.dtype}")
         with _open(self.folder) as (z, infos):
-            return {k: _array(self.folder, z, infos[f"{group}/{k}"], *have[k]) for k in have}
+            return {k: _array(self.folder, z, infos[f"{group}/{k}"], *have[k]) for k in have
+                    if keep is None or k in keep}
 
 
 def _bad(folder: str, why: str) -> CheckpointError:
@@ -364,10 +366,13 @@ class Elastic:
             self._forget_left()
             return None
         want_params, want_state = self._like()
-        params, state = ck.load("param", want_params), ck.load("state", want_state)
-        t.load_parameters(params)          # copied into the arrays every plan reads (ZeRO-3: this rank's shard)
-        # this rank's shard of the state under this job's partition (the checkpoint's may have had other ranks)
-        t.optimizer.set_state({c: state[str(c)] for c, r in self._layout() if r is None or r == self.rank})
+        # this rank's shard under this job's partition (the checkpoint's may have had other ranks): only its own
+        # entries are read, so a sharded rank never holds the whole model's state (ZeRO-3: its parameters)
+        mine = [c for c, r in self._layout() if r is None or r == self.rank]
+        params = ck.load("param", want_params, keep=set(t.params))
+        state = ck.load("state", want_state, keep={str(c) for c in mine})
+        t.load_parameters(params)          # copied into the arrays every plan reads
+        t.optimizer.set_state({c: state[str(c)] for c in mine})
         del params, state
         t.step_index = ck.step
         self.meta.update(step=ck.step, resumes=ck.meta["resumes"] + (ck.step < self.job.steps),
