@@ -212,6 +212,12 @@ def test_a_checkpoint_round_trips_and_its_reader_refuses_what_opscope_does_not_w
     ck = read_checkpoint(str(path.parent))
     assert ck.step == 2 and ck.meta["world_size"] == 2 and "model.0.weight" in ck.parameters
     assert read_checkpoint(str(tmp_path / "none")) is None
+    # a sharded rank reads only its own entries, after every header matched the model's
+    want = {k: np.broadcast_to(np.zeros((), v.dtype), v.shape) for k, v in ck.parameters.items()}
+    assert set(ck.load("param", want, keep={"model.0.weight"})) == {"model.0.weight"}
+    want["model.2.bias"] = np.zeros(want["model.2.bias"].shape + (2,), np.float32)
+    with pytest.raises(UsageError, match="holds parameter model.2.bias as"):
+        ck.load("param", want, keep={"model.0.weight"})
     trap = tmp_path / "trap"
     for kind in ("pickle", "pickle-inside-npz", "truncated"):
         folder = tmp_path / kind
