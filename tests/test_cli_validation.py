@@ -64,7 +64,6 @@ BAD_VALUES = [
     (["diff", "demo:mlp", "--tolerance", "-1"], "--tolerance: -1: give a number above 0"),
     (["serve", "--port", "70000"], "--port: 70000: give a whole number 0 to 65535"),
     (["migrate", "scan", ".", "--fail-under", "101"], "--fail-under: 101: give a number 0 to 100"),
-    (["show", "RUN", "--step", "-1"], "--step: -1: give 0 or more"),
     (["optimize", "demo:mlp", "--suite", "missing.txt"], "suite file missing.txt does not exist"),
     (["backend", "check", "numpy", "--timeout", "0"], "--timeout: 0: give a number above 0"),
     (["ops", "--backend", "nmupy"], "unknown backend 'nmupy'"),
@@ -168,6 +167,9 @@ def _typed_options():
 
 
 TYPED = list(_typed_options())
+# refused later, by design: show --step -1 gets the run's own range ("recorded 5 step(s), numbered 0 to 4") once the
+# run is read (test_cli_contract.py)
+LATER = {(("show",), "--step", "-1")}
 
 
 @pytest.mark.parametrize("bad", ["nan", "-1", "x"])
@@ -177,6 +179,8 @@ def test_every_typed_option_of_every_parser_refuses_a_bad_value_while_parsing(ba
     assert len(TYPED) > 40, TYPED          # the walk found the parsers (a broken walk would pass vacuously)
     accepted = []
     for path, flag in TYPED:
+        if (tuple(path), flag, bad) in LATER:
+            continue
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:

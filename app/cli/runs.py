@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--by", choices=["name", "op", "module", "node", "category"], default="name",
                    help="group events by (default name: an imported trace's ops as it names them, aten::mm; "
                         "op: opscope's op types; category: kernels as compute, communication, memory copy/set)")
-    p.add_argument("--step", type=count_arg("--step", 0), default=None, help="only this recorded step (0 is the first)")
+    p.add_argument("--step", type=int, default=None, help="only this recorded step (0 is the first)")
     p.add_argument("--top", type=count_arg("--top", 0), default=0, help="rows to show (default all)")
     add_json(p)
     p.set_defaults(func=main_show)
