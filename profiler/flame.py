@@ -168,7 +168,9 @@ def layout(tree: dict, max_nodes: int = MAX_NODES) -> dict:
         if p >= 0:
             kids.setdefault(p, []).append(k)
     root_total = total[0] if names else 0.0
-    floor = root_total / max_nodes / 4 if root_total > 0 else 0.0   # narrower than this cannot be seen anyway
+    # a tree of more than max_nodes: what is narrower than this cannot be seen anyway, and is left out (its time in
+    # its parent's total, in no one's self). A smaller tree is sent whole, so its self times add up to the whole.
+    floor = root_total / max_nodes / 4 if root_total > 0 and len(names) > max_nodes else 0.0
     out = {k: [] for k in ("name", "depth", "x", "total", "self", "calls", "parent")}
     todo = [(0, 0, 0.0, -1)]
     while todo and len(out["name"]) < max_nodes:
@@ -187,6 +189,7 @@ def layout(tree: dict, max_nodes: int = MAX_NODES) -> dict:
         todo.extend(reversed(later))        # pre-order, widest child first
     out["root_total"] = root_total
     out["nodes"] = len(names)
+    out["left_out"] = len(names) - parent.count(-2) - len(out["name"])    # narrower than the floor, or past max_nodes
     return out
 
 

@@ -198,3 +198,14 @@ def test_the_lifetimes_card_says_which_clock_its_times_are_on(opscope_home):
     body = _callback_body(key, app.callback_map[key], [status])
     text = app.server.test_client().post("/_dash-update-component", json=body).get_data(as_text=True)
     assert "never freed" in text and "device: simulated clock" in text
+
+
+def test_a_tree_past_max_nodes_leaves_its_narrowest_out_and_the_table_says_so():
+    from opscope.app.pages.flame import heaviest_table
+    rows = [(1, 0, 0, 1000, "main")] + [(1, 1, 10 * k, 10 * k + (9 if k < 5 else 1), f"f{k}") for k in range(50)]
+    whole = layout(merge(rows))
+    assert whole["left_out"] == 0 and sum(whole["self"]) == whole["total"][0]
+    cut = layout(merge(rows), max_nodes=20)
+    assert cut["left_out"] > 0 and len(cut["name"]) <= 20
+    assert f"The {cut['left_out']:,} narrowest" in _text(heaviest_table(cut, "stacks"))
+    assert "narrowest" not in _text(heaviest_table(whole, "stacks"))

@@ -120,3 +120,25 @@ def test_a_tampered_extras_artifact_is_read_as_hostile_and_the_export_still_work
         assert r.returncode == 0 and "Traceback" not in r.stderr, (what, r.stderr)
         ops = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "cpu_op"]
         assert ops and all(type(e["pid"]) is int and type(e["tid"]) is int for e in ops), what
+
+
+def test_the_flame_tree_of_a_recorded_trace_never_gives_a_share_over_100(trace, cli):
+    """The flame graph's invariants over a trace torch.profiler recorded (its Python stacks and its op nesting),
+    not over hand-made spans: a child never outgrows its parent, self times are never negative and add up to the
+    whole, and no share of the heaviest table passes 100 %."""
+    from opscope.app.pages.flame import heaviest_table
+    from opscope.profiler.flame import flame_tree, heaviest
+    from opscope.profiler.store import RunStore
+    rid = json.loads(cli("trace", "import", trace, "--json").stdout)["run_id"]
+    for kind in ("stacks", "ops"):
+        t = flame_tree(RunStore(), rid, kind)
+        assert t["root_total"] > 0 and len(t["name"]) > 10 and t["left_out"] == 0, kind
+        for i, up in enumerate(t["parent"]):
+            assert t["self"][i] >= 0
+            if up >= 0:
+                assert t["total"][i] <= t["total"][up] * (1 + 1e-9), (kind, t["name"][i])
+        assert sum(t["self"]) == pytest.approx(t["root_total"], rel=1e-6), kind
+        assert all(r["total"] <= t["root_total"] * (1 + 1e-9) for r in heaviest(t)), kind
+        grid = heaviest_table(t, kind, "wall clock").children[1]
+        rows = grid.rowData if hasattr(grid, "rowData") else grid.children.rowData
+        assert rows and all(r["self_pct"] <= 100 and r["total_pct"] <= 100 for r in rows), kind

@@ -103,8 +103,12 @@ def heaviest_table(tree: dict, kind: str, clock: str = ""):
             for r in heaviest(tree)]
     how = ("Each op sits under the module path that ran it (a graph's ops do not nest in time); a module's time "
            "is its ops'. " if tree.get("by_module") else "")
+    left_out = tree.get("left_out", 0)
+    if left_out > 0:        # a tree too big to send whole: its narrowest frames' self time is in no row
+        how += f"The {left_out:,} narrowest of its {tree['nodes']:,} {what}s are left out. "
     return html.Div([
-        html.P(f"{how}Self time: in the {what} itself, not in what it calls (the self times add up to the whole). "
+        html.P(f"{how}Self time: in the {what} itself, not in what it calls (the self times add up to the whole"
+               f"{', less what is left out' if left_out > 0 else ''}). "
                f"Total: with its callees, counted once where it recurses. Shares are of the whole "
                f"({ui.fmt_ns(root)}){f'; times on the {clock}' if clock else ''}.", className="muted"),
         ui.table(ids.FLAME_TABLE + "-grid", [("name", what, {"maxWidth": 620}), ("self", "self time", ui.DURATION),
