@@ -124,8 +124,8 @@
     F.crumb.innerHTML = (F.focus ? '<button class="link-button flame-out">whole tree</button> · ' : "") +
       path.map(function (k) { return esc(t.name[k]); }).join(" › ") +
       ' <span class="muted">· ' + dur(t.total[F.focus]) + " (" + share.toFixed(1) + " % of " + dur(t.root_total) +
-      ")" + (t.nodes > t.name.length ? " · " + (t.nodes - t.name.length).toLocaleString() +
-      " frame" + (t.nodes - t.name.length > 1 ? "s" : "") + " of (almost) no time left out" : "") + "</span>";
+      ")" + (t.left_out > 0 ? " · " + t.left_out.toLocaleString() +
+      " frame" + (t.left_out > 1 ? "s" : "") + " of (almost) no time left out" : "") + "</span>";
     var out = F.crumb.querySelector(".flame-out");
     if (out) out.addEventListener("click", function () { zoom(0); });
   }

@@ -142,6 +142,7 @@ def test_the_flame_graph_shows_python_stacks_with_self_and_total_time_and_zooms_
     ActionChains(browser).click().perform()
     until(browser, "return window.opscopeFlame.state().focus === arguments[0];", pt["i"])
     assert child["name"] in text_of(browser, "flame-graph") and "whole tree" in text_of(browser, "flame-graph")
+    assert "left out" not in text_of(browser, "flame-graph")       # a small tree is drawn whole
     until(browser, "return document.querySelectorAll('#flame-table .ag-row').length > 0;")
     browser.find_element(By.CSS_SELECTOR, "#flame-graph .flame-out").click()
     until(browser, "return window.opscopeFlame.state().focus === 0;")
