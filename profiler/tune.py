@@ -42,7 +42,7 @@ from opscope.runtime.passes import described
 from opscope.runtime.passes.catalog import NAMES as PASS_NAMES
 
 from . import tuning_cache
-from .tune_search import make as make_search
+from .tune_search import check as check_search, make as make_search
 
 SETTLE_CONTENDERS = 3      # the default plus the two fastest other configurations
 SETTLE_ROUNDS = 4          # at most this many extra rounds of measurements
@@ -210,7 +210,7 @@ def tune(model_spec: str, backend_spec: str, *, budget: int = 8, repeats: int = 
         raise UsageError(f"--budget {budget}: give at least 1 trial (trial 0 is the default configuration)")
     if repeats < 1:
         raise UsageError(f"--repeats {repeats}: give at least 1 timed run per trial")
-    make_search(search, {})                     # an unknown --search fails before the model loads
+    check_search(search)                        # an unknown --search fails before the model loads
     tuner = Tuner(model_spec, backend_spec, repeats=repeats, passes=passes)
     key, parts = tuning_cache.cache_key(tuner.desc, tuner.graph(1, tuner.dtype), tuner.dtype)
     knobs = tuner.knobs()

@@ -175,13 +175,16 @@ class BanditSearch(_Base):
         self.rewards.append(reward)
 
 
+def check(search: str) -> str:
+    """`search` when it names a searcher; one line otherwise (tune checks it before the model loads)."""
+    if search not in SEARCHES:
+        from opscope.runtime.errors import UsageError
+        raise UsageError(f"--search {search}: give one of {', '.join(SEARCHES)}")
+    return search
+
+
 def make(search: str, space: dict[str, list], *, seed: int = 0, first: dict | None = None,
          prior: dict | None = None):
-    if search == "bandit":
+    if check(search) == "bandit":
         return BanditSearch(space, seed, first, prior)
-    if search == "tpe":
-        return TPESearch(space, seed, first)
-    if search == "random":
-        return RandomSearch(space, seed, first)
-    from opscope.runtime.errors import UsageError
-    raise UsageError(f"--search {search}: give one of {', '.join(SEARCHES)}")
+    return (TPESearch if search == "tpe" else RandomSearch)(space, seed, first)
