@@ -209,3 +209,15 @@ def test_a_tree_past_max_nodes_leaves_its_narrowest_out_and_the_table_says_so():
     assert cut["left_out"] > 0 and len(cut["name"]) <= 20
     assert f"The {cut['left_out']:,} narrowest" in _text(heaviest_table(cut, "stacks"))
     assert "narrowest" not in _text(heaviest_table(whole, "stacks"))
+
+
+def test_the_live_endpoint_refuses_an_origin_no_clock_can_hold(opscope_home):
+    from opscope.app.web.server import create_app
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 1000), ev(1, "relu", 1000, 1500)])
+    client = create_app(store=store).server.test_client()
+    ok = client.get(f"/_opscope/live_spans?run={rid}&since=0&origin=500")
+    assert ok.status_code == 200 and ok.get_json()["start"] == [-500, 500]
+    for origin in (10**30, -10**30, "9" * 4000):
+        r = client.get(f"/_opscope/live_spans?run={rid}&since=0&origin={origin}")
+        assert r.status_code == 400 and "origin" in r.get_json()["error"]

@@ -186,6 +186,8 @@ def live_spans(data, query) -> tuple[dict, int]:
         return {"error": "since is a count of spans the page already has, origin a time in ns: whole numbers"}, 400
     if since < 0:
         return {"error": "since is a count of spans the page already has: 0 or more"}, 400
+    if origin is not None and not -2**62 <= origin <= 2**62:      # subtracted from int64 times below
+        return {"error": "origin is a time in ns: within ±2^62"}, 400
     rid = query.get("run") or None
     now = data.live_status(rid) if rid else None       # the live run: its counters, no store query per poll
     run = data.run_info(rid, now["status"]) if now else data.run(rid)
