@@ -34,10 +34,13 @@ def auto_tables(auto: dict) -> None:
         runners = ", ".join(f"{r['backend']} {ms(r['seconds'])}" if r["seconds"] is not None
                             else f"{r['backend']} ({r['reason'] or r['how']})"[:60] for r in g["runners_up"][:3])
         rows.append([g["module"] or g["first"], g["nodes"], g["backend"], ms(g["seconds"]), runners])
-    console.print(table("-b auto: segments", ["module", "nodes", "backend", "time", "runners-up"], rows,
-                        justify_right={"nodes", "time"}))
+    # the search's times are the process's CPU time (runtime/autoplace/search.py), not the wall clock run reports
+    console.print(table("-b auto: segments", ["module", "nodes", "backend", "CPU time", "runners-up"], rows,
+                        justify_right={"nodes", "CPU time"}))
     step, search = auto.get("step_seconds"), auto.get("search") or {}
-    gains = ", ".join(f"{b} {ms(t)} ({auto['gain'].get(b, 0):.2f}x)" for b, t in sorted(auto["single"].items()))
+    gains = ", ".join(f"{b} {ms(t)}" + (f" ({auto['gain'][b]:.2f}x)" if b in auto["gain"] else "")
+                      for b, t in sorted(auto["single"].items()))
     how = (f"searched in {search.get('seconds', 0):.1f} s, {search.get('candidates_measured', 0)} candidates measured"
            if auto.get("searched") else f"chosen by an earlier search (from the {auto.get('source')}), nothing measured")
-    console.print(say("-b auto: step {} ({}); each backend alone: {}", ms(step), how, gains or "-"))
+    console.print(say("-b auto: step {} of {} ({}); each backend alone: {}", ms(step), auto.get("clock", "CPU time"),
+                      how, gains or "-"))

@@ -86,6 +86,7 @@ class Choice:
     def report(self, reg) -> dict:
         step = self.step_seconds
         out = {"spec": reg.spec, "source": self.source, "searched": self.source == "search",
+               "clock": "CPU time",           # every time here: the process's CPU time, all threads (search.py)
                "candidates": sorted(reg.backends), "not_candidates": dict(reg.skipped),
                "segments": [vars(s) | {} for s in self.segments], "step_seconds": step,
                "single": dict(self.single),
