@@ -72,7 +72,7 @@ def test_diff_reports_nan_on_both_sides_never_within_tolerance(tmp_path, cli):
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
     for args, needle in ((("diff", "demo:mlp", "-b", "numpy", "--reference", "nosuch"), "nosuch"),
                          (("diff", "demo:mlp", "-b", "numpy", "-o", tmp_path / "x.txt"), ".csv or .json"),
-                         (("diff", "demo:mlp", "--tolerance", "-1"), "positive"),
+                         (("diff", "demo:mlp", "--tolerance", "-1"), "give a number above 0"),
                          (("debug", "demo:mlp", "--report", tmp_path / "r.csv"), "needs --reference"),
                          (("debug", "demo:mlp", "--reference", "numpy", "--report", tmp_path / "no" / "r.csv"),
                           "does not exist")):

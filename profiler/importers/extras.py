@@ -24,6 +24,7 @@ from .typed import column, is_record
 
 KIND = "trace-extras"         # the artifacts kind
 _VERSION = 1
+_INT64 = range(-2 ** 63, 2 ** 63)     # what orjson (and the store's BIGINT columns) can hold
 
 
 def collect(events) -> dict:
@@ -38,19 +39,23 @@ def collect(events) -> dict:
             frames.add(n)
             continue
         if p == "M":
-            meta.append(_as_dict(events[i]))
+            if (m := _as_dict(events[i])) is not None:
+                meta.append(m)
             continue
         if not ((p == "X" and c == "cpu_op") or (n == "[memory]" and p in ("i", "I"))):
             continue
         ev = events[i]
         ts, tid, pid = ev.get("ts"), ev.get("tid"), ev.get("pid")
-        if type(ts) not in (int, float) or type(tid) is not int:
+        if not isinstance(n, str) or type(ts) not in (int, float) or not _small(tid) or (ts_ns := _ns(ts)) is None:
             continue              # a time or thread the importer reads some other way: written as the store has it
-        if type(pid) is int:
+        pid = pid if _small(pid) else None
+        if pid is not None:
             pids.setdefault(tid, pid)
-        args.append([n, tid, round(ts * 1000), pid, _args_text(ev)])
+        if (text := _args_text(ev)) is False:
+            continue              # args orjson cannot write (an int past 64 bits): exported as the store has it
+        args.append([n, tid, ts_ns, pid, text])
     for tid, pid in zip(column(events, "tid"), column(events, "pid")):      # threads with frames only, too
-        if type(tid) is int and type(pid) is int:
+        if _small(tid) and _small(pid):
             pids.setdefault(tid, pid)
     # the stacks table keeps "f (x.py:12)": the name as written, for each such text (one name each, nearly always)
     written: dict = defaultdict(list)
@@ -61,26 +66,53 @@ def collect(events) -> dict:
             "frames": {short: names[0] for short, names in written.items() if len(names) == 1}}
 
 
-def _as_dict(ev) -> dict:
+def _small(x) -> bool:
+    """An int the artifact can hold: a trace may write ids past int64, which the store reads its own way."""
+    return type(x) is int and x in _INT64
+
+
+def _ns(ts) -> int | None:
+    try:
+        ns = round(ts * 1000)
+    except (OverflowError, ValueError):       # inf, nan
+        return None
+    return ns if ns in _INT64 else None
+
+
+def _as_dict(ev) -> dict | None:
     if not is_record(ev):
-        return ev
+        return ev if _dumps(ev) is not None else None
     # a typed record reads an absent field as its default: a metadata event has no category and no duration
     out = {k: v for k in ev.keys() if (v := ev.get(k)) is not None and not (k == "dur" and v == 0)}
     if "args" in out:
         out["args"] = ev.args
-    return out
+    return out if _dumps(out) is not None else None
 
 
-def _args_text(ev) -> str | None:
+def _args_text(ev) -> str | None | bool:
     raw = getattr(ev, "raw_args", None)
     if raw is not None:
         return bytes(raw).decode() if raw else None
     a = ev.get("args")
-    return orjson.dumps(a).decode() if a is not None else None
+    if a is None:
+        return None
+    text = _dumps(a)
+    return text.decode() if text is not None else False
+
+
+def _dumps(x) -> bytes | None:
+    """orjson's text, or None for what it cannot write (an int past 64 bits): left out of the extras, that
+    event exports as the store has it."""
+    try:
+        return orjson.dumps(x)
+    except TypeError:
+        return None
 
 
 def keep(store, run_id: str, extras: dict) -> None:
-    store.add_artifact(run_id, KIND, f"v{_VERSION}", zlib.compress(orjson.dumps(extras), 1))
+    text = _dumps(extras)
+    if text is not None:          # collect() leaves out what orjson cannot write; were anything left, no extras
+        store.add_artifact(run_id, KIND, f"v{_VERSION}", zlib.compress(text, 1))
 
 
 class Extras:
