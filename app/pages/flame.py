@@ -12,7 +12,7 @@ from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs
 
 PATH = "/flame"
-NAME = "Flame graph"
+NAME = "Flame"            # the top bar's twelve links and the run's counts fit 1280 px
 KINDS = [{"label": "Python stacks", "value": "stacks"}, {"label": "op nesting", "value": "ops"}]
 
 _DRAW_JS = """function (tree) {
