@@ -12,13 +12,15 @@ Per model (transformers' from tests/autoplace_models.py, tiny random-weight conf
 Times are the process's CPU time per call (all its threads; what a loaded shared machine does not inflate by
 descheduling), medians; wall-clock medians are printed beside them.
 Ratios (CPU time): best single stack / auto (aim >= 1.15 on two models, >= 0.97 on every one), auto / eager, auto / inductor
-(aim <= 0.5). Sides rotate every round; medians over rounds, so a loaded machine hits every side alike.
+(aim <= 0.5). The sides run in a new random order every round (each follows every other alike); medians over
+rounds, so a loaded machine hits every side alike.
 One thread everywhere: torch, ONNX Runtime and OpenVINO (threads = 1), XLA (XLA_FLAGS, set before jax loads).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -84,10 +86,14 @@ def bench(name: str, a) -> dict:
         sides["inductor"] = lambda: compiled(*inputs)
     times = {k: [] for k in sides}
     walls = {k: [] for k in sides}
-    names = list(sides)
+    names, shuffle = list(sides), random.Random(0).shuffle
     with torch.no_grad():
         for r in range(a.warmup + a.repeat):
-            for side in names[r % len(names):] + names[:r % len(names)]:
+            # NOTE: shuffled, not rotated: a call pays for what ran before it (caches full of another side's
+            # weights, 0.15-0.3 ms on GPT-2's 0.6), and rotating a fixed order keeps every side's predecessor --
+            # auto always followed eager and timed 0.68x ONNX Runtime alone on the very same program
+            shuffle(names)
+            for side in names:
                 t, w = time.process_time(), time.perf_counter()
                 sides[side]()
                 if r >= a.warmup:

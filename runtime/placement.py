@@ -88,10 +88,13 @@ def place(graph: Graph, backend: Backend, *, allow_fallback: bool = True, volati
     chain = fallback_chain(backend, allow_fallback)     # allow_fallback may add backends: runtime/fallback.py
     # -b auto (runtime/autoplace): its search chose every node's backend; none of them is a fallback
     owner = getattr(backend.ops, "owner", None)
+    nodes = _claimed_regions(graph, backend, placement, volatile)
+    # NOTE: after _claimed_regions: -b auto learns its home (its inputs' first reader) only once it has chosen;
+    # read before, the inputs sat on the per-op backend and every step paid a transfer to the chosen stack
     for s in graph.input_slots:
         where[s] = backend if owner is None else backend.ops.home
 
-    for node in _claimed_regions(graph, backend, placement, volatile):
+    for node in nodes:
         target, refused = choose(node, backend, chain) if owner is None else (owner(node), {})
         node.fallback = target is not None and target is not backend and owner is None
         if refused:

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from opscope.runtime.session import compare, open_session
 
@@ -164,3 +165,68 @@ def test_a_stack_that_fails_a_region_during_the_search_is_left_out_there_with_it
     # where openvino failed, the segment's runner-up says why
     where = [s for s in auto["segments"] for u in s["runners_up"] if u["backend"] == "openvino" and u["seconds"] is None]
     assert all("logcumsumexp" in u["reason"] for s in where for u in s["runners_up"] if u["backend"] == "openvino")
+
+
+class Flat(torch.nn.Module):
+    """Ops with no submodule: one segment, so the search's finalists are single backends only (no mix)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x):
+        return ((x @ self.w).relu() * 2 + 1).softmax(-1)
+
+
+def _steps(plan) -> list[tuple]:
+    """What a step does each call: its op, its backend, the nodes it runs."""
+    return [(st.node.op, st.backend.name, [m.name for m in st.node.attrs.get("members", [])] or st.node.name)
+            for st in plan.steps]
+
+
+def _same_as_alone(auto_plan, stack: str, model, inputs) -> None:
+    from opscope.runtime.backends import resolve
+    from opscope.runtime.capture import capture
+    from opscope.runtime.executor import compile_plan
+    alone = compile_plan(capture(model, inputs, name="flat"), resolve(stack))
+    assert _steps(auto_plan) == _steps(alone)
+    assert auto_plan.placement.transfers == alone.placement.transfers == 0
+    # the inputs go straight to the stack's memory, as -b STACK puts them
+    assert type(auto_plan.backend.memory.to_device.__self__) is type(alone.backend.memory)
+    programs = [[st.kernel.artifact() for st in p.steps if st.node.op == "region"] for p in (auto_plan, alone)]
+    assert programs[0] == programs[1]         # the same compiled program (the same ONNX model)
+
+
+def test_an_auto_choice_of_one_stack_runs_as_that_stack_alone_with_no_transfer_of_its_inputs(monkeypatch, tmp_path):
+    # regression: placement read auto's home (where the inputs go) before auto had chosen, so a choice of ONNX
+    # Runtime's whole graph put the inputs on torch:cpu and every call paid a transfer step -b onnxruntime has not
+    pytest.importorskip("onnxruntime")
+    from opscope.runtime import autoplace
+    from opscope.runtime.backends import resolve
+    from opscope.runtime.capture import capture
+    from opscope.runtime.executor import compile_plan
+    monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
+    torch.manual_seed(0)
+    model, inputs = Flat().eval(), (torch.randn(4, 8),)
+    graph = capture(model, inputs, name="flat")
+    backend = resolve("auto:onnxruntime,torch:cpu")
+    autoplace.arm(backend, {"segments": [{"backend": "onnxruntime", "first": graph.nodes[0].name,
+                                          "last": graph.nodes[-1].name, "nodes": len(graph.nodes)}]}, "test")
+    _same_as_alone(compile_plan(graph, backend), "onnxruntime", model, inputs)
+    # the search's own session: whichever single backend its end-to-end check kept, the session runs as it alone,
+    # with nothing of the search left on it
+    monkeypatch.setenv("OPSCOPE_AUTO_BUDGET", "2")
+    s = open_session("flat", "auto:onnxruntime,torch:cpu", model=model, inputs=inputs)
+    auto = s.plan.placement.report()["auto"]
+    assert auto["searched"] and auto["search"]["winner"] in ("onnxruntime", "torch:cpu")
+    assert not s.executor.hooks
+    _same_as_alone(s.plan, auto["search"]["winner"], model, inputs)
+    assert compare(s.run_host(), s.eager())["max_abs"] < 1e-4
+
+
+def test_the_end_to_end_check_keeps_a_mix_only_when_it_beats_the_best_single_backend_by_the_margin():
+    from opscope.runtime.autoplace.search import MIX_MARGIN, keep
+    assert keep({"torch:cpu": 2.0, "onnxruntime": 1.0, "openvino": 0.99}) == "openvino"
+    assert keep({"torch:cpu": 2.0, "onnxruntime": 1.0, "auto": 1.0 - MIX_MARGIN / 2}) == "onnxruntime"
+    assert keep({"torch:cpu": 2.0, "onnxruntime": 1.0, "auto": 1.0 - 2 * MIX_MARGIN}) == "auto"
+    assert keep({"auto": 1.0}) == "auto"
