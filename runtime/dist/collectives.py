@@ -38,6 +38,7 @@ class Interconnect:
     latency: float
     topology: str = "ring"
     source: str = "default"
+    ranks: int = 0              # measured on this host with this many ranks sharing its cores (0: not measured here)
 
     def __post_init__(self):
         if not (isinstance(self.bandwidth, (int, float)) and self.bandwidth > 0 and math.isfinite(self.bandwidth)):

@@ -1,13 +1,14 @@
 """Calibrate the link: a real gloo all-reduce micro-benchmark on this host, fitted to the ring model.
 
-    fit = measure_link()              # 2 processes, a few sizes: {"bandwidth", "latency", "points": [...]}
+    fit = measure_link(ranks=2)       # 2 processes, a few sizes: {"bandwidth", "latency", "ranks", "points": [...]}
     save_link(fit); stored_link()     # $OPSCOPE_HOME/links.json, per host: reused by `opscope simulate`
 
-Two ranks (`python -m opscope.runtime.dist.linkbench`, torchrun's variables, one thread each) all-reduce
-float32 buffers of each size, each one after a burst of compute with no barrier, as a training step
-issues it (the link that is stored), and also back to back (kept beside it: on a busy host the two differ several times
-over); the median per size is fitted to the 2-rank ring time B/W + 2a by least squares on relative error
-(small sizes fix the latency, large ones the bandwidth). Each point keeps the measured and the fitted
+N ranks (2 by default; `python -m opscope.runtime.dist.linkbench`, torchrun's variables, one thread each)
+all-reduce float32 buffers of each size, each one after a burst of compute with no barrier, as a training step
+issues it (the link that is stored), and also back to back (kept beside it: on a busy host the two differ
+several times over), in rounds over the sizes; the median per size is fitted to the N-rank ring time
+2(N-1)/N B/W + 2(N-1)a by least squares on relative error (small sizes fix the latency, large ones the
+bandwidth). Each point keeps the measured and the fitted
 time, so a reader sees how well the line holds.
 """
 from __future__ import annotations
@@ -31,28 +32,30 @@ REPEATS = 7
 MARK = "@opscope-link "
 
 
-def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0) -> dict:
+def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0, ranks: int = 2) -> dict:
+    """ranks: the processes that all-reduce (the ranks the prediction is for: on one host they share its cores,
+    and a ring of 4 on 2 cores is not 2 rings of 2)."""
     from .launch import free_port
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+    env = {**os.environ, "WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
            "OPSCOPE_LINK_REPEATS": str(int(repeats))}
     procs = [start(python_command("opscope.runtime.dist.linkbench"), env={**env, "RANK": str(r)},
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(ranks)]
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
             p.wait()
-        raise ModelError(f"the link benchmark did not finish in {timeout_s:g} s (gloo all-reduce between 2 local "
-                         "processes)") from None
+        raise ModelError(f"the link benchmark did not finish in {timeout_s:g} s (gloo all-reduce between {ranks} "
+                         "local processes)") from None
     lines = [ln for ln in outs[0][0].splitlines() if ln.startswith(MARK)]
     if any(p.returncode for p in procs) or not lines:
         err = next((o[1].strip().splitlines()[-1] for o in outs if o[1].strip()), "no message")
         raise ModelError(f"the link benchmark failed: {err}")
     medians = json.loads(lines[-1][len(MARK):])
-    fit = fit_ring(medians["step"], ranks=2)
-    hot = fit_ring(medians["hot"], ranks=2)
+    fit = fit_ring(medians["step"], ranks=ranks)
+    hot = fit_ring(medians["hot"], ranks=ranks)
     fit["back_to_back"] = {k: hot[k] for k in ("bandwidth", "latency", "points")}
     return fit
 
@@ -117,17 +120,18 @@ def _rank_main() -> None:
     sizes = [int(s) for s in os.environ["OPSCOPE_LINK_SIZES"].split(",")]
     repeats = int(os.environ["OPSCOPE_LINK_REPEATS"])
     a, w = torch.randn(64, 256), torch.randn(256, 256)
-    out = {"step": [], "hot": []}
-    for size in sizes:
-        buf = torch.ones(max(1, size // 4), dtype=torch.float32)
-        for mode in ("hot", "step"):
-            times = []
-            dist.barrier()
-            for i in range(repeats + 2):               # two warm-ups: gloo sets up its pairs lazily
+    bufs = [torch.ones(max(1, size // 4), dtype=torch.float32) for size in sizes]
+    times = {mode: [[] for _ in sizes] for mode in ("hot", "step")}
+    dist.barrier()
+    # rounds over every size, not every repeat of one size in a row: on a shared host a burst of load then
+    # lands on all sizes alike instead of bending the fitted line at one end of it
+    for i in range(repeats + 2):                       # two warm-up rounds: gloo sets up its pairs lazily
+        for k, buf in enumerate(bufs):
+            for mode in ("hot", "step"):
                 if mode == "hot":
                     dist.barrier()
                 else:
-                    # as a training step issues it: after a burst of compute (the same work on both ranks), no
+                    # as a training step issues it: after a burst of compute (the same work on every rank), no
                     # barrier, so gloo's waiting threads have slept and the skew with which the ranks left the
                     # last collective is paid in this one; back to back after a barrier ("hot") neither happens,
                     # and on a busy host the two differ several times over
@@ -136,8 +140,9 @@ def _rank_main() -> None:
                 t0 = time.perf_counter()
                 dist.all_reduce(buf)
                 if i >= 2:
-                    times.append(time.perf_counter() - t0)
-            out[mode].append([buf.numel() * 4, statistics.median(times)])
+                    times[mode][k].append(time.perf_counter() - t0)
+    out = {mode: [[buf.numel() * 4, statistics.median(t)] for buf, t in zip(bufs, times[mode])]
+           for mode in times}
     dist.barrier()
     if dist.get_rank() == 0:
         print(MARK + json.dumps(out), flush=True)

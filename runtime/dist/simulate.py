@@ -13,20 +13,25 @@ runtime/dist/collectives.py; strategies and memory: runtime/dist/strategies.py. 
 `opscope train --hybrid`'s: on top of the strategy's compute and exposed communication, each step
 flattens and scales the gradients and fingerprints the parameters (host work, measured here) and runs
 two latency-bound collectives (the loss all-reduce and the parameter-check all-gather).
+
+    measure(..., together=True)       # host ranks: timed in one process each, in lockstep (together.py)
+    predict(m, 2, link, cores_per_node=2)
+
+Ranks of one host share its cores. `together` times the shares as the job's ranks run (the cores shared, a
+phase the slowest rank's per step) and the latency of their own small all-reduce; `cores_per_node` stretches
+compute, host work and the loopback link past what the shares and the link (Interconnect.ranks) were measured
+with, and lets an overlapped collective hide only as much as the cores the ranks leave free allow (gloo's
+threads copy and sum on the same cores as the compute).
 """
 from __future__ import annotations
 
 import os
-import statistics
-import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-
-import numpy as np
 
 from ..errors import UsageError
 from .collectives import TOPOLOGIES, Cluster, Interconnect, Level, all_reduce_seconds  # noqa: F401 (API)
-from .shape import ModelShape, model_shape
+from .share_timer import ShareTimer, share_inputs
+from .shape import ModelShape
 from .strategies import Strategy, candidates, plan
 
 DEFAULT_LINK = {"bandwidth": 2.5e10, "latency": 5e-6, "topology": "ring"}     # a PCIe 4 x16 class link
@@ -50,7 +55,11 @@ def link_of(backend_list, stored: dict | None = None, **override) -> Interconnec
     if given:
         source += " with " + ", ".join(f"{k}={v}" for k, v in given.items())
     base.update(given)
-    return Interconnect(float(base["bandwidth"]), float(base["latency"]), base.get("topology", "ring"), source)
+    # the ranks it was measured with on this host (a hand-edited file's odd value reads as not measured here)
+    r = stored.get("ranks") if stored and source.startswith("measured") and not given else 0
+    measured_here = r if isinstance(r, int) and not isinstance(r, bool) and r > 0 else 0
+    return Interconnect(float(base["bandwidth"]), float(base["latency"]), base.get("topology", "ring"), source,
+                        measured_here)
 
 
 
@@ -75,6 +84,8 @@ class Measured:
     shapes: list[ModelShape] = field(default_factory=list)
     optimizer: str = "sgd"
     threads: int = 1
+    together: int = 1               # ranks whose steps were timed at once on this host (together.py)
+    small_collective_seconds: float | None = None    # ... and what a latency-bound collective cost among them
 
     @property
     def compute_seconds(self) -> float:
@@ -83,18 +94,6 @@ class Measured:
     @property
     def slowest(self) -> int:
         return max(range(len(self.shares)), key=lambda i: self.shares[i]["compute_seconds"])
-
-
-class _PhaseClock:
-    """An executor hook: ns per phase (forward / backward / optimizer) on the backend's clock."""
-    reads_inputs_after_op = False
-
-    def __init__(self):
-        self.ns = Counter()
-
-    def after_op(self, call) -> None:
-        if call.end_ns:
-            self.ns[call.node.attrs.get("phase", "forward")] += call.end_ns - call.start_ns
 
 
 def rank_threads(world: int) -> int:
@@ -106,13 +105,21 @@ def rank_threads(world: int) -> int:
 
 
 def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: int = 5,
-            optimizer: str = "sgd", threads: int | None = None) -> Measured:
+            optimizer: str = "sgd", threads: int | None = None, together: bool = False) -> Measured:
     """Time one training step of each backend's share in this process (the median of `repeats`, after a
     warm-up), with its phases, its host bookkeeping, and its model shape; with the torch threads each rank
     will get (`threads`, default rank_threads(len(specs))): this process's default of a thread per core
-    made demo:cnn's compute 29-65x off on 2 ranks, whose ranks run one thread each."""
+    made demo:cnn's compute 29-65x off on 2 ranks, whose ranks run one thread each.
+    together: the shares are ranks on this host (wall-clock backends): each is timed in its own process while
+    the others run theirs (together.py), as the job's ranks share the cores."""
     import torch
     threads = threads or rank_threads(len(specs))
+    if together and len(specs) > 1 and all(_clock(s) == "wall" for s in specs):
+        from .together import measure_together
+        shares, shapes, small = measure_together(model_spec, specs, ratios, repeats=repeats, optimizer=optimizer,
+                                                 threads=threads)
+        return Measured(model_spec, shares, shapes[0].grad_bytes, sum(s // 4 for s in shapes[0].param_sizes),
+                        shapes, optimizer, threads, together=len(specs), small_collective_seconds=small)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -121,79 +128,31 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
         torch.set_num_threads(before)
 
 
+def _clock(spec: str) -> str:
+    from .. import backends
+    from ..step_clock import clock_name
+    return clock_name(backends.resolve(spec))
+
+
 def _measure(model_spec: str, specs: list[str], ratios: list[float], repeats: int, optimizer: str,
              threads: int) -> Measured:
-    from .. import backends, models
-    from ..step_clock import clock_name
-    from ..train.joint import capture_joint
-    from ..train.step import OptimizerSpec, build_train_graph
-    from .balance import split_rows
-    from .split import GradientStep, OptimizerStep
+    from .. import models
 
     model, inputs = models.load_train(model_spec)
-    rows = split_rows(ratios, int(inputs[0].shape[0]))
-    shares, shapes, start, seen = [], [], 0, {}
-    for spec, n in zip(specs, rows):
-        local = tuple(x[start:start + n] for x in inputs)
-        start += n
+    shares, shapes, seen = [], [], {}
+    for spec, local in zip(specs, share_inputs(inputs, ratios)):
+        n = int(local[0].shape[0])
         if (spec, n) in seen:                 # two ranks on one backend with equal rows: one measurement
             shares.append(dict(shares[seen[spec, n]]))
             shapes.append(shapes[seen[spec, n]])
             continue
         seen[spec, n] = len(shares)
-        train = build_train_graph(capture_joint(model, local, model_spec), OptimizerSpec(optimizer))
-        shapes.append(model_shape(model_spec, train, local))
-        backend = backends.resolve(spec)
-        clock = clock_name(backend)
-        # the optimizer runs where `train --hybrid` runs it: the host's numpy kernels, on the chip for a sim chip
-        step, opt = GradientStep(train, backend), OptimizerStep(train, backend if clock == "simulated" else None)
-        runs = []
-        # a sim chip's clock is exact: one run after the warm-up; a wall clock: the median of `repeats`
-        for i in range((1 if clock == "simulated" else max(1, repeats)) + 1):
-            phases = _PhaseClock()
-            t0 = time.perf_counter()
-            with step.executor.hooked(phases):
-                _, grads = step.run(local)
-            t1 = time.perf_counter()
-            with opt.executor.hooked(phases):
-                params = opt.run(grads)
-            t2 = time.perf_counter()
-            host = _bookkeeping(step, grads, params)
-            if i:                                   # the first run warms up
-                runs.append((phases.ns, t1 - t0, t2 - t1, host))
-        fwd, bwd, optim = (statistics.median(r[0][k] for r in runs) / 1e9 for k in ("forward", "backward", "optimizer"))
-        if clock == "wall":         # a wall-clock backend: the whole step's time, split as its ops split it
-            grad_wall, opt_wall = statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs)
-            fb = fwd + bwd
-            fwd, bwd = (fwd / fb * grad_wall, bwd / fb * grad_wall) if fb > 0 else (grad_wall / 3, 2 * grad_wall / 3)
-            optim = opt_wall
-        # a sim chip's step in integer ns, exactly what `train` and `profile --train` print (one StepClock)
-        exact = sum(runs[0][0].values()) if clock == "simulated" else None
-        shares.append({"backend": spec, "rows": n, "forward_seconds": fwd, "backward_seconds": bwd,
-                       "optimizer_seconds": optim, "compute_seconds": fwd + bwd + optim,
-                       "compute_ns": int(exact) if exact is not None else round((fwd + bwd + optim) * 1e9),
-                       "host_seconds": statistics.median(r[3] for r in runs), "clock": clock,
-                       "ops": len(train.graph.nodes)})
+        timer = ShareTimer(model, model_spec, spec, local, optimizer)
+        shares.append(timer.time(repeats))
+        shapes.append(timer.shape)
     s0 = shapes[0]
     return Measured(model_spec, shares, s0.grad_bytes, sum(s // 4 for s in s0.param_sizes), shapes, optimizer,
                     threads)
-
-
-def _bookkeeping(step, grads: dict, params: dict) -> float:
-    """The trainer's host work per step besides the ops (runtime/dist/trainer.py): flatten and scale the
-    gradients, split the sum back, hand the new parameters to the plan, fingerprint them."""
-    import hashlib
-    t0 = time.perf_counter()
-    flat = np.concatenate([grads[n].reshape(-1) for n in step.names]).astype(np.float32) * np.float32(0.5)
-    at = 0
-    for n in step.names:
-        flat[at:at + grads[n].size].reshape(grads[n].shape)
-        at += grads[n].size
-    step.set_parameters(params)
-    h = hashlib.blake2b(digest_size=8)
-    for n in sorted(params):
-        h.update(np.ascontiguousarray(params[n]).tobytes())
-    return time.perf_counter() - t0
 
 
 def cluster_of(ranks: int, link: Interconnect, inter: Interconnect | None = None,
@@ -205,11 +164,9 @@ def cluster_of(ranks: int, link: Interconnect, inter: Interconnect | None = None
     return Cluster.of(ranks, [Level(ranks_per_node, link), Level(0, inter)])
 
 
-def _contention(m: Measured, cluster: Cluster, cores_per_node: int | None) -> float:
-    """Ranks of one node share its cores: a wall-clock rank's compute stretches once they run out."""
-    if not cores_per_node:
-        return 1.0
-    return max(1.0, cluster.levels[0].size * m.threads / cores_per_node)
+def _crowd(ranks: int, threads: int, cores: int | None) -> float:
+    """How much slower a wall-clock rank runs when `ranks` of them at `threads` each share `cores` cores."""
+    return max(1.0, ranks * threads / cores) if cores else 1.0
 
 
 def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: str | Strategy = "dp",
@@ -217,19 +174,35 @@ def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: 
             cores_per_node: int | None = None) -> dict:
     cluster = link if isinstance(link, Cluster) else cluster_of(ranks, link)
     strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy)
-    crowd = _contention(m, cluster, cores_per_node)
-    if crowd > 1 and all(s["clock"] == "wall" for s in m.shares):
+    host_ranks = all(s["clock"] == "wall" for s in m.shares)
+    per_node = cluster.levels[0].size
+    # ranks of one node share its cores: past them a wall-clock rank's compute stretches, beyond what the shares
+    # were measured with (m.together ranks timed at once already paid their crowd)
+    crowd = _crowd(per_node, m.threads, cores_per_node) / _crowd(m.together, m.threads, cores_per_node)
+    inner = cluster.levels[0]
+    if m.small_collective_seconds and host_ranks and per_node == m.together > 1:
+        # the latency as the job meets it: a small all-reduce where the ranks met while their steps were timed
+        # together (wake-ups on shared cores, skew), not a micro-benchmark's back-to-back one
+        a = m.small_collective_seconds / (2 * (per_node - 1))
+        why = f", latency {a * 1e6:.0f} us from the ranks' own small all-reduce ({per_node} timed together)"
+        inner = Level(inner.size, replace(inner.link, latency=a, source=inner.link.source + why))
+        cluster = Cluster([inner] + cluster.levels[1:])
+    link_crowd = _crowd(per_node, m.threads, cores_per_node) / _crowd(inner.link.ranks or 1, m.threads, cores_per_node)
+    if link_crowd != 1 and host_ranks:
         # host ranks past the cores: a loopback collective is the cores' copying and each hop waits for one
-        inner = cluster.levels[0]
-        slowed = replace(inner.link, bandwidth=inner.link.bandwidth / crowd, latency=inner.link.latency * crowd,
-                         source=inner.link.source + f" (its cores shared {crowd:g}x)")
+        slowed = replace(inner.link, bandwidth=inner.link.bandwidth / link_crowd,
+                         latency=inner.link.latency * link_crowd,
+                         source=inner.link.source + f" (its cores shared {link_crowd:g}x)")
         cluster = Cluster([Level(inner.size, slowed)] + cluster.levels[1:])
+    # host ranks whose threads fill the cores leave none for gloo's threads to send beside the compute
+    spare = (max(0, cores_per_node - per_node * m.threads) / per_node) if cores_per_node and host_ranks else 1.0
+    hidden = min(1.0, spare)
     per_share = []
     for share, shape in zip(m.shares, m.shapes):
-        stretch = _contention(m, cluster, cores_per_node) if share["clock"] == "wall" else 1.0
+        stretch = crowd if share["clock"] == "wall" else 1.0
         s = {**share, **{k: share[k] * stretch for k in ("forward_seconds", "backward_seconds", "optimizer_seconds")}}
         per_share.append(plan(strat, s, shape, cluster, overlap=overlap, bucket_bytes=bucket_bytes,
-                              microbatches=microbatches))
+                              microbatches=microbatches, hidden=hidden))
     worst = max(range(len(per_share)), key=lambda i: per_share[i]["compute_seconds"])
     p = dict(per_share[worst])
     p["memory"] = {k: max(q["memory"][k] for q in per_share) for k in p["memory"]}
@@ -252,6 +225,7 @@ def predict(m: Measured, ranks: int, link: Interconnect | Cluster, *, strategy: 
               "communication_share": comm / step if step > 0 else 0.0,
               "scaling_efficiency": compute / step if step > 0 else 1.0,
               "rows_per_second": n * rows / len(m.shares) / step if step > 0 else 0.0,
+              "overlap_hidden": hidden if overlap else None,
               "assumptions": assumptions(m, cluster, strat, overlap, bucket_bytes, cores_per_node)})
     return p
 
@@ -289,5 +263,10 @@ def assumptions(m: Measured, cluster: Cluster, strat: Strategy, overlap: bool, b
     ]
     if cores_per_node:
         out.append(f"{cores_per_node} cores per node shared by its ranks at {m.threads} thread(s) each: past them, "
-                   "wall-clock compute and host work stretch, and the intra-node link slows, by ranks x threads / cores")
+                   "wall-clock compute and host work stretch, and the intra-node link slows, by ranks x threads / "
+                   "cores (beyond the ranks the shares and the link were measured with); an overlapped collective hides "
+                   "only as much as the cores the ranks leave free allow")
+    if m.together > 1:
+        out.append(f"the shares were timed together, {m.together} processes stepping in lockstep on this host: each "
+                   "phase is the slowest rank's per step (stragglers included)")
     return out

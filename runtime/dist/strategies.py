@@ -114,7 +114,10 @@ def buckets(sizes: list[int], cap: int) -> list[int]:
 
 
 def plan(strategy: Strategy, share: dict, shape, cluster: Cluster, *, overlap: bool = False,
-         bucket_bytes: int = 25 * 2 ** 20, microbatches: int | None = None) -> dict:
+         bucket_bytes: int = 25 * 2 ** 20, microbatches: int | None = None, hidden: float = 1.0) -> dict:
+    """hidden: the share of an overlapped collective's time that can run beside the compute (1: the link works
+    on its own; host ranks whose threads fill every core have none to spare: gloo's copying and summing wait
+    for the compute's core, and overlap then hides nothing)."""
     n, kind, d = cluster.ranks, strategy.kind, strategy.degree
     strategy.check(n, shape)
     F, Bk, O = share["forward_seconds"], share["backward_seconds"], share["optimizer_seconds"]
@@ -134,7 +137,7 @@ def plan(strategy: Strategy, share: dict, shape, cluster: Cluster, *, overlap: b
             t = cost(size)
             total += t
             items.append((at / max(grads_bytes, 1), t))
-        exposed = overlapped(items, window) if overlap else total
+        exposed = hidden * overlapped(items, window) + (1 - hidden) * total if overlap else total
         return coll(what + (f" ({len(sizes)} buckets)" if overlap else ""), total, grads_bytes, group_ranks, exposed)
 
     compute, exposed = F + Bk + O, 0.0
@@ -156,10 +159,12 @@ def plan(strategy: Strategy, share: dict, shape, cluster: Cluster, *, overlap: b
                 fwd = [(cluster.all_gather(lay.param_bytes), F * lay.share) for lay in shape.layers]
                 bwd = [(cluster.all_gather(lay.param_bytes) + cluster.reduce_scatter(lay.grad_bytes), Bk * lay.share)
                        for lay in reversed(shape.layers)]
-                exposed += coll("all-gather of the parameters in forward", sum(g for g, _ in fwd), P, n,
-                                prefetched(fwd) if overlap else sum(g for g, _ in fwd))
-                exposed += coll("all-gather of the parameters and reduce-scatter of the gradients in backward",
-                                sum(g for g, _ in bwd), P + G, n, prefetched(bwd) if overlap else sum(g for g, _ in bwd))
+                for what, items, nbytes in (("all-gather of the parameters in forward", fwd, P),
+                                            ("all-gather of the parameters and reduce-scatter of the gradients in "
+                                             "backward", bwd, P + G)):
+                    total = sum(g for g, _ in items)
+                    exposed += coll(what, total, nbytes, n,
+                                    hidden * prefetched(items) + (1 - hidden) * total if overlap else total)
             else:
                 ag = cluster.all_gather(P)
                 exposed += coll("all-gather of the updated parameters", ag, P, n, ag)

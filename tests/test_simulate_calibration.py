@@ -1,0 +1,136 @@
+"""Issue 39: the simulator calibrated the way the job runs. Shares timed together (one process per rank, in
+lockstep: the cores shared, the slowest rank per step), the latency of the ranks' own small collective, the
+link measured with as many ranks as predicted, and overlap that hides only what the free cores allow."""
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from opscope.runtime.dist.collectives import Cluster, Interconnect, Level, all_reduce_seconds
+from opscope.runtime.dist.shape import Layer, ModelShape
+from opscope.runtime.dist.simulate import Measured, predict
+from opscope.runtime.dist.strategies import Strategy, buckets, overlapped, plan
+from opscope.runtime.dist.together import slowest_per_step, small_collective_seconds
+
+MB = 2 ** 20
+P = 4 * MB
+SHAPE = ModelShape(model="toy", param_bytes=P, grad_bytes=P, state_bytes=2 * P, activation_bytes=8 * MB, tokens=100,
+                   layers=[Layer(f"h.{i}", MB, MB, 0.0, 0.25, [(64, False), (32, False)]) for i in range(4)],
+                   param_sizes=[MB // 2] * 8)
+WALL = {"backend": "torch:cpu", "rows": 4, "forward_seconds": 0.01, "backward_seconds": 0.02,
+        "optimizer_seconds": 0.004, "compute_seconds": 0.034, "host_seconds": 0.005, "clock": "wall"}
+LINK = Interconnect(1e9, 1e-5, "ring")
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_the_job_pays_the_slowest_rank_per_step_and_the_last_arrival_times_the_collective():
+    # runs: [gradient, optimizer, host, sync after backward, sync after the bookkeeping] per step
+    a = {**WALL, "runs": [[0.010, 0.001, 0.002, 0.005, 0.001], [0.030, 0.001, 0.002, 0.001, 0.001],
+                          [0.010, 0.003, 0.002, 0.004, 0.002]]}
+    b = {**WALL, "runs": [[0.020, 0.002, 0.001, 0.001, 0.002], [0.010, 0.002, 0.001, 0.021, 0.003],
+                          [0.012, 0.001, 0.004, 0.002, 0.001]]}
+    out = slowest_per_step([a, b])
+    # per step the slower rank: gradients 20, 30, 12 ms -> median 20; optimizer 2, 2, 3 -> 2; host 2, 2, 4 -> 2
+    assert close(out[0]["forward_seconds"] + out[0]["backward_seconds"], 0.020)
+    assert close(out[0]["forward_seconds"] / 0.020, 1 / 3)              # split as the share's ops split it
+    assert close(out[1]["optimizer_seconds"], 0.002) and close(out[1]["host_seconds"], 0.002)
+    assert close(out[0]["compute_seconds"], 0.022) and out[0]["own_compute_seconds"] == 0.034
+    # the rank that arrived last waited for nobody: min per sync, 1 1 1 1 2 1 -> median 1 ms
+    assert close(small_collective_seconds([a, b]), 0.001)
+
+
+def test_ranks_timed_together_or_a_link_measured_with_them_pay_no_crowd_twice():
+    alone = Measured("toy", [WALL] * 4, P, P // 4, [SHAPE] * 4, threads=1)
+    together = Measured("toy", [WALL] * 4, P, P // 4, [SHAPE] * 4, threads=1, together=4)
+    crowded = predict(alone, 4, LINK, cores_per_node=2)          # 4 one-thread ranks on 2 cores, timed alone: 2x
+    assert close(crowded["compute_seconds"], 2 * 0.034)
+    same = predict(together, 4, Interconnect(1e9, 1e-5, "ring", "measured", ranks=4), cores_per_node=2)
+    assert close(same["compute_seconds"], 0.034) and close(same["host_seconds"], 0.005)
+    assert same["cluster"][0]["bandwidth"] == 1e9 and "shared" not in same["cluster"][0]["source"]
+    # timed with 2 ranks, predicted for 4 on 2 cores: the extra crowd only
+    two = Measured("toy", [WALL] * 4, P, P // 4, [SHAPE] * 4, threads=1, together=2)
+    assert close(predict(two, 4, LINK, cores_per_node=2)["compute_seconds"], 2 * 0.034)
+
+
+def test_the_ranks_own_small_collective_sets_the_latency():
+    m = Measured("toy", [WALL] * 2, P, P // 4, [SHAPE] * 2, threads=1, together=2, small_collective_seconds=0.004)
+    p = predict(m, 2, LINK, cores_per_node=2)
+    assert close(p["cluster"][0]["latency"], 0.004 / 2)                 # a 2-rank ring pays 2(n-1) latencies
+    assert "own small all-reduce" in p["cluster"][0]["source"]
+    control = next(c for c in p["collectives"] if "latency" in c["what"])
+    used = Interconnect(1e9, 0.002, "ring")
+    assert close(control["seconds"], 2 * all_reduce_seconds(8 * 7, 2, used))
+    # predicted for another rank count than the one timed together: the link's own latency stays
+    assert close(predict(m, 4, LINK, cores_per_node=8)["cluster"][0]["latency"], 1e-5)
+
+
+def test_overlap_hides_only_what_the_free_cores_allow():
+    slow = Cluster([Level(2, Interconnect(1e8, 0.0, "ring"))])     # 1 MiB takes 10.5 ms, the backward 20 ms
+    share = {**WALL, "clock": "simulated"}
+    full = plan(Strategy("dp"), share, SHAPE, slow, overlap=True, bucket_bytes=MB)
+    none = plan(Strategy("dp"), share, SHAPE, slow, overlap=True, bucket_bytes=MB, hidden=0.0)
+    t = all_reduce_seconds(MB, 2, slow.levels[0].link)
+    assert close(full["exposed_communication_seconds"], overlapped([(k / 4, t) for k in (1, 2, 3, 4)], 0.02))
+    assert close(none["exposed_communication_seconds"], 4 * t)         # cores full: nothing runs beside backward
+    m = Measured("toy", [WALL] * 2, P, P // 4, [SHAPE] * 2, threads=1, together=2)
+    link = Interconnect(1e8, 0.0, "ring", "measured", ranks=2)
+    busy = predict(m, 2, link, overlap=True, bucket_bytes=MB, cores_per_node=2)
+    free = predict(m, 2, link, overlap=True, bucket_bytes=MB, cores_per_node=4)
+    assert busy["overlap_hidden"] == 0.0 and free["overlap_hidden"] == 1.0
+    grads = [next(c for c in p["collectives"] if "gradients" in c["what"]) for p in (busy, free)]
+    assert close(grads[0]["exposed"], grads[0]["seconds"]) and grads[1]["exposed"] < grads[1]["seconds"]
+    assert "(4 buckets)" in grads[0]["what"] and buckets(SHAPE.param_sizes, MB) == [MB] * 4
+
+
+def _bench():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dist.py"
+    spec = importlib.util.spec_from_file_location("bench_dist", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_dist_gives_demo_gpt_a_batch_that_splits_over_4_ranks_and_refuses_a_mismatched_job():
+    from opscope.runtime import models
+    bench = _bench()
+    assert bench.batch_for("demo:gpt", 2) == "demo:gpt" and bench.batch_for("demo:cnn", 4) == "demo:cnn"
+    spec = bench.batch_for("demo:gpt", 4)
+    model, (tokens, targets) = models.load_train(spec)
+    assert tokens.shape == (4, 128) and targets.shape == (4, 128) and model(tokens, targets).dim() == 0
+    m = Measured(spec, [{**WALL, "rows": 1}] * 4, P, P // 4, [SHAPE] * 4)
+    job = {"model": spec, "optimizer": "sgd", "strategy": "dp", "overlap": False, "shares": [0.25] * 4}
+    bench.check_match(job, m, False)
+    with pytest.raises(SystemExit, match="prediction is for"):
+        bench.check_match({**job, "optimizer": "adamw"}, m, False)
+
+
+def test_bench_dist_prints_the_prediction_beside_what_the_ranks_measured():
+    bench = _bench()
+    m = Measured("toy", [WALL] * 2, P, P // 4, [SHAPE] * 2, threads=1, together=2, small_collective_seconds=0.002)
+    p = predict(m, 2, Interconnect(1e9, 1e-5, "ring", "measured", ranks=2), overlap=True, bucket_bytes=MB,
+                cores_per_node=2)
+    job = {"exposed": 0.003, "phases": {"compute": 0.031, "slowest_compute": 0.033, "reduction": 0.012,
+                                        "optimizer": 0.004, "check": 0.009}}
+    line = bench.breakdown(p, job, {"bandwidth": 1e9, "latency": 1e-5, "ranks": 2})
+    assert "predicted: fwd+bwd 30.0, optimizer 4.0, host 5.0" in line and "(hides 0%)" in line
+    assert "measured: fwd+bwd 31.0 (slowest rank 33.0), reduction 12.0 (gradients exposed 3.0)" in line
+    assert "latency used 1000 us" in line
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_shares_are_timed_together_in_one_process_per_rank():
+    """Real processes: demo:mlp's 2 shares stepping in lockstep, and a link measured with 3 ranks."""
+    from opscope.runtime.dist.linkbench import measure_link
+    from opscope.runtime.dist.simulate import measure
+    m = measure("demo:mlp", ["torch:cpu"] * 2, [0.5, 0.5], repeats=2, together=True)
+    assert m.together == 2 and m.small_collective_seconds > 0 and len(m.shapes) == 2
+    assert [s["rows"] for s in m.shares] == [16, 16]
+    for s in m.shares:       # every phase the slower rank's: the same on both, at least the share's own median
+        assert len(s["runs"]) == 2 and s["compute_seconds"] == m.shares[0]["compute_seconds"]
+    fit = measure_link(sizes=(4096, 1 << 20), repeats=2, ranks=3)
+    assert fit["ranks"] == 3 and len(fit["points"]) == 2 and fit["bandwidth"] > 0
