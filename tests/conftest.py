@@ -15,6 +15,18 @@ import traceback
 
 import pytest
 
+# --- xdist workers that fill the cores run one math thread each ------------------------------------------------
+# torch (OpenMP, MKL) and numpy's BLAS start a thread per core in every process, and their idle threads spin-wait:
+# `-n 2` on 2 cores ran 4 busy threads on 2 cores. The same 94 tests (test_passes, test_train's quick ones) took
+# 67 s of CPU with the default threads and 17 s with OMP/MKL/OPENBLAS_NUM_THREADS=1, two runs side by side on this
+# machine (load ~23, where spinning costs most; a quiet machine was not measured). Set before anything
+# imports torch (this file is imported first), inherited by the `opscope` processes tests start; a value the user
+# set is kept. Tests of thread handling set or remove these themselves.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+    _threads = str(max(1, (os.cpu_count() or 1) // max(1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, _threads)
+
 # --- Every test that starts a process is marked (pyproject: multiprocess, browser, container) ----------------
 # The quick set (`-m "not slow and not browser and not multiprocess and not container"`) is quick only while
 # nothing in it pays a process start (a torch import is 1.6-1.8 s of CPU). An audit hook sees every process
