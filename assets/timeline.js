@@ -9,7 +9,8 @@
   "use strict";
   var ROW = 28, PAD = 4, TOP = 4, GUTTER = 190, RIGHT = 12, AXIS = 34, CROW = 40;   // CROW: a counter track
   var ZOOM = 0.7, PAN = 0.2, FETCH_DELAY_MS = 40, LABEL_MIN_PX = 44;
-  var LIVE_MS = 200;        // a running run: how often the page asks for the spans stored since its last ones
+  var LIVE_MS = 200;        // a running run: the pause before asking again after an answer with no new spans
+  var LIVE_WAIT_S = 2;      // how long the server may hold an ask for new spans (app/pages/timeline.py's wait=)
   var LIVE_REDRAW = 100000;  // spans appended since the last window answer past which a live page asks for a new one
   var INK = "#1f2933", MUTED = "#6b7785", GRID = "#e6e9ee", SEL = "rgba(37,99,235,0.15)";
   var BUCKET_LIGHT = [213, 219, 225], BUCKET_DARK = [107, 119, 133], HIT = [225, 29, 72], MARK = "rgba(225,29,72,0.18)";
@@ -112,19 +113,41 @@
   // --- a live run: the spans stored since the page's last ones, appended (GET /_opscope/live_spans) -----------
   // Asking only for what changed keeps the timeline as fresh as the header: a whole window rebuilt for each new
   // stamp (the server's level of detail over every span, then the browser's upload) fell seconds behind it.
-  function live() {
+  // The server holds each ask until a span past the page's last one has arrived (wait=, a long poll): the page
+  // asks again as soon as it has drawn an answer, so a batch is drawn when it arrives, not a poll interval
+  // later; after an empty answer (nothing came within the wait) it pauses LIVE_MS.
+  function live(delay) {
     if (!T || T.liveTimer || !T.data || T.data.status !== "running") return;
     T.liveTimer = setTimeout(function () {
       T.liveTimer = null;
       var d = T.data;
       if (!d || d.status !== "running" || !T.view || T.view.run !== d.run) return;
-      var q = "run=" + encodeURIComponent(d.run) + "&since=" + d.events + "&origin=" + d.origin;
+      var q = "run=" + encodeURIComponent(d.run) + "&since=" + d.events + "&origin=" + d.origin +
+        "&wait=" + LIVE_WAIT_S;
       fetch(prefix() + "_opscope/live_spans?" + q, {credentials: "same-origin"}).then(window.opscopeJson)
         .then(function (p) {
           if (!T || T.data !== d) return;             // a window answer replaced what this would append to
           if (p.status !== "running" || !append(d, p)) { d.status = p.status; refetch(T.t0 <= 0 && T.t1 >= T.end); }
-          live();
+          live(p.start && p.start.length ? 0 : LIVE_MS);
         }).catch(function () { setTimeout(live, 1000); });    // a poll lost (a busy server): the next one asks again
+    }, delay === undefined ? LIVE_MS : delay);
+  }
+
+  // A running run with no spans stored yet: the page waits on the live answer for its first ones (they are in the
+  // collector's memory before the store) and then asks for its window, instead of waiting for the header's next
+  // poll to say that events arrived. Until the store has them too, the window says "not yet" and this asks again.
+  function first(run) {
+    if (!T || T.firstTimer) return;
+    var token = T.seq;
+    T.firstTimer = setTimeout(function () {
+      T.firstTimer = null;
+      if (!T || T.seq !== token || T.data || !T.view || T.view.run !== run) return;
+      var q = "run=" + encodeURIComponent(run) + "&since=0&wait=" + LIVE_WAIT_S;
+      fetch(prefix() + "_opscope/live_spans?" + q, {credentials: "same-origin"}).then(window.opscopeJson)
+        .then(function (p) {
+          if (!T || T.seq !== token || T.data) return;
+          if ((p.start && p.start.length) || p.status !== "running") reset(T.view); else first(run);
+        }).catch(function () {});       // the header's poll still brings the window when events are stored
     }, LIVE_MS);
   }
 
@@ -156,7 +179,7 @@
       T.shown = [T.t0, T.t1];
     }
     T.end = d.end = end;
-    upload();
+    upload(n);
     draw();
     info("all of " + d.count.toLocaleString("en-US") + " spans so far · " + d.appended.toLocaleString("en-US") +
          " appended live");
@@ -198,7 +221,12 @@
   }
 
   function show(p, reset) {
-    if (p.error || p.message) { note(p.error || p.message); info(""); return; }
+    if (p.error || p.message) {
+      note(p.error || p.message);
+      info("");
+      if (!p.error && p.status === "running") first(p.run);
+      return;
+    }
     if (!T.wrap.contains(T.canvas)) mountCanvases();
     T.data = decode(p);
     if (window.opscopeTimelineTools) window.opscopeTimelineTools.decoded(T.data);   // pinned tracks on top
@@ -381,13 +409,22 @@
   var STRIDE = 20;           // bytes a vertex: span (2 f32), corner (2 f32), color (4 u8)
   var CORNERS = [0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1];   // (right?, bottom?) for the six vertices
 
-  function upload() {
-    var d = T.data, s = d.spans, b = d.buckets, n = s.n + b.n;
-    T.base = d.t0;
+  // The rectangles' vertices, buckets first, then spans. `appended` (a live run's new spans, the last ones): only
+  // theirs are written and sent to the GPU, into a buffer grown by doubling, so an append costs what it adds, not
+  // the whole run again.
+  function upload(appended) {
+    var d = T.data, s = d.spans, b = d.buckets, n = s.n + b.n, first = appended ? n - appended : 0;
+    if (!appended) T.base = d.t0;
     T.nverts = 6 * n;
     if (!T.gl) return;
-    var buf = new ArrayBuffer(T.nverts * STRIDE), f = new Float32Array(buf), u = new Uint8Array(buf);
-    var v = 0;
+    var grow = !appended || !T.vbuf || T.vbuf.byteLength < T.nverts * STRIDE;
+    if (grow) {
+      var old = T.vbuf;
+      T.vbuf = new ArrayBuffer((appended ? 2 : 1) * T.nverts * STRIDE);
+      if (appended) new Uint8Array(T.vbuf).set(new Uint8Array(old, 0, 6 * first * STRIDE));
+    }
+    var buf = T.vbuf, f = new Float32Array(buf), u = new Uint8Array(buf);
+    var v = 6 * first;
     function rect(x0, x1, track, rgb) {
       var top = TOP + track * ROW + PAD, bottom = top + ROW - 2 * PAD;
       for (var j = 0; j < 6; j++, v++) {
@@ -397,11 +434,14 @@
         u[o * 4 + 16] = rgb[0]; u[o * 4 + 17] = rgb[1]; u[o * 4 + 18] = rgb[2]; u[o * 4 + 19] = 255;
       }
     }
-    for (var i = 0; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i));
-    for (i = 0; i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i));
+    for (var i = first; i < b.n; i++) rect(b.start[i], b.end[i], b.track[i], bucketRgb(d, i));
+    for (i = Math.max(first - b.n, 0); i < s.n; i++) rect(s.start[i], s.end[i], s.track[i], spanRgb(d, i));
     var gl = T.gl;
     gl.bindBuffer(gl.ARRAY_BUFFER, T.buf);
-    gl.bufferData(gl.ARRAY_BUFFER, buf, gl.STATIC_DRAW);
+    if (grow) gl.bufferData(gl.ARRAY_BUFFER, buf, gl.DYNAMIC_DRAW);
+    else gl.bufferSubData(gl.ARRAY_BUFFER, 6 * first * STRIDE, new Uint8Array(buf, 6 * first * STRIDE,
+                                                                               6 * appended * STRIDE));
+    T.uploaded = (T.uploaded || 0) + n - first;      // rectangles written since the page opened (state())
   }
 
   // How busy a pixel bucket is sets its shade: a run of back-to-back tiny ops reads darker than a sparse one.
@@ -923,7 +963,7 @@
                    spans: T.data ? T.data.spans.n : 0, buckets: T.data ? T.data.buckets.n : 0,
                    busy: !!T.inflight, picked: T.picked || null, find: T.data ? T.data.find || "" : "",
                    appended: T.data ? T.data.appended || 0 : 0, live: !!(T.data && T.data.status === "running"),
-                   mark: T.mark || null};
+                   mark: T.mark || null, uploaded: T.uploaded || 0};
     },
     setView: function (t0, t1) { if (T && T.data) setView(t0, t1); },
     // The names of the spans drawn on the track labelled `track` (tests: the phase band, a lane of annotations).

@@ -71,6 +71,7 @@ def one_round(model: str, backend: str, steps: int, loaded: bool) -> dict:
     timeline, header = [], []
     try:
         live = start_profile(model, backend, steps=steps, store=store, hardware=False)
+        stages = _watch_stages(live)
         srv, url = start_in_thread(create_app(store=store, live=live))
         driver.get(f"{url}/timeline?run={live.run_id}")
         deadline = time.time() + 600
@@ -94,12 +95,122 @@ def one_round(model: str, backend: str, steps: int, loaded: bool) -> dict:
             srv.shutdown()
         if live and live.poll() == "running":
             live.kill()
+        _unwatch()
     ends = store.events_frame(live.run_id, columns=["end_ns"])["end_ns"]
-    return {"status": status, "events": n, "timeline": staleness(ends, timeline), "header": staleness(ends, header)}
+    return {"status": status, "events": n, "timeline": staleness(ends, timeline), "header": staleness(ends, header),
+            "stages": stage_breakdown(ends, stages, timeline)}
+
+
+# --- where the time goes: each stage's time stamped as an op's span passes it ---------------------------------
+STAGES = [("runner -> collector", "end", "received"), ("collector -> store", "received", "stored"),
+          ("arrived -> endpoint answer", "arrived", "served"), ("answer -> drawn (page, sampled)", "served", "shown")]
+_PATCHED: list = []
+
+
+def _watch_stages(live) -> dict:
+    """Time stamps (perf_counter_ns) by event count: when the collector received a batch, when the store had it,
+    when the live endpoint answered it. The collector and the server run in this process: their methods are
+    wrapped here, so the product carries no timing code."""
+    from opscope.app.web.data import WebData
+
+    got = {"received": [], "stored": [], "served": []}
+    col = live.collector
+    opener, writer = col._opener, col.writer
+    open_, write = opener.open, writer.write
+    received = [0]
+
+    def timed_open(frames):
+        kind, msg = open_(frames)
+        if kind == "batch" and msg.n:
+            received[0] += msg.n
+            got["received"].append((received[0], time.perf_counter_ns()))
+        return kind, msg
+
+    def timed_write(batches):
+        n = write(batches)
+        got["stored"].append((writer.events, time.perf_counter_ns()))
+        return n
+
+    served = WebData.live_spans
+
+    def timed_live_spans(self, run, since=0, origin=None, *a, **k):
+        out = served(self, run, since, origin, *a, **k)
+        if int(since):      # since=0: a page with nothing drawn asking whether spans came (it then asks a window)
+            got["served"].append((int(since), int(since) + len(out["start"]), time.perf_counter_ns()))
+        return out
+
+    from opscope.app.pages import timeline as page
+    windowed = page.window
+    got["windows"] = []
+
+    def timed_window(data, query):
+        out, code = windowed(data, query)
+        got["windows"].append((int(out.get("events") or 0), time.perf_counter_ns()))
+        return out, code
+
+    got["from_memory"] = hasattr(col, "tail")       # the endpoint answers from the collector's memory, not the store
+    opener.open, writer.write = timed_open, timed_write
+    WebData.live_spans, page.window = timed_live_spans, timed_window
+    _PATCHED.extend([(WebData, "live_spans", served), (page, "window", windowed)])
+    return got
+
+
+def _unwatch() -> None:
+    while _PATCHED:
+        cls, name, f = _PATCHED.pop()
+        setattr(cls, name, f)
+
+
+def _first_at(counts: list[tuple[int, int]], n: int) -> np.ndarray:
+    """For k = 1..n: the first time stamp at which the count reached k (int64 max where it never did)."""
+    never = np.iinfo(np.int64).max
+    if not counts:
+        return np.full(n, never, np.int64)
+    c = np.maximum.accumulate(np.array([x for x, _ in counts], np.int64))
+    t = np.array([y for _, y in counts], np.int64)
+    i = np.searchsorted(c, np.arange(1, n + 1), "left")
+    out = np.full(n, never, np.int64)
+    out[i < len(t)] = t[i[i < len(t)]]
+    return out
+
+
+def stage_breakdown(ends_ns, stages: dict, timeline: list) -> dict:
+    """Per stage, the seconds each event spent in it (only events that reached the page by the live endpoint:
+    the first window's spans come another way). "arrived" is the earlier of received-by-the-endpoint's-source
+    (the collector's memory, where the endpoint reads it) and stored."""
+    n = len(ends_ns)
+    at = {"end": np.sort(np.asarray(ends_ns, np.int64))}
+    for k in ("received", "stored"):
+        at[k] = _first_at(stages[k], n)
+    never = np.iinfo(np.int64).max
+    at["served"] = np.full(n, never, np.int64)
+    for since, upto, t in stages["served"]:          # events since..upto-1 (0-based) in this answer
+        part = at["served"][since:upto]
+        part[part == never] = t
+    at["shown"] = _first_at([(c, t) for t, c in timeline if c is not None], n)
+    at["arrived"] = at["stored"] if not stages.get("from_memory") else at["received"]
+    ok = (at["served"] != never) & (at["shown"] != never) & (at["received"] != never) & (at["stored"] != never)
+    out = {}
+    for name, a, b in STAGES:
+        out[name] = (at[b][ok] - at[a][ok]) / 1e9
+    out["total"] = (at["shown"][ok] - at["end"][ok]) / 1e9
+    # the rest came with a window answer (the page's first, or one asked again: a new op name or track)
+    win = (at["served"] == never) & (at["shown"] != never)
+    out["by a window answer"] = (at["shown"][win] - at["end"][win]) / 1e9
+    out["windows"] = len(stages["windows"])
+    return out
 
 
 def _q(xs, f):
     return float(np.quantile(xs, f)) if len(xs) else float("nan")
+
+
+def _stage_line(stages: dict) -> str:
+    win = stages["by a window answer"]
+    return ("where the time goes (median / p95 s, spans the live endpoint delivered): " + " · ".join(
+        f"{k} {_q(v, 0.5):.2f} / {_q(v, 0.95):.2f}" for k, v in stages.items() if k[0] != "b" and k != "windows")
+        + f"\n  spans shown by a window answer ({stages['windows']} answers): {len(win):,}, staleness median "
+        f"{_q(win, 0.5):.2f} s, p95 {_q(win, 0.95):.2f} s")
 
 
 def main(argv=None) -> int:
@@ -114,6 +225,8 @@ def main(argv=None) -> int:
         args.steps, args.repeat = 40, 1
     os.environ.setdefault("OPSCOPE_HOME", tempfile.mkdtemp(prefix="opscope-bench-live-"))
     res: dict[str, list] = {"idle": [], "load": []}
+    stages: dict[str, list] = {"idle": [], "load": []}
+    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     for r in range(args.repeat):
         for cond in (("idle", "load") if r % 2 == 0 else ("load", "idle")):
             out = one_round(args.model, args.backend, args.steps, cond == "load")
@@ -122,13 +235,22 @@ def main(argv=None) -> int:
                               _q(hd, 0.5), _q(hd, 0.95)))
             print(f"round {r + 1} {cond:4s}: {out['events']:,} events ({out['status']}) · timeline staleness median "
                   f"{res[cond][-1][0]:5.2f} s, p95 {res[cond][-1][1]:5.2f} s, max {res[cond][-1][2]:5.2f} s · "
-                  f"header median {res[cond][-1][3]:5.2f} s, p95 {res[cond][-1][4]:5.2f} s", flush=True)
+                  f"header median {res[cond][-1][3]:5.2f} s, p95 {res[cond][-1][4]:5.2f} s · load average "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
+            print("  " + _stage_line(out["stages"]), flush=True)
+            stages[cond].append(out["stages"])
     for cond, aim in (("idle", 1.0), ("load", 2.0)):
         med = [statistics.median(x[i] for x in res[cond]) for i in range(5)]
         label = "idle" if cond == "idle" else f"{os.cpu_count()} busy loops"
+        ratio = med[1] / max(med[4], 1e-9)
         print(f"live timeline, {label}: staleness median {med[0]:5.2f} s, p95 {med[1]:5.2f} s "
               f"(aim < {aim:.0f} s: {'ok' if med[1] < aim else 'SLOW'}), max {med[2]:5.2f} s · header median "
-              f"{med[3]:5.2f} s, p95 {med[4]:5.2f} s · timeline/header p95 {med[1] / max(med[4], 1e-9):.2f}x")
+              f"{med[3]:5.2f} s, p95 {med[4]:5.2f} s · timeline/header p95 {ratio:.2f}x "
+              f"(aim <= 1.5x: {'ok' if ratio <= 1.5 else 'SLOW'})")
+        print(f"  {label}, every round: " + _stage_line(
+            {k: np.concatenate([st[k] for st in stages[cond]]) if k != "windows" else sum(st[k] for st in stages[cond])
+             for k in stages[cond][0]}))
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

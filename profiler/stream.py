@@ -33,6 +33,7 @@ holds (runner._take_pipe, the same one), until the collector has read it; then i
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import shutil
 import tempfile
@@ -43,6 +44,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .batch import Batch, BatchWriter
+from .tail import LiveTail
 from .wire import MAX_FRAME, PART_BOUNDS, BadMessage, Opener, Sealer, new_key
 
 DEFAULT_HWM = 64            # batches queued on each side before the sender drops
@@ -187,6 +189,68 @@ def step_ranges(steps: list[int], most: int = 10) -> str:
     return text + (f" and {len(ranges) - most} more ranges" if len(ranges) > most else "")
 
 
+class _StoreWrites:
+    """The collector's store writes on a thread of their own, in the order handed over. While DuckDB writes (0.3-3 s
+    a transaction on a loaded machine, bench_live.py's stages) the collector goes on receiving, so the tail has
+    each batch as it arrives and the socket's queue keeps draining. What queues meanwhile goes into one
+    transaction. At most MAX_QUEUED hand-overs wait: a store that cannot keep up stalls the loop, the socket's
+    queue fills and the runner drops and counts, as when the loop wrote itself. After each write it pauses `gap`
+    seconds: a write holds the process's store lock (store.connect), and back-to-back writes on a loaded machine
+    kept the web server's reads (the header's callbacks) waiting for seconds."""
+
+    MAX_QUEUED = 4
+
+    def __init__(self, writer: BatchWriter, name: str, gap: float = 0.0):
+        self.writer = writer
+        self.gap = gap
+        self.error: BaseException | None = None
+        self._q: queue.Queue = queue.Queue(maxsize=self.MAX_QUEUED)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, batches: list[Batch]) -> None:
+        self._raise()
+        self._q.put(batches)
+
+    def drain(self) -> None:
+        """Wait until everything handed over is in the store (a control message follows its events there)."""
+        self._q.join()
+        self._raise()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._q.put(None)
+            self._thread.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            items = [self._q.get()]
+            while items[-1] is not None:
+                try:
+                    items.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            done = items[-1] is None
+            try:
+                batches = [b for it in items if it is not None for b in it]
+                if batches and self.error is None:
+                    self.writer.write(batches)
+            except BaseException as e:      # the collector's loop raises it at its next hand-over
+                self.error = e
+            finally:
+                for _ in items:
+                    self._q.task_done()
+            if not done and self.gap:
+                time.sleep(self.gap)
+
+
 class Collector:
     """Collector side: a background thread that writes batches into the store as they arrive.
 
@@ -198,6 +262,7 @@ class Collector:
     def __init__(self, store, run_id: str, *, runner_pid: int | None = None, hwm: int = DEFAULT_HWM,
                  on_control=None, write_interval_s: float = 0.25):
         self.writer = BatchWriter(store, run_id)
+        self.tail = LiveTail()              # what arrived, before it is written: a live page reads it from here
         self.key = new_key()
         self._opener = Opener(self.key)
         self.ctx = zmq.Context.instance()
@@ -222,6 +287,7 @@ class Collector:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"opscope-collector-{run_id}", daemon=True)
+        self._writes = _StoreWrites(self.writer, f"opscope-store-writes-{run_id}", gap=write_interval_s)
 
     @property
     def events(self) -> int:
@@ -236,6 +302,7 @@ class Collector:
         return self.endpoint.split(":", 1)[0]
 
     def start(self) -> "Collector":
+        self._writes.start()
         self._thread.start()
         return self
 
@@ -314,25 +381,32 @@ class Collector:
                         ready = self.sock.poll(0)
                     quiet_since = None if self._stop.is_set() else quiet_since
                     if kind == "batch":
+                        self.tail.add(msg)
                         pending.append(msg)
                         continue
                     if pending:                   # keep order: events before the control message
-                        self.writer.write(pending)
+                        self._writes.put(pending)
                         pending = []
+                    self._writes.drain()
                     self.writer.note_dropped(msg["dropped"])
                     if kind == "end":
                         self.end = msg
                     if self.on_control:
                         self.on_control(msg)
                     if kind == "end":
+                        self.tail.end()
                         self.ended.set()
                 if pending and (time.monotonic() - last_write > self.write_interval_s or len(pending) >= 256
                                 or self._stop.is_set()):
-                    self.writer.write(pending)
+                    self._writes.put(pending)
                     pending = []
                     last_write = time.monotonic()
             if pending:
-                self.writer.write(pending)
+                self._writes.put(pending)
+            self._writes.drain()
         except BaseException as e:       # a store failure must reach the caller, not vanish in a thread
             self.error = e
             self.ended.set()
+        finally:
+            self._writes.close()
+            self.tail.end()

@@ -26,6 +26,7 @@ PATH = "/timeline"
 NAME = "Timeline"
 ENDPOINT = "/_opscope/timeline"   # GET ?run=&step=&t0=&t1=&px=: one window's level of detail (JSON)
 LIVE_ENDPOINT = "/_opscope/live_spans"   # GET ?run=&since=N: the op spans stored after the first N (JSON)
+LIVE_WAIT_S = 5.0          # the longest a live answer waits for a new span (?wait=): a thread of the server each
 VIEW, PICKED, FORWARD, FORWARD_TARGET = ids.TL_VIEW, ids.TL_PICKED, ids.TL_FORWARD, ids.TL_FORWARD_TARGET
 _MAX_OFFSET = 2.0 ** 53           # t0, t1, at past this would overflow int64 ns once the run's clock is added
 
@@ -178,17 +179,29 @@ def _goto(spans, match, at, forward: bool, out: dict) -> dict:
 def live_spans(data, query) -> tuple[dict, int]:
     """The live endpoint's answer: the spans that arrived after the first `since` (what the page has), so a
     page following a run asks for what changed instead of the whole run on every new event. `origin`: the
-    page's first span (the window answer's "origin"), so times come relative to it as the page draws them."""
+    page's first span (the window answer's "origin"), so times come relative to it as the page draws them.
+    `wait` (seconds, at most LIVE_WAIT_S): a long poll: the live run's answer waits until a span past `since`
+    has arrived (or the run ends), so a page asks again as soon as it has drawn and hears of each batch when it
+    arrives, not a poll interval later."""
     try:
         since = int(query.get("since") or 0)
         origin = int(query["origin"]) if query.get("origin") not in (None, "") else None
     except ValueError:
         return {"error": "since is a count of spans the page already has, origin a time in ns: whole numbers"}, 400
+    try:
+        wait = float(query.get("wait") or 0)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait <= LIVE_WAIT_S:                                # NaN fails the test too
+        return {"error": f"wait is in seconds: 0 to {LIVE_WAIT_S:g}"}, 400
     if since < 0:
         return {"error": "since is a count of spans the page already has: 0 or more"}, 400
     if origin is not None and not -2**62 <= origin <= 2**62:      # subtracted from int64 times below
         return {"error": "origin is a time in ns: within ±2^62"}, 400
     rid = query.get("run") or None
+    tail = data.live_tail(rid) if rid and wait else None
+    if tail is not None:
+        tail.wait(since, wait)
     now = data.live_status(rid) if rid else None       # the live run: its counters, no store query per poll
     run = data.run_info(rid, now["status"]) if now else data.run(rid)
     if run is None:

@@ -175,7 +175,10 @@ class WebData:
     def spans(self, run: dict, arrived: int | None = None) -> timeline.Spans:
         """arrived: `arrived(run)`, when the caller has counted already."""
         rid = run["run_id"]
-        stamp = (self.arrived(run) if arrived is None else arrived, run.get("status"))
+        tail = self.live_tail(rid) if run.get("status") == "running" else None
+        # the live run's spans include those in its collector's memory (_rows): what arrived there counts too
+        stamp = (self.arrived(run) if arrived is None else arrived, run.get("status"),
+                 tail.total if tail is not None else None)
         with self._lock:
             hit = self._spans.get(rid)
             if hit and hit[0] == stamp:
@@ -302,11 +305,19 @@ class WebData:
         rid = run["run_id"]
         with self._lock:
             kept = self._raw.get(rid)
+        # the live run's newest rows come from its collector's memory: a window shows what arrived, not only what
+        # the store has taken so far (seconds behind on a loaded machine, bench_live.py)
+        tail = self.live_tail(rid) if run.get("status") == "running" else None
         if kept is not None and run.get("status") == "running":
-            rows = self._new_rows(run, kept)
+            rows = _tail_rows(kept, tail) if tail is not None else self._new_rows(run, kept)
             if rows is not None:
+                if tail is not None:
+                    with self._lock:
+                        self._raw[rid] = rows
                 return rows
         rows = self._full_rows(run)
+        if tail is not None:
+            rows = _tail_rows(rows, tail) or rows
         with self._lock:
             self._raw[rid] = rows
             self._raw.move_to_end(rid)
@@ -392,11 +403,23 @@ class WebData:
             self._raw[rid] = rows
         return rows
 
+    def live_tail(self, run_id: str):
+        """The live run's spans in its collector's memory (profiler/tail.py) while it runs, else None."""
+        lr = self.live_run
+        if lr is None or run_id != self.live or lr.poll() != "running":
+            return None
+        return getattr(getattr(lr, "collector", None), "tail", None)
+
     def live_spans(self, run: dict, since: int = 0, origin: int | None = None) -> dict:
         """The run's op spans from the `since`-th one stored (in the order they arrived): what a live page has not
         drawn yet. {total, since, start, end, step, seq, name, track}: track the timeline's track label, times on
         the timeline's axis (a simulated run's steps moved back to back, as `spans` does) and, with `origin` (the
-        page's first span, ns), relative to it: absolute clocks (time.time_ns) lose digits in a JavaScript number."""
+        page's first span, ns), relative to it: absolute clocks (time.time_ns) lose digits in a JavaScript number.
+        The live run's come from its collector's memory as they arrive, before they are in the store."""
+        tail = self.live_tail(run["run_id"])
+        got = tail.since(since) if tail is not None else None
+        if got is not None and not _simulated(got):
+            return _tail_spans(got, since, origin)
         raw = self._rows(run)
         cols = raw["cols"]
         order = np.argsort(cols["rowid"], kind="stable")[max(int(since), 0):]
@@ -624,6 +647,105 @@ def _span_name_sql(table: str = "", imported: bool = False) -> str:
     if imported:
         return f"coalesce(nullif({t}node, ''), {t}op, '?')"
     return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
+
+
+def _span_name(op, node) -> str:
+    """_span_name_sql for one op of opscope's own run (a live run's, named from its site)."""
+    if op in DEVICE_OPS:
+        return op if node is None else node
+    return "?" if op is None else op
+
+
+def _site_track(site: tuple, thread: int) -> tuple:
+    """The track key _full_rows selects (rank, comm, backend, device, thread, lane depth) for one site's op on a
+    thread: a runner's events carry no rank (0), as _RANK_SQL reads them."""
+    op, backend, device, depth, phase = site[1], site[5], site[6], site[7], site[17]
+    return 0, phase == "communication", backend, device, thread, 0 if op in DEVICE_OPS else (depth or 0)
+
+
+def _stack_lane(site: tuple) -> str | None:
+    """A compiler stack's per-op spans: their lane is named by its profiler (the clock, as _full_rows reads it)."""
+    return site[20].split(" (")[0] if site[20] else None
+
+
+def _tail_pairs(got: dict) -> tuple[list[tuple], np.ndarray]:
+    """A tail's spans grouped by (site, thread), named and placed once per pair, not per span: ([(site, name, track
+    key)] per pair, each span's pair)."""
+    sites, n = got["sites"], len(got["site"])
+    if not n:
+        return [], np.zeros(0, np.int64)
+    pairs, inverse = np.unique(np.stack([got["site"], got["thread"]], 1), axis=0, return_inverse=True)
+    out = [(sites[int(s)], _span_name(sites[int(s)][1], sites[int(s)][2]), _site_track(sites[int(s)], int(t)))
+           for s, t in pairs]
+    return out, np.asarray(inverse).reshape(-1)
+
+
+def _simulated(got: dict) -> bool:
+    """A simulated clock's steps are moved back to back by shifts read from the store: such a run reads the store."""
+    return any(str(s[6] or "").startswith("sim:") for s in got["sites"].values())
+
+
+def _tail_rows(kept: dict, tail) -> dict | None:
+    """kept (rows read from the store, or from the tail before) plus the spans the live run's collector received
+    since (profiler/tail.py), coded as _full_rows codes them; a new name or track is added after the others. None
+    when only the store can say: spans no longer held, an import's annotations, a simulated clock."""
+    if kept["notes"] or kept["imported"]:
+        return None
+    cols = kept["cols"]
+    got = tail.since(len(cols["rowid"]))
+    if got is None or _simulated(got):
+        return None
+    pairs, inverse = _tail_pairs(got)
+    if not pairs:
+        return kept
+    names, groups, tracks = list(kept["names"]), list(kept["groups"]), list(kept["tracks"])
+    code, track = {x: i for i, x in enumerate(names)}, {k: i for i, k in enumerate(tracks)}
+    stack_lanes = dict(kept["stack_lanes"])
+    pair_code, pair_track, pair_phase = [], [], []
+    for site, name, key in pairs:
+        if name not in code:
+            code[name] = len(names)
+            names.append(name)
+            groups.append("?" if site[1] is None else site[1])
+        if key not in track:
+            track[key] = len(tracks)
+            tracks.append(key)
+            if _stack_lane(site):
+                stack_lanes[key[2:]] = _stack_lane(site)
+        pair_code.append(code[name])
+        pair_track.append(track[key])
+        pair_phase.append(timeline.PHASES.index(site[17]) if site[17] in timeline.PHASES else -1)
+    last = int(kept["last_rowid"])
+    add = {"start_ns": got["start_ns"], "end_ns": got["end_ns"], "step": got["step"], "seq": got["seq"],
+           "op_code": np.asarray(pair_code)[inverse], "track": np.asarray(pair_track)[inverse],
+           "phase": np.asarray(pair_phase)[inverse],
+           "rowid": np.arange(last + 1, last + 1 + len(inverse))}     # arrival order, after the store's rows
+    cols = {k: np.concatenate([v, np.asarray(add[k], v.dtype)]) for k, v in cols.items()}
+    return {**kept, "cols": cols, "names": names, "groups": groups, "tracks": tracks, "stack_lanes": stack_lanes,
+            "last_rowid": last + len(inverse)}
+
+
+def _tail_spans(got: dict, since: int, origin: int | None) -> dict:
+    """WebData.live_spans' answer from a live run's tail (profiler/tail.py): each span named and put on its track
+    by the rules a read of the store follows, so an appended span lands where a fresh window draws it."""
+    sites = got["sites"]
+    tracks, stack_lanes = set(), {}
+    for sid, thread in got["lanes"]:
+        key = _site_track(sites[sid], thread)
+        tracks.add(key)
+        if _stack_lane(sites[sid]):
+            stack_lanes[key[2:]] = _stack_lane(sites[sid])
+    tracks = list(tracks)
+    label = dict(zip(tracks, _op_track_labels(tracks, stack_lanes)))
+    pairs, inverse = _tail_pairs(got)
+    names = [name for _site, name, _key in pairs]
+    labels = [label[key] for _site, _name, key in pairs]
+    start, end = got["start_ns"], got["end_ns"]
+    if origin is not None:
+        start, end = start - int(origin), end - int(origin)
+    return {"total": int(got["total"]), "since": int(since), "start": start.tolist(), "end": end.tolist(),
+            "step": got["step"].tolist(), "seq": got["seq"].tolist(), "name": [names[i] for i in inverse],
+            "track": [labels[i] for i in inverse]}
 
 
 MODELLED_HOST = "modelled host"   # a sim run's fallback ops: the host's roofline on the sim's time base

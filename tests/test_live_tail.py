@@ -1,0 +1,105 @@
+"""A live run's spans are served from the collector's memory as they arrive (profiler/tail.py), before the store
+has them, and a page's ask may wait for the next ones (a long poll) instead of polling on a timer."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from opscope.profiler import RunStore
+from opscope.profiler.batch import Batch
+from opscope.profiler.tail import LiveTail
+
+_SITE = (0, "matmul", "fc1/mm", "fc1", "", "numpy", "cpu", 0, "[]", "[]", "[]", "[]", 8, 16, False, 0, 0, "forward",
+         "", "", "")
+
+
+def _batch(step: int, first_seq: int, n: int, sites=()) -> Batch:
+    ev = np.array([[0, first_seq + i, 1000 * (first_seq + i), 1000 * (first_seq + i) + 500, 0] for i in range(n)],
+                  np.int64)
+    return Batch(step, 7, list(sites), ev)
+
+
+def test_the_tail_answers_spans_since_n_in_arrival_order_and_lets_the_oldest_go():
+    tail = LiveTail(limit=6)
+    tail.add(_batch(0, 0, 4, [_SITE]))
+    tail.add(_batch(1, 4, 4))
+    got = tail.since(2)
+    assert got["seq"].tolist() == [2, 3, 4, 5, 6, 7] and got["step"].tolist() == [0, 0, 1, 1, 1, 1]
+    assert got["thread"].tolist() == [7] * 6 and got["total"] == 8 and got["lanes"] == {(0, 7)}
+    assert got["sites"][0][1] == "matmul"
+    tail.add(_batch(2, 8, 4))        # past the limit: the oldest batch goes, the count goes on
+    assert tail.first == 4 and tail.total == 12
+    assert tail.since(0) is None      # not held: the caller reads the store
+    assert tail.since(4)["seq"].tolist() == list(range(4, 12))
+    assert len(tail.since(12)["seq"]) == 0 and len(tail.since(99)["seq"]) == 0
+
+
+def test_a_wait_on_the_tail_ends_when_a_new_span_arrives_or_the_run_ends():
+    tail = LiveTail()
+    tail.add(_batch(0, 0, 2, [_SITE]))
+    assert tail.wait(1, 0) is True                   # one past the first is here already
+    out = []
+    waiter = threading.Thread(target=lambda: out.append(tail.wait(2, 120)))
+    waiter.start()
+    tail.add(_batch(1, 2, 1))
+    waiter.join(120)
+    assert out == [True]
+    waiter = threading.Thread(target=lambda: out.append(tail.wait(3, 120)))
+    waiter.start()
+    tail.end()                                       # nothing more will come: the wait says so at once
+    waiter.join(120)
+    assert out == [True, False]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_live_runs_spans_reach_the_endpoint_before_they_are_in_the_store():
+    from opscope.app.web.data import WebData
+    from opscope.app.web.server import create_app
+    from opscope.profiler.live import start_profile
+
+    store = RunStore()
+    live = start_profile("demo:mlp", "numpy", steps=100_000, store=store, hardware=False)   # killed below
+    rid = live.run_id
+
+    def stored() -> int:
+        return int(store.query("SELECT count(*) FROM events WHERE run_id = ?", [rid])[0][0])
+
+    try:
+        client = create_app(store=store, live=live).server.test_client()
+
+        def answer(since, **query):
+            more = "".join(f"&{k}={v}" for k, v in query.items())
+            r = client.get(f"/_opscope/live_spans?run={rid}&since={since}{more}")
+            assert r.status_code == 200, r.get_json()
+            return r.get_json()
+
+        for bad in ("-1", "x", "nan", "6"):
+            r = client.get(f"/_opscope/live_spans?run={rid}&since=0&wait={bad}")
+            assert r.status_code == 400 and "wait is in seconds" in r.get_json()["error"]
+        deadline = time.monotonic() + 240
+        while live.events_received == 0:
+            assert time.monotonic() < deadline and live.poll() == "running", live.poll()
+            time.sleep(0.05)
+        with live.collector.writer._lock:             # the store takes none of this run's events until released
+            held = stored()
+            ahead = answer(held, wait=5)                 # a long poll: answered once a span past `held` arrived
+            while not ahead["start"]:
+                assert time.monotonic() < deadline and live.poll() == "running", live.poll()
+                ahead = answer(held, wait=5)
+            assert ahead["since"] == held and ahead["total"] >= held + len(ahead["start"]) > held
+            # a window of the run (what a page draws first) holds them too
+            window = client.get(f"/_opscope/timeline?run={rid}").get_json()
+            assert window["events"] >= ahead["total"], (window.get("events"), ahead["total"])
+            assert stored() == held                       # the endpoint had them; the store did not
+        live.kill()
+        # the store, caught up, holds the same spans after its first `held`, named and on the tracks it names them
+        # (a write's rows go in in the join's order: the same spans per write, not always the same order in it)
+        keys = ("start", "end", "step", "seq", "name", "track")
+        spans = lambda doc: set(zip(*(doc[k] for k in keys)))     # noqa: E731
+        whole = WebData(store).live_spans(store.get_run(rid), 0)
+        before, after = (spans({k: whole[k][a:b] for k in keys}) for a, b in ((0, held), (held, None)))
+        assert spans(ahead) <= after and not spans(ahead) & before and len(spans(ahead)) == len(ahead["start"])
+    finally:
+        live.kill()
