@@ -60,8 +60,8 @@ class ShareTimer:
         self.opt = OptimizerStep(train, backend if self.clock == "simulated" else None)
 
     def run(self, sync=None) -> tuple:
-        """One step: (ns per phase on the backend's clock, gradient wall s, optimizer wall s, host s, and the
-        seconds in each sync). sync: called where the job's ranks meet (after backward, after the bookkeeping;
+        """One step: (ns per phase on the backend's clock, gradient wall s, optimizer wall s, host s, the
+        seconds in each sync, the whole step's wall s). sync: called where the job's ranks meet (after backward, after the bookkeeping;
         together.py)."""
         phases = _PhaseClock()
         t0 = time.perf_counter()
@@ -78,7 +78,8 @@ class ShareTimer:
         t4 = time.perf_counter()
         if sync:
             sync()
-        return phases.ns, t1 - t0, t3 - t2, host, t2 - t1, time.perf_counter() - t4
+        t5 = time.perf_counter()
+        return phases.ns, t1 - t0, t3 - t2, host, t2 - t1, t5 - t4, t5 - t0
 
     def time(self, repeats: int, sync=None) -> dict:
         """The share's measurement: a sim chip's clock is exact (one run after the warm-up), a wall clock's is
