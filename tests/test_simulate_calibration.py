@@ -128,9 +128,10 @@ def test_shares_are_timed_together_in_one_process_per_rank():
     from opscope.runtime.dist.linkbench import measure_link
     from opscope.runtime.dist.simulate import measure
     m = measure("demo:mlp", ["torch:cpu"] * 2, [0.5, 0.5], repeats=2, together=True)
-    assert m.together == 2 and m.small_collective_seconds > 0 and len(m.shapes) == 2
+    assert m.together == 2 and m.small_collective_seconds >= 0 and len(m.shapes) == 2
     assert [s["rows"] for s in m.shares] == [16, 16]
     for s in m.shares:       # every phase the slower rank's: the same on both, at least the share's own median
         assert len(s["runs"]) == 2 and s["compute_seconds"] == m.shares[0]["compute_seconds"]
+        assert s["compute_seconds"] >= s["own_compute_seconds"] - 1e-12
     fit = measure_link(sizes=(4096, 1 << 20), repeats=2, ranks=3)
     assert fit["ranks"] == 3 and len(fit["points"]) == 2 and fit["bandwidth"] > 0
