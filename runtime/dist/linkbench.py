@@ -40,7 +40,8 @@ def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0, 
            "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
            "OPSCOPE_LINK_REPEATS": str(int(repeats))}
     procs = [start(python_command("opscope.runtime.dist.linkbench"), env={**env, "RANK": str(r)},
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for r in range(ranks)]    # a session each, as the job's ranks (together.py says why)
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     except subprocess.TimeoutExpired:

@@ -40,8 +40,11 @@ def measure_together(model_spec: str, specs: list[str], ratios: list[float], *, 
             "OMP_NUM_THREADS": str(threads),
             ENV: json.dumps({"model": model_spec, "specs": specs, "ratios": ratios, "repeats": repeats,
                              "optimizer": optimizer, "threads": threads})}
+    # each in its own session, as launch.py starts the job's ranks: where the kernel groups tasks by session to
+    # share the CPU (Linux's autogroup), N ranks in one session get one session's share of a busy host, not N
     procs = [start(python_command("opscope.runtime.dist.together"), env={**base, "RANK": str(r)},
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for r in range(world)]
     try:
         outs = [p.communicate(timeout=timeout_s) for p in procs]
     except subprocess.TimeoutExpired:
