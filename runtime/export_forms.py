@@ -230,6 +230,13 @@ def convolution(x, w, b, stride, padding, dilation, transposed, output_padding, 
     return (F.conv1d, F.conv2d, F.conv3d)[nd - 1](x, w, b, stride, padding, dilation, groups)
 
 
+def copy(x, src, non_blocking=False):
+    # NOTE: OpenVINO's importer converts the functional aten::copy (what a training graph makes of `x.copy_(src)`,
+    # `x[1:] = y`) as its first input, the values it overwrites: T5's label shift and Wav2Vec2's SpecAugment trained
+    # to wrong values with no error. Its meaning, src cast and broadcast to x, traces into ops every stack converts
+    return src.to(x.dtype).expand(x.shape).clone()
+
+
 def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     # NOTE: the device argument traces as a prim::Constant of a Device, which OpenVINO cannot convert: the region
     # runs where the stack put it, so only the dtype matters
@@ -252,6 +259,7 @@ FORMS = {
     aten.diff.default: diff,
     aten.convolution.default: convolution,
     aten._to_copy.default: to_copy,
+    aten.copy.default: copy,
     aten.fill.Scalar: fill,
     aten.fill.Tensor: fill,
     aten.full_like.default: full_like,

@@ -10,7 +10,8 @@ exporter meets an `aten::full_like` it cannot spell in a training graph. Instead
 region is split: the member the stack's message names (its scope /n<i>/, or an `aten::op` it names) is
 sent to the fallback, else the region's members are bisected (the shortest failing prefix ends with the
 member that breaks it), and the rest is grouped and compiled again. Every stack shares this one loop;
-a stack only raises StackFailed from its compile.
+a stack only raises StackFailed from its compile (region_check.py raises it for a compiled region whose values
+are off ATen's, naming the member).
 
 A refusal is kept by node name in the registry (`refused`) while placement asks it, so `supports()` gives
 the stack's reason and the node runs on the fallback; a plan saves the splits and hands them back
@@ -30,10 +31,11 @@ _ATEN = re.compile(r"aten::(\w+)")
 
 class StackFailed(ModelError):
     """A stack could not compile a region it claimed. `why`: the stack's own reason, one line (searched for
-    the node or op it blames)."""
+    the node or op it blames). `node`: the member it failed, where the caller found it (region_check.py)."""
 
-    def __init__(self, stack: str, region, e: BaseException, why: str | None = None):
+    def __init__(self, stack: str, region, e: BaseException, why: str | None = None, *, node: Node | None = None):
         self.why = (why or f"{type(e).__name__}: {first_line(e)}")[:300]
+        self.node = node
         ops = ", ".join(sorted({m.op for m in region.members}))
         super().__init__(f"{stack} could not compile {region.name} ({len(region.members)} nodes: {ops}): {self.why}")
 
@@ -87,7 +89,7 @@ def partition(graph: Graph, registry, claimed: list[bool], *, volatile=frozenset
 def _culprits(graph: Graph, region, e: StackFailed, mask: list[bool], compile, volatile):
     """(members to refuse, how they were found, the stack's reason, compiles spent)."""
     # NOTE: the stack's reason line only: an exporter's full message may print the whole graph, every op in it
-    named = region.member_of_scope(e.why)
+    named = e.node or region.member_of_scope(e.why)
     if named is not None:
         return [named], "named by the stack", e.why, 1
     ops = {o.rstrip("_") for o in _ATEN.findall(e.why)}

@@ -408,9 +408,11 @@ def report(regions_placed: list[tuple[Node, str]], left_out: list[dict]) -> dict
 
 
 # --- a region as a torch module (what the ONNX and OpenVINO exporters take) --------------------
-def to_torch(region: Region):
+def to_torch(region: Region, *, target: Callable[[Node], Callable] | None = None):
     """A torch.nn.Module computing the region: forward(*inputs) -> tuple of outputs, with every member in its
-    own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers."""
+    own submodule `n<i>` (exporters name the stack's nodes by that scope) and the constants as buffers.
+    target(node): what a member runs (default: the torch form exporters trace where it has one, else its ATen
+    op; region_check.py runs the ATen ops themselves)."""
     import torch
 
     from .export_forms import form
@@ -420,7 +422,7 @@ def to_torch(region: Region):
             super().__init__()
             self.node = node
             # an op the exporters have no rule for runs as its torch form (export_forms.py), traced into ops they have
-            self.target = form(node.target) or node.target
+            self.target = target(node) if target is not None else form(node.target) or node.target
 
         def forward(self, *args, **kwargs):
             return self.target(*args, **kwargs)
