@@ -230,3 +230,21 @@ def test_the_end_to_end_check_keeps_a_mix_only_when_it_beats_the_best_single_bac
     assert keep({"torch:cpu": 2.0, "onnxruntime": 1.0, "auto": 1.0 - MIX_MARGIN / 2}) == "onnxruntime"
     assert keep({"torch:cpu": 2.0, "onnxruntime": 1.0, "auto": 1.0 - 2 * MIX_MARGIN}) == "auto"
     assert keep({"auto": 1.0}) == "auto"
+
+
+def test_the_search_leaves_no_compiled_program_alive_but_the_ones_its_session_runs(monkeypatch, tmp_path):
+    # regression: a compiled program sits in reference cycles, so the candidates the search did not keep (their
+    # sessions, arenas, executables) lived on until some later collection freed them mid-step
+    import gc
+    import weakref
+    pytest.importorskip("onnxruntime")
+    from opscope.runtime.regions import RegionProgram
+    monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
+    torch.manual_seed(0)
+    model, inputs = torch.nn.Sequential(Flat(), Flat()).eval(), (torch.randn(4, 8),)
+    before = weakref.WeakSet(o for o in gc.get_objects() if isinstance(o, RegionProgram))
+    s = open_session("two", "auto:onnxruntime,torch:cpu", model=model, inputs=inputs)
+    search = s.plan.placement.report()["auto"]["search"]
+    assert search["segments"] == 2 and search["candidates_measured"] >= 2    # the whole graph and its parts
+    alive = {id(o) for o in gc.get_objects() if isinstance(o, RegionProgram) and o not in before}
+    assert alive == {id(st.kernel) for st in s.plan.steps if isinstance(st.kernel, RegionProgram)}
