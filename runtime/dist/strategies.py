@@ -27,7 +27,8 @@ forward, backward and optimizer seconds on its backend's clock.
              the stage's G all-reduced by the n/p data-parallel peers
 Bucketed overlap: gradients fill buckets (reverse parameter order, the bucket size) evenly over the
 backward; each bucket's collective starts when it is full and the previous one is done; only what runs
-past the end of backward is exposed (overlap hides up to the backward's length).
+past the end of backward is exposed (overlap hides up to the backward's length). On host ranks with no
+free core a bucket's byte work (copy, sum) runs on the compute's cores: only its latency hides.
 """
 from __future__ import annotations
 
@@ -115,9 +116,9 @@ def buckets(sizes: list[int], cap: int) -> list[int]:
 
 def plan(strategy: Strategy, share: dict, shape, cluster: Cluster, *, overlap: bool = False,
          bucket_bytes: int = 25 * 2 ** 20, microbatches: int | None = None, hidden: float = 1.0) -> dict:
-    """hidden: the share of an overlapped collective's time that can run beside the compute (1: the link works
-    on its own; host ranks whose threads fill every core have none to spare: gloo's copying and summing wait
-    for the compute's core, and overlap then hides nothing)."""
+    """hidden: the share of an overlapped collective's byte work that can run beside the compute (1: the link
+    works on its own; host ranks whose threads fill every core have none to spare: gloo's copying and summing
+    wait for the compute's core, and only the latency, spent waiting, still hides)."""
     n, kind, d = cluster.ranks, strategy.kind, strategy.degree
     strategy.check(n, shape)
     F, Bk, O = share["forward_seconds"], share["backward_seconds"], share["optimizer_seconds"]
@@ -131,13 +132,17 @@ def plan(strategy: Strategy, share: dict, shape, cluster: Cluster, *, overlap: b
     def gradients(what, cost, group_ranks, grads_bytes, window):
         """Bucketed gradient collective: overlapped with the backward when asked."""
         sizes = buckets(shape.grad_sizes(grads_bytes / max(G, 1)), bucket_bytes) if overlap else [grads_bytes]
-        total, at, items = 0.0, 0, []
+        total, at, items, serial = 0.0, 0, [], 0.0
         for size in sizes:
             at += size
             t = cost(size)
             total += t
-            items.append((at / max(grads_bytes, 1), t))
-        exposed = hidden * overlapped(items, window) + (1 - hidden) * total if overlap else total
+            # the latency part is waiting (gloo's thread sleeps) and hides as the link allows; the bytes part is
+            # copying and summing, which hides only as far as the cores are free (`hidden`)
+            wait = min(t, cost(1))
+            items.append((at / max(grads_bytes, 1), wait + hidden * (t - wait)))
+            serial += (1 - hidden) * (t - wait)
+        exposed = overlapped(items, window) + serial if overlap else total
         return coll(what + (f" ({len(sizes)} buckets)" if overlap else ""), total, grads_bytes, group_ranks, exposed)
 
     compute, exposed = F + Bk + O, 0.0
