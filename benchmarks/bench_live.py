@@ -8,7 +8,13 @@ An op's staleness is the first sample at which the page showed it minus the op's
 (time.perf_counter_ns: CLOCK_MONOTONIC, one clock for every process of the host; the backend is a wall-clock
 one so event times are on it). Rounds alternate idle and loaded (interleaved); each prints median, p95 and
 max over every op of the run, and the summary the medians over rounds, with the header's staleness beside
-the timeline's (issue 27's aim: the timeline within the header's, p95 < 1 s idle, < 2 s under load).
+the timeline's (issue 27's aim: the timeline within the header's, p95 < 1 s idle, < 2 s under load), and the
+load average (the machine is often shared: "idle" means no busy loops of the bench's own).
+
+Where the time goes: each span's way is time-stamped at each stage (runner -> collector: received; collector ->
+store: written; the live endpoint's answer holding it; the page showing it), by wrapping the collector's and the
+server's methods in this process, and each round prints the median and p95 of every stage over the spans the
+live endpoint delivered (the rest came with a window answer: counted apart).
 
     python benchmarks/bench_live.py             # demo:gpt on torch:cpu, 150 steps, 3 rounds of each
     python benchmarks/bench_live.py --quick     # 40 steps, 1 round of each
@@ -102,7 +108,8 @@ def one_round(model: str, backend: str, steps: int, loaded: bool) -> dict:
 
 
 # --- where the time goes: each stage's time stamped as an op's span passes it ---------------------------------
-STAGES = [("runner -> collector", "end", "received"), ("collector -> store", "received", "stored"),
+STAGES = [("runner -> collector", "end", "received"), ("(of it: batching", "end", "batch_last_end"),
+          ("sending)", "batch_last_end", "received"), ("collector -> store", "received", "stored"),
           ("arrived -> endpoint answer", "arrived", "served"), ("answer -> drawn (page, sampled)", "served", "shown")]
 _PATCHED: list = []
 
@@ -113,7 +120,7 @@ def _watch_stages(live) -> dict:
     wrapped here, so the product carries no timing code."""
     from opscope.app.web.data import WebData
 
-    got = {"received": [], "stored": [], "served": []}
+    got = {"received": [], "stored": [], "served": [], "batch_last_end": []}
     col = live.collector
     opener, writer = col._opener, col.writer
     open_, write = opener.open, writer.write
@@ -124,6 +131,7 @@ def _watch_stages(live) -> dict:
         if kind == "batch" and msg.n:
             received[0] += msg.n
             got["received"].append((received[0], time.perf_counter_ns()))
+            got["batch_last_end"].append((received[0], int(msg.events[:, 3].max())))
         return kind, msg
 
     def timed_write(batches):
@@ -180,7 +188,7 @@ def stage_breakdown(ends_ns, stages: dict, timeline: list) -> dict:
     (the collector's memory, where the endpoint reads it) and stored."""
     n = len(ends_ns)
     at = {"end": np.sort(np.asarray(ends_ns, np.int64))}
-    for k in ("received", "stored"):
+    for k in ("received", "stored", "batch_last_end"):     # batch_last_end: the end of the last op in its batch
         at[k] = _first_at(stages[k], n)
     never = np.iinfo(np.int64).max
     at["served"] = np.full(n, never, np.int64)
@@ -189,7 +197,7 @@ def stage_breakdown(ends_ns, stages: dict, timeline: list) -> dict:
         part[part == never] = t
     at["shown"] = _first_at([(c, t) for t, c in timeline if c is not None], n)
     at["arrived"] = at["stored"] if not stages.get("from_memory") else at["received"]
-    ok = (at["served"] != never) & (at["shown"] != never) & (at["received"] != never) & (at["stored"] != never)
+    ok = np.logical_and.reduce([at[k] != never for k in ("served", "shown", "received", "stored", "batch_last_end")])
     out = {}
     for name, a, b in STAGES:
         out[name] = (at[b][ok] - at[a][ok]) / 1e9

@@ -193,8 +193,10 @@ class _StoreWrites:
     """The collector's store writes on a thread of their own, in the order handed over. While DuckDB writes (0.3-3 s
     a transaction on a loaded machine, bench_live.py's stages) the collector goes on receiving, so the tail has
     each batch as it arrives and the socket's queue keeps draining. What queues meanwhile goes into one
-    transaction. At most MAX_QUEUED hand-overs wait: a store that cannot keep up stalls the loop, the socket's
-    queue fills and the runner drops and counts, as when the loop wrote itself. After each write it pauses `gap`
+    transaction. At most MAX_QUEUED hand-overs wait; past that the loop keeps what it receives until it has 256
+    batches (handing them over waited for a store write: the tail stalled 3 s at p95 under load, bench_live.py),
+    then waits: a store that cannot keep up stalls the loop, the socket's queue fills and the runner drops and
+    counts, as when the loop wrote itself. After each write it pauses `gap`
     seconds: a write holds the process's store lock (store.connect), and back-to-back writes on a loaded machine
     kept the web server's reads (the header's callbacks) waiting for seconds."""
 
@@ -210,9 +212,14 @@ class _StoreWrites:
     def start(self) -> None:
         self._thread.start()
 
-    def put(self, batches: list[Batch]) -> None:
+    def put(self, batches: list[Batch], block: bool = True) -> bool:
+        """Hand batches over; with block=False, False (nothing handed over) while MAX_QUEUED wait already."""
         self._raise()
-        self._q.put(batches)
+        try:
+            self._q.put(batches, block=block)
+        except queue.Full:
+            return False
+        return True
 
     def drain(self) -> None:
         """Wait until everything handed over is in the store (a control message follows its events there)."""
@@ -396,9 +403,10 @@ class Collector:
                     if kind == "end":
                         self.tail.end()
                         self.ended.set()
+                # the store behind: the loop goes on receiving (the tail gets each batch) and hands over later; it
+                # waits on the writes only with 256 batches pending, so memory stays bounded and the socket pushes back
                 if pending and (time.monotonic() - last_write > self.write_interval_s or len(pending) >= 256
-                                or self._stop.is_set()):
-                    self._writes.put(pending)
+                                or self._stop.is_set()) and self._writes.put(pending, block=len(pending) >= 256):
                     pending = []
                     last_write = time.monotonic()
             if pending:
