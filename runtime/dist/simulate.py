@@ -259,13 +259,13 @@ def assumptions(m: Measured, cluster: Cluster, strat: Strategy, overlap: bool, b
         "reduce-scatter/all-gather (n-1)/n*B/W + (n-1)*a; hierarchical RS(intra) + AR(inter, B/g) + AG(intra)",
         "per step also (train --hybrid's trainer): 2 latency-bound collectives, and on wall-clock ranks its host "
         "bookkeeping (gradient flatten, parameter digest; measured)",
-        "links uncontended; no stragglers, no failures",
+        "links uncontended; no failures" + ("" if m.together > 1 else "; no stragglers"),
     ]
     if cores_per_node:
         out.append(f"{cores_per_node} cores per node shared by its ranks at {m.threads} thread(s) each: past them, "
                    "wall-clock compute and host work stretch, and the intra-node link slows, by ranks x threads / "
-                   "cores (beyond the ranks the shares and the link were measured with); an overlapped collective hides "
-                   "only as much as the cores the ranks leave free allow")
+                   "cores (beyond the ranks the shares and the link were measured with); an overlapped collective's "
+                   "byte work (copy, sum) hides only as far as the cores the ranks leave free allow, its latency hides")
     if m.together > 1:
         out.append(f"the shares were timed together, {m.together} processes stepping in lockstep on this host: each "
                    "phase is the slowest rank's per step (stragglers included)")
