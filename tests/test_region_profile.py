@@ -192,3 +192,29 @@ def test_per_op_durations_that_do_not_fit_the_call_are_scaled_to_it_end_to_end_a
     if sum(durations):                                                   # the longest op keeps the longest span
         widths = [e - s for s, e in spans]
         assert max(widths) - widths[durations.index(max(durations))] <= 1         # rounding at most
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_openvinos_training_profile_gives_every_region_of_every_step_spans_that_fill_it_none_of_0_ns(cli):
+    """`profile --train` on OpenVINO: demo:mlp's step is three regions (the optimizer on the fallback), the middle
+    one a lone ones_like that OpenVINO folds to a constant -- no layer of it runs, and its region had no span at all
+    in any step. Each region's spans lie end to end inside its call, in every step, none 0 ns. (No timing bound:
+    the spans fill the call by construction; what is checked is that no region, step or op is left out.)"""
+    pytest.importorskip("openvino")
+    r = cli("profile", "demo:mlp", "--train", "-b", "openvino", "--steps", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    run_id, store = json.loads(r.stdout)["run_id"], RunStore()
+    regions, children = events(store, run_id, 0), events(store, run_id, 1)
+    regions = [e for e in regions if e["op"] == "region"]
+    names = {e["node"] for e in regions}
+    assert len(names) > 1 and sorted({e["step"] for e in regions}) == [0, 1, 2]
+    for parent in regions:
+        mine = [c for c in children if c["step"] == parent["step"] and c["parent"] == parent["node"]]
+        assert mine, (parent["step"], parent["node"])
+        assert all(c["end_ns"] > c["start_ns"] for c in mine), [c["node"] for c in mine if c["end_ns"] <= c["start_ns"]]
+        assert all(parent["start_ns"] <= c["start_ns"] and c["end_ns"] <= parent["end_ns"] for c in mine)
+        spans = sorted((c["start_ns"], c["end_ns"]) for c in mine)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))           # end to end: no time counted twice
+        assert "scaled" in mine[0]["clock"]
+    assert "ones_like" in {o for c in children for o in c["op"].split("+")}      # the folded region's op

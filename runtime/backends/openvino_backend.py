@@ -146,6 +146,10 @@ class OpenVinoProgram(RegionProgram):
             return []
         names = self._names
         ran = [p for p in request.get_profiling_info() if p.status.name == "EXECUTED"]
+        if not ran:
+            # NOTE: OpenVINO folded the whole region to constants (a lone ones_like between a training step's loss
+            # and its backward): no layer ran, the call's time is the stack returning them -- the members' own
+            return [self.child(f"{self.region.name}/folded", "Constant", *self._span, CLOCK, list(self.region.members))]
         # NOTE: the profile gives durations only, and they add up to more than the call (1.05-1.6x: each layer's
         # time includes waits of its own); cut at the call's end the last layers got 0 ns, so they are scaled
         spans = self.fitted([int(p.real_time.total_seconds() * 1e9) for p in ran], *self._span)
