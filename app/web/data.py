@@ -9,11 +9,13 @@ import json
 import threading
 from collections import OrderedDict
 
+import duckdb
 import numpy as np
 
 from opscope.profiler import kept, stats
+from opscope.profiler.batch import SITE_COLUMNS
 from opscope.profiler.importers.kineto import DEVICE_OPS
-from opscope.profiler.store import _selectable, run_description
+from opscope.profiler.store import _column, _selectable, run_description
 from opscope.runtime.errors import UsageError
 
 from . import timeline
@@ -41,6 +43,7 @@ class WebData:
         self._spans: OrderedDict = OrderedDict()
         self._raw: OrderedDict = OrderedDict()        # run -> the rows its spans are built from (_rows)
         self._memo: OrderedDict = OrderedDict()       # (what, run, stamp, ...) -> a computed answer
+        self._pairs: tuple = (None, {})               # the live run's (site, thread) -> its names (_name_pairs)
         self._lock = threading.Lock()
 
     # --- runs ----------------------------------------------------------------------------
@@ -309,7 +312,7 @@ class WebData:
         # the store has taken so far (seconds behind on a loaded machine, bench_live.py)
         tail = self.live_tail(rid) if run.get("status") == "running" else None
         if kept is not None and run.get("status") == "running":
-            rows = _tail_rows(kept, tail) if tail is not None else self._new_rows(run, kept)
+            rows = _tail_rows(kept, tail, self._named(rid)) if tail is not None else self._new_rows(run, kept)
             if rows is not None:
                 if tail is not None:
                     with self._lock:
@@ -317,7 +320,7 @@ class WebData:
                 return rows
         rows = self._full_rows(run)
         if tail is not None:
-            rows = _tail_rows(rows, tail) or rows
+            rows = _tail_rows(rows, tail, self._named(rid)) or rows
         with self._lock:
             self._raw[rid] = rows
             self._raw.move_to_end(rid)
@@ -329,8 +332,7 @@ class WebData:
         rid = run["run_id"]
         lane = stats.lane_depth_sql()
         lane_e = stats.lane_depth_sql("e.")
-        track_key = (f"{_RANK_SQL.format(t='')} AS r, {_COMM_SQL.format(t='')} AS c, backend AS b, device AS d, "
-                     f"thread AS t, {lane} AS p")
+        track_key = ", ".join(f"{x} AS {a}" for x, a in zip(_track_key_sql(), "rcbdtp"))
         # Interning op names and tracks in SQL keeps a million strings out of Python.
         with self.store.connect(read_only=True) as con:
             # Codes come from a join with the (few) distinct names: a hash join, no sort of a million rows.
@@ -374,8 +376,7 @@ class WebData:
     def _new_rows(self, run: dict, kept: dict) -> dict | None:
         """kept plus the events stored since it was read; None when only a full read can say (see _rows)."""
         rid = run["run_id"]
-        track_key = (f"{_RANK_SQL.format(t='')}, {_COMM_SQL.format(t='')}, backend, device, thread, "
-                     f"{stats.lane_depth_sql()}")
+        track_key = ", ".join(_track_key_sql())
         with self.store.connect(read_only=True) as con:
             new = con.execute(f"""SELECT start_ns, end_ns, step, seq, {kept["name_sql"]}, {track_key},
                                          {timeline.phase_sql()}::TINYINT, rowid
@@ -403,6 +404,20 @@ class WebData:
             self._raw[rid] = rows
         return rows
 
+    def _named(self, run_id: str):
+        """pairs -> their (name, group, track key, phase, stack lane) for the live run's tail: each pair named once
+        (_name_pairs), as a run has few sites and threads and every answer asks for them."""
+        with self._lock:
+            if self._pairs[0] != run_id:
+                self._pairs = (run_id, {})
+            known = self._pairs[1]
+
+        def named(pairs: list[tuple[int, int]], sites: dict) -> list[tuple]:
+            if new := [p for p in pairs if p not in known]:
+                known.update(_name_pairs(sites, new))
+            return [known[p] for p in pairs]
+        return named
+
     def live_tail(self, run_id: str):
         """The live run's spans in its collector's memory (profiler/tail.py) while it runs, else None."""
         lr = self.live_run
@@ -419,7 +434,7 @@ class WebData:
         tail = self.live_tail(run["run_id"])
         got = tail.since(since) if tail is not None else None
         if got is not None and not _simulated(got):
-            return _tail_spans(got, since, origin)
+            return _tail_spans(got, since, origin, self._named(run["run_id"]))
         raw = self._rows(run)
         cols = raw["cols"]
         order = np.argsort(cols["rowid"], kind="stable")[max(int(since), 0):]
@@ -649,35 +664,39 @@ def _span_name_sql(table: str = "", imported: bool = False) -> str:
     return f"CASE WHEN {t}op IN ({device_ops}) THEN coalesce({t}node, {t}op) ELSE coalesce({t}op, '?') END"
 
 
-def _span_name(op, node) -> str:
-    """_span_name_sql for one op of opscope's own run (a live run's, named from its site)."""
-    if op in DEVICE_OPS:
-        return op if node is None else node
-    return "?" if op is None else op
+def _track_key_sql(t: str = "") -> list[str]:
+    """An op's timeline track (rank, comm, backend, device, thread, lane depth): one set of expressions for a read
+    of the store and for a live run's spans named from its collector's memory (_name_pairs)."""
+    return [_RANK_SQL.format(t=t), _COMM_SQL.format(t=t), f"{t}backend", f"{t}device", f"{t}thread",
+            stats.lane_depth_sql(t)]
 
 
-def _site_track(site: tuple, thread: int) -> tuple:
-    """The track key _full_rows selects (rank, comm, backend, device, thread, lane depth) for one site's op on a
-    thread: a runner's events carry no rank (0), as _RANK_SQL reads them."""
-    op, backend, device, depth, phase = site[1], site[5], site[6], site[7], site[17]
-    return 0, phase == "communication", backend, device, thread, 0 if op in DEVICE_OPS else (depth or 0)
+_SITE_AT = {c: SITE_COLUMNS.index(c) for c in ("op", "node", "backend", "device", "depth", "phase", "clock")}
 
 
-def _stack_lane(site: tuple) -> str | None:
-    """A compiler stack's per-op spans: their lane is named by its profiler (the clock, as _full_rows reads it)."""
-    return site[20].split(" (")[0] if site[20] else None
+def _name_pairs(sites: dict, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], tuple]:
+    """Each (site, thread) of a live run's tail (profiler/tail.py) as a read of the store has it: (name, group,
+    track key, phase index, stack lane), by the SQL _full_rows runs, over the site's columns as the collector's
+    writer puts them in the store (store._column): one set of rules, whichever way a span reaches the page."""
+    rows = [sites[s] for s, _ in pairs]
+    frame = {c: _column(c, [r[i] for r in rows]) for c, i in _SITE_AT.items()}
+    frame["thread"] = np.asarray([t for _, t in pairs], np.int64)
+    with duckdb.connect() as con:           # in memory: a few rows, only when a pair is new
+        con.register("pairs", frame)
+        got = con.execute(f"""SELECT {_span_name_sql()}, coalesce(op, '?'), {", ".join(_track_key_sql())},
+                                     {timeline.phase_sql()}, clock
+                              FROM (SELECT *, NULL::BIGINT AS rank FROM pairs)""").fetchall()
+    return {pair: (r[0], r[1], tuple(r[2:8]), r[8], r[9].split(" (")[0] if r[9] else None)
+            for pair, r in zip(pairs, got)}
 
 
-def _tail_pairs(got: dict) -> tuple[list[tuple], np.ndarray]:
-    """A tail's spans grouped by (site, thread), named and placed once per pair, not per span: ([(site, name, track
-    key)] per pair, each span's pair)."""
-    sites, n = got["sites"], len(got["site"])
-    if not n:
+def _tail_pairs(got: dict, named) -> tuple[list[tuple], np.ndarray]:
+    """A tail's spans grouped by (site, thread), named and placed once per pair, not per span: (named(pairs) in
+    their order: (name, group, track key, phase, stack lane) each, each span's pair)."""
+    if not len(got["site"]):
         return [], np.zeros(0, np.int64)
     pairs, inverse = np.unique(np.stack([got["site"], got["thread"]], 1), axis=0, return_inverse=True)
-    out = [(sites[int(s)], _span_name(sites[int(s)][1], sites[int(s)][2]), _site_track(sites[int(s)], int(t)))
-           for s, t in pairs]
-    return out, np.asarray(inverse).reshape(-1)
+    return named([(int(s), int(t)) for s, t in pairs], got["sites"]), np.asarray(inverse).reshape(-1)
 
 
 def _simulated(got: dict) -> bool:
@@ -685,7 +704,7 @@ def _simulated(got: dict) -> bool:
     return any(str(s[6] or "").startswith("sim:") for s in got["sites"].values())
 
 
-def _tail_rows(kept: dict, tail) -> dict | None:
+def _tail_rows(kept: dict, tail, named) -> dict | None:
     """kept (rows read from the store, or from the tail before) plus the spans the live run's collector received
     since (profiler/tail.py), coded as _full_rows codes them; a new name or track is added after the others. None
     when only the store can say: spans no longer held, an import's annotations, a simulated clock."""
@@ -695,26 +714,26 @@ def _tail_rows(kept: dict, tail) -> dict | None:
     got = tail.since(len(cols["rowid"]))
     if got is None or _simulated(got):
         return None
-    pairs, inverse = _tail_pairs(got)
+    pairs, inverse = _tail_pairs(got, named)
     if not pairs:
         return kept
     names, groups, tracks = list(kept["names"]), list(kept["groups"]), list(kept["tracks"])
     code, track = {x: i for i, x in enumerate(names)}, {k: i for i, k in enumerate(tracks)}
     stack_lanes = dict(kept["stack_lanes"])
     pair_code, pair_track, pair_phase = [], [], []
-    for site, name, key in pairs:
+    for name, group, key, phase, lane in pairs:
         if name not in code:
             code[name] = len(names)
             names.append(name)
-            groups.append("?" if site[1] is None else site[1])
+            groups.append(group)
         if key not in track:
             track[key] = len(tracks)
             tracks.append(key)
-            if _stack_lane(site):
-                stack_lanes[key[2:]] = _stack_lane(site)
+            if lane:
+                stack_lanes[key[2:]] = lane
         pair_code.append(code[name])
         pair_track.append(track[key])
-        pair_phase.append(timeline.PHASES.index(site[17]) if site[17] in timeline.PHASES else -1)
+        pair_phase.append(phase)
     last = int(kept["last_rowid"])
     add = {"start_ns": got["start_ns"], "end_ns": got["end_ns"], "step": got["step"], "seq": got["seq"],
            "op_code": np.asarray(pair_code)[inverse], "track": np.asarray(pair_track)[inverse],
@@ -725,21 +744,20 @@ def _tail_rows(kept: dict, tail) -> dict | None:
             "last_rowid": last + len(inverse)}
 
 
-def _tail_spans(got: dict, since: int, origin: int | None) -> dict:
+def _tail_spans(got: dict, since: int, origin: int | None, named) -> dict:
     """WebData.live_spans' answer from a live run's tail (profiler/tail.py): each span named and put on its track
     by the rules a read of the store follows, so an appended span lands where a fresh window draws it."""
-    sites = got["sites"]
-    tracks, stack_lanes = set(), {}
-    for sid, thread in got["lanes"]:
-        key = _site_track(sites[sid], thread)
-        tracks.add(key)
-        if _stack_lane(sites[sid]):
-            stack_lanes[key[2:]] = _stack_lane(sites[sid])
-    tracks = list(tracks)
+    lanes = sorted(got["lanes"])
+    tracks, stack_lanes = [], {}
+    for _name, _group, key, _phase, lane in named(lanes, got["sites"]):
+        if key not in tracks:
+            tracks.append(key)
+        if lane:
+            stack_lanes[key[2:]] = lane
     label = dict(zip(tracks, _op_track_labels(tracks, stack_lanes)))
-    pairs, inverse = _tail_pairs(got)
-    names = [name for _site, name, _key in pairs]
-    labels = [label[key] for _site, _name, key in pairs]
+    pairs, inverse = _tail_pairs(got, named)
+    names = [name for name, *_ in pairs]
+    labels = [label[key] for _name, _group, key, *_ in pairs]
     start, end = got["start_ns"], got["end_ns"]
     if origin is not None:
         start, end = start - int(origin), end - int(origin)
