@@ -221,3 +221,12 @@ def test_the_live_endpoint_refuses_an_origin_no_clock_can_hold(opscope_home):
     for origin in (10**30, -10**30, "9" * 4000):
         r = client.get(f"/_opscope/live_spans?run={rid}&since=0&origin={origin}")
         assert r.status_code == 400 and "origin" in r.get_json()["error"]
+    # the long poll's wait and the count the page has: a bad one is one line and a 400, never a 500 or a long hold
+    for wait in ("-1", "x", "nan", "inf", "6", "1e400"):
+        r = client.get(f"/_opscope/live_spans?run={rid}&since=0&wait={wait}")
+        assert r.status_code == 400 and "wait is in seconds" in r.get_json()["error"], wait
+    for since in ("-1", "x", "1e3", str(2 ** 63), "9" * 5000):
+        r = client.get(f"/_opscope/live_spans?run={rid}&since={since}")
+        assert r.status_code == 400 and "since" in r.get_json()["error"], since
+    far = client.get(f"/_opscope/live_spans?run={rid}&since={2 ** 63 - 1}&wait=0.5").get_json()   # finished: no wait
+    assert far["total"] == 2 and far["start"] == []

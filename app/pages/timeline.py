@@ -194,8 +194,8 @@ def live_spans(data, query) -> tuple[dict, int]:
         wait = math.nan
     if not 0 <= wait <= LIVE_WAIT_S:                                # NaN fails the test too
         return {"error": f"wait is in seconds: 0 to {LIVE_WAIT_S:g}"}, 400
-    if since < 0:
-        return {"error": "since is a count of spans the page already has: 0 or more"}, 400
+    if not 0 <= since < 2 ** 63:                                    # echoed in the answer: JSON's int64
+        return {"error": "since is a count of spans the page already has: 0 or more, under 2^63"}, 400
     if origin is not None and not -2**62 <= origin <= 2**62:      # subtracted from int64 times below
         return {"error": "origin is a time in ns: within ±2^62"}, 400
     rid = query.get("run") or None
