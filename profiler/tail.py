@@ -53,8 +53,13 @@ class LiveTail:
             self._cond.notify_all()
 
     def end(self) -> None:
+        """No more spans will come, and the store holds every one that came (the collector ends its tail after its
+        last write): the spans held are let go, so a finished run's LiveRun, kept by a server that goes on serving,
+        holds none of them; a reader reads the store, as for any finished run."""
         with self._cond:
             self.ended = True
+            self._chunks.clear()
+            self.first = self.total
             self._cond.notify_all()
 
     def wait(self, n: int, wait_s: float) -> bool:

@@ -50,6 +50,8 @@ def test_a_wait_on_the_tail_ends_when_a_new_span_arrives_or_the_run_ends():
     tail.end()                                       # nothing more will come: the wait says so at once
     waiter.join(120)
     assert out == [True, False]
+    # and what it held is let go: the store has it all by now, a reader reads it there
+    assert tail.since(0) is None and tail.since(2) is None and not tail._chunks and tail.total == 3
 
 
 @pytest.mark.multiprocess
