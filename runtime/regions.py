@@ -11,7 +11,9 @@ the way ONNX Runtime's execution providers implement GetCapability and Compile:
     compile(region) -> RegionProgram          one program for the region: program(*inputs) -> [outputs]
 
 `StackRegistry` turns those two into an OperatorRegistry, so placement asks it as it asks any backend;
-partitioning is opscope's, not the vendor's. A region's members stay on its node (attrs["members"]),
+partitioning is opscope's, not the vendor's. A stack whose conversions can run and return wrong values gives it
+a `tolerance`: each region it compiles is then checked against ATen once, at compile (region_check.py), and a
+member it gets wrong fails the compile, so partitioning sends it to the fallback like one the stack refuses. A region's members stay on its node (attrs["members"]),
 so tools name and step into them, and its FLOPs are its members'. Its inputs and outputs are its only
 transfers: parameters are compiled into the program (folded, pre-packed by the stack), except those a
 training step replaces between runs (`volatile`), which stay inputs.
@@ -201,9 +203,10 @@ class StackRegistry:
 
     def __init__(self, claim: Callable[[Node], bool | str], compile: Callable[[Region], RegionProgram], *,
                  unsupported=(), supported=None, load: Callable[[Region, bytes], RegionProgram] | None = None,
-                 version: str = "", stack: str = "the stack"):
+                 version: str = "", stack: str = "the stack", tolerance: float | None = None):
         self._claim, self._compile, self._load = claim, compile, load
         self.stack = stack                # its name in messages (onnxruntime, openvino, xla)
+        self.tolerance = tolerance        # each compiled region's values checked against ATen's (None: not checked)
         self.unsupported = set(unsupported)
         self.supported = set(supported) if supported is not None else None
         self.dtypes = None
@@ -233,7 +236,16 @@ class StackRegistry:
             program = _real_tensors(self._load, region, blob.blob)
             program.from_plan = True
             return program
-        return _real_tensors(self._compile, region)   # none saved, or the weights changed since: compiled again
+        return _real_tensors(self._checked, region)   # none saved, or the weights changed since: compiled again
+
+    def _checked(self, region: Region) -> RegionProgram:
+        """The stack's compile, then (with a tolerance) the program's values against ATen's on sample inputs:
+        once per compile, never on a call."""
+        program = self._compile(region)
+        if self.tolerance is not None:
+            from .region_check import check_values      # (it builds on this module)
+            check_values(self.stack, region, program, self._compile, tolerance=self.tolerance)
+        return program
 
     def kernel_for(self, node: Node) -> Callable:
         if node.op == "region":           # placement compiled it already (partition.py); a region made elsewhere not
