@@ -96,9 +96,8 @@ def _folder(store, run_id: str) -> Path:
 
 def forget(store, run_id: str) -> None:
     """Remove a run's kept files (store.delete_run): a deleted million-event run left tens of MB behind."""
-    folder = _folder(store, run_id)
-    if folder.name and folder.parent.name == "kept":     # never the folder of every run's (an id of no letters)
-        shutil.rmtree(folder, ignore_errors=True)
+    if any(c.isalnum() for c in run_id):       # never the folder of every run's (an id of no letters or digits)
+        shutil.rmtree(_folder(store, run_id), ignore_errors=True)
 
 
 # what else a big run keeps as it is stored, from layers above this one (the web app's timeline spans):

@@ -108,3 +108,11 @@ def test_a_kept_spans_file_that_does_not_read_back_is_built_again(opscope_home, 
         again = WebData(store).spans(store.get_run(rid))
         assert again.count == first.count and (again.start == first.start).all()
         assert path.read_bytes() != damaged                     # and kept anew
+
+
+def test_forgetting_an_id_of_no_letters_removes_no_other_runs_files_whatever_the_stores_folder_is_called(tmp_path):
+    store = RunStore(tmp_path / "kept" / "runs.duckdb")      # a store folder that happens to be named "kept"
+    rid = _run(store)
+    kept.kept_bytes(store, store.get_run(rid), "spans", lambda: b"x")
+    kept.forget(store, "--")
+    assert len(list((tmp_path / "kept" / "kept").rglob("*.bin"))) == 1
