@@ -105,3 +105,33 @@ def test_a_live_runs_spans_reach_the_endpoint_before_they_are_in_the_store():
         assert spans(ahead) <= after and not spans(ahead) & before and len(spans(ahead)) == len(ahead["start"])
     finally:
         live.kill()
+
+
+@pytest.mark.multiprocess
+def test_a_collector_stopped_with_writes_queued_behind_a_busy_store_stores_every_span_that_arrived():
+    """A run ended by Ctrl-C (no end message; LiveRun stops the collector): what arrived and waits for the store
+    writer thread is written before stop() returns, and the tail, ahead of the store until then, is let go."""
+    from opscope.profiler.stream import Collector, StreamSink
+    store = RunStore()
+    rid = store.create_run(model="m", backend="numpy")
+    col = Collector(store, rid).start()
+    sink = StreamSink(col.endpoint, col.key)
+    sent = 0
+    with col.writer._lock:                          # the store takes nothing until released
+        for b in range(20):
+            batch = _batch(b, 100 * b, 100, [_SITE] if b == 0 else [])
+            assert sink.send(batch)
+            sent += batch.n
+        deadline = time.monotonic() + 120
+        while col.tail.total < sent:                # all arrived (in the collector's memory), none stored
+            assert time.monotonic() < deadline, col.tail.total
+            time.sleep(0.02)
+        assert col.events == 0
+        stopper = threading.Thread(target=col.stop, kwargs={"drain_s": 0.5})
+        stopper.start()
+        time.sleep(0.5)                             # stop() is under way, the writes still held
+    stopper.join(120)
+    sink.close()
+    assert not stopper.is_alive() and col.error is None
+    assert col.events == sent == store.query("SELECT count(*) FROM events WHERE run_id = ?", [rid])[0][0]
+    assert col.tail.ended and col.tail.since(0) is None
