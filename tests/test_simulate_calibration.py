@@ -141,3 +141,42 @@ def test_shares_are_timed_together_in_one_process_per_rank():
         assert s["compute_seconds"] >= s["own_compute_seconds"] - 1e-12
     fit = measure_link(sizes=(4096, 1 << 20), repeats=2, ranks=3)
     assert fit["ranks"] == 3 and len(fit["points"]) == 2 and fit["bandwidth"] > 0
+
+
+RANK_MODULE = """
+import json, os, sys, time
+rank, mode = int(os.environ["RANK"]), os.environ["MODE"]
+if mode == "noisy":       # a factory that prints a lot, a line past the bound, then the answer
+    sys.stdout.write("x" * (9 << 20) + "\\n" + "@t not the answer\\n" * 3)
+    sys.stderr.write("e" * 5000 + "\\n")
+    print("@t " + json.dumps({"rank": rank, "world": int(os.environ["WORLD_SIZE"])}))
+elif mode == "long":
+    print("@t " + "1" * (9 << 20))
+elif mode == "pickle":
+    print("@t \\x80\\x04K\\x01.")
+elif rank == 1:
+    sys.exit("rank 1 broke here")
+else:
+    time.sleep(600)       # a peer waiting for the rank that failed: ended after the grace
+"""
+
+
+@pytest.mark.multiprocess
+def test_local_ranks_answer_in_bounded_json_and_a_failed_rank_ends_the_others(tmp_path, monkeypatch):
+    import os
+
+    from opscope.runtime.dist import local_ranks
+    from opscope.runtime.errors import ModelError
+    (tmp_path / "fake_rank.py").write_text(RANK_MODULE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = lambda mode, **kw: local_ranks.run_local_ranks(  # noqa: E731
+        "fake_rank", 2, {**env, "MODE": mode}, "@t ", what="the fake ranks", timeout_s=300, **kw)
+    assert run("noisy") == [{"rank": 0, "world": 2}, {"rank": 1, "world": 2}]
+    assert run("noisy", answering=[0]) == [{"rank": 0, "world": 2}, None]
+    with pytest.raises(ModelError, match="rank 0 answered with a line over"):
+        run("long")
+    with pytest.raises(ModelError, match="rank 0 answered with what is not JSON"):
+        run("pickle")
+    monkeypatch.setattr(local_ranks, "GRACE_S", 0.5)
+    with pytest.raises(ModelError, match="the fake ranks failed: rank 1: rank 1 broke here"):
+        run("fail")

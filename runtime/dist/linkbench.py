@@ -18,12 +18,10 @@ import math
 import os
 import socket
 import statistics
-import subprocess
 import time
 
 import numpy as np
 
-from ..child import python_command, start
 from ..errors import ModelError, UsageError
 from ..home import opscope_home, read_small_json
 
@@ -35,26 +33,12 @@ MARK = "@opscope-link "
 def measure_link(sizes=SIZES, repeats: int = REPEATS, timeout_s: float = 120.0, ranks: int = 2) -> dict:
     """ranks: the processes that all-reduce (the ranks the prediction is for: on one host they share its cores,
     and a ring of 4 on 2 cores is not 2 rings of 2)."""
-    from .launch import free_port
-    env = {**os.environ, "WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
+    from .local_ranks import run_local_ranks
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPSCOPE_LINK_SIZES": ",".join(str(int(s)) for s in sizes),
            "OPSCOPE_LINK_REPEATS": str(int(repeats))}
-    procs = [start(python_command("opscope.runtime.dist.linkbench"), env={**env, "RANK": str(r)},
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-             for r in range(ranks)]    # a session each, as the job's ranks (together.py says why)
-    try:
-        outs = [p.communicate(timeout=timeout_s) for p in procs]
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-            p.wait()
-        raise ModelError(f"the link benchmark did not finish in {timeout_s:g} s (gloo all-reduce between {ranks} "
-                         "local processes)") from None
-    lines = [ln for ln in outs[0][0].splitlines() if ln.startswith(MARK)]
-    if any(p.returncode for p in procs) or not lines:
-        err = next((o[1].strip().splitlines()[-1] for o in outs if o[1].strip()), "no message")
-        raise ModelError(f"the link benchmark failed: {err}")
-    medians = json.loads(lines[-1][len(MARK):])
+    medians = run_local_ranks("opscope.runtime.dist.linkbench", ranks, env, MARK, timeout_s=timeout_s,
+                              what=f"the link benchmark (gloo all-reduce between {ranks} local processes)",
+                              answering=[0])[0]
     fit = fit_ring(medians["step"], ranks=ranks)
     hot = fit_ring(medians["hot"], ranks=ranks)
     fit["back_to_back"] = {k: hot[k] for k in ("bandwidth", "latency", "points")}

@@ -20,10 +20,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-
-from ..child import python_command, start
-from ..errors import ModelError
 
 ENV = "OPSCOPE_MEASURE_SHARE"
 MARK = "@opscope-share "
@@ -33,33 +29,14 @@ def measure_together(model_spec: str, specs: list[str], ratios: list[float], *, 
                      threads: int, timeout_s: float = 600.0) -> tuple[list[dict], list, float]:
     """(each share's measurement, as ShareTimer.time gives it with every phase the slowest rank's per step,
     each share's ModelShape, the seconds of one latency-bound collective where the ranks meet)."""
-    from .launch import free_port
+    from .local_ranks import run_local_ranks
     from .shape import Layer, ModelShape
     world = len(specs)
-    base = {**os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-            "OMP_NUM_THREADS": str(threads),
-            ENV: json.dumps({"model": model_spec, "specs": specs, "ratios": ratios, "repeats": repeats,
-                             "optimizer": optimizer, "threads": threads})}
-    # each in its own session, as launch.py starts the job's ranks: where the kernel groups tasks by session to
-    # share the CPU (Linux's autogroup), N ranks in one session get one session's share of a busy host, not N
-    procs = [start(python_command("opscope.runtime.dist.together"), env={**base, "RANK": str(r)},
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-             for r in range(world)]
-    try:
-        outs = [p.communicate(timeout=timeout_s) for p in procs]
-    except subprocess.TimeoutExpired:
-        outs = None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    lines = [next((ln for ln in o[0].splitlines() if ln.startswith(MARK)), None) for o in outs or []]
-    if not outs or not all(lines):
-        err = next((o[1].strip().splitlines()[-1] for o in outs or [] if o[1].strip()), "no message")
-        raise ModelError(f"timing the shares together ({world} processes) failed: "
-                         f"{'they did not finish in %g s' % timeout_s if not outs else err}")
-    results = [json.loads(ln[len(MARK):]) for ln in lines]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           ENV: json.dumps({"model": model_spec, "specs": specs, "ratios": ratios, "repeats": repeats,
+                            "optimizer": optimizer, "threads": threads})}
+    results = run_local_ranks("opscope.runtime.dist.together", world, env, MARK, timeout_s=timeout_s,
+                              what=f"timing the shares together ({world} processes)")
     shapes = [ModelShape(**{**r["shape"], "layers": [Layer(**lay) for lay in r["shape"]["layers"]]})
               for r in results]
     shares = [r["share"] for r in results]
