@@ -23,7 +23,8 @@ def register(sub) -> None:
                         "err > 1e-3) or 'GLOB if COND'; repeatable. One that matches no op is refused")
     p.add_argument("--break-on-nan", action="store_true",
                    help="stop at every op that makes a NaN or Inf (not at the ops that only carry one on)")
-    p.add_argument("--history-mb", type=number_arg("--history-mb", minimum=0, unit="MB"), default=256,
+    # at most 1e9 MB (a petabyte): the budget becomes an int of bytes, and int(1e308 MB) overflowed in the worker
+    p.add_argument("--history-mb", type=number_arg("--history-mb", minimum=0, maximum=1e9, unit="MB"), default=256,
                    metavar="MB",
                    help="memory for the values of ops already run, for stepping back with p (default 256; "
                         "older ops keep their stats only)")

@@ -24,8 +24,9 @@ def register(sub) -> None:
                    help="a sim chip (sim:NAME or a .toml) to watch through its thermal model; repeatable")
     p.add_argument("--sim-load", type=number_arg("--sim-load", minimum=0, maximum=1), default=1.0, metavar="F",
                    help="busy fraction the sim chips run at (default 1.0)")
-    p.add_argument("--interval", type=number_arg("--interval", above=0, unit="seconds"), default=1.0, metavar="S",
-                   help="seconds between samples (default 1)")
+    # at most a day: time.sleep refuses what overflows time_t (1e10 s ended in an OverflowError, exit 1)
+    p.add_argument("--interval", type=number_arg("--interval", above=0, maximum=86400, unit="seconds"), default=1.0,
+                   metavar="S", help="seconds between samples (default 1, at most 86400)")
     p.add_argument("--duration", type=number_arg("--duration", minimum=0, unit="seconds"), default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C, or until the --run finishes)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD",
