@@ -48,6 +48,7 @@ from .tail import LiveTail
 from .wire import MAX_FRAME, PART_BOUNDS, BadMessage, Opener, Sealer, new_key
 
 DEFAULT_HWM = 64            # batches queued on each side before the sender drops
+MAX_PENDING = 256           # batches the collector's loop holds, and as many handed to its store writes, at most
 # How long the runner waits to deliver a control message (hello, meta, end) and, on exit, what is still
 # queued: the collector may be far behind on a loaded machine, and a runner never outlives its parent.
 END_TIMEOUT_MS = 120_000
@@ -193,32 +194,37 @@ class _StoreWrites:
     """The collector's store writes on a thread of their own, in the order handed over. While DuckDB writes (0.3-3 s
     a transaction on a loaded machine, bench_live.py's stages) the collector goes on receiving, so the tail has
     each batch as it arrives and the socket's queue keeps draining. What queues meanwhile goes into one
-    transaction. At most MAX_QUEUED hand-overs wait; past that the loop keeps what it receives until it has 256
-    batches (handing them over waited for a store write: the tail stalled 3 s at p95 under load, bench_live.py),
-    then waits: a store that cannot keep up stalls the loop, the socket's queue fills and the runner drops and
-    counts, as when the loop wrote itself. After each write it pauses `gap`
+    transaction. At most MAX_PENDING batches wait here (counted, not hand-overs: four hand-overs of 256 each and
+    the write under way held over 2,000 batches); past that the loop keeps what it receives until it has
+    MAX_PENDING of its own (handing them over waited for a store write: the tail stalled 3 s at p95 under load,
+    bench_live.py), then waits: a store that cannot keep up stalls the loop, the socket's queue fills and the
+    runner drops and counts, as when the loop wrote itself. After each write it pauses `gap`
     seconds: a write holds the process's store lock (store.connect), and back-to-back writes on a loaded machine
     kept the web server's reads (the header's callbacks) waiting for seconds."""
-
-    MAX_QUEUED = 4
 
     def __init__(self, writer: BatchWriter, name: str, gap: float = 0.0):
         self.writer = writer
         self.gap = gap
         self.error: BaseException | None = None
-        self._q: queue.Queue = queue.Queue(maxsize=self.MAX_QUEUED)
+        self._q: queue.Queue = queue.Queue()        # bounded by _held: batches handed over, not yet written
+        self._held = 0
+        self._room = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def put(self, batches: list[Batch], block: bool = True) -> bool:
-        """Hand batches over; with block=False, False (nothing handed over) while MAX_QUEUED wait already."""
+        """Hand batches over; with block=False, False (nothing handed over) while they would make more than
+        MAX_PENDING wait (with nothing waiting any hand-over is taken)."""
         self._raise()
-        try:
-            self._q.put(batches, block=block)
-        except queue.Full:
-            return False
+        with self._room:
+            fits = lambda: self._held == 0 or self._held + len(batches) <= MAX_PENDING   # noqa: E731
+            if not block and not fits():
+                return False
+            self._room.wait_for(fits)
+            self._held += len(batches)
+        self._q.put(batches)
         return True
 
     def drain(self) -> None:
@@ -252,6 +258,9 @@ class _StoreWrites:
             except BaseException as e:      # the collector's loop raises it at its next hand-over
                 self.error = e
             finally:
+                with self._room:
+                    self._held -= sum(len(it) for it in items if it is not None)
+                    self._room.notify_all()
                 for _ in items:
                     self._q.task_done()
             if not done and self.gap:
@@ -377,7 +386,7 @@ class Collector:
                 if self._monitor in got:
                     self._count_connections()
                 ready = self.sock in got
-                while ready and len(pending) < 256:
+                while ready and len(pending) < MAX_PENDING:
                     self.messages += 1
                     try:
                         kind, msg = self._opener.open(_receive(self.sock))
@@ -404,9 +413,11 @@ class Collector:
                         self.tail.end()
                         self.ended.set()
                 # the store behind: the loop goes on receiving (the tail gets each batch) and hands over later; it
-                # waits on the writes only with 256 batches pending, so memory stays bounded and the socket pushes back
-                if pending and (time.monotonic() - last_write > self.write_interval_s or len(pending) >= 256
-                                or self._stop.is_set()) and self._writes.put(pending, block=len(pending) >= 256):
+                # waits on the writes only with MAX_PENDING batches pending, so memory stays bounded (2 x MAX_PENDING
+                # batches) and the socket pushes back
+                full = len(pending) >= MAX_PENDING
+                if pending and (time.monotonic() - last_write > self.write_interval_s or full
+                                or self._stop.is_set()) and self._writes.put(pending, block=full):
                     pending = []
                     last_write = time.monotonic()
             if pending:

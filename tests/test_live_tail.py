@@ -135,3 +135,27 @@ def test_a_collector_stopped_with_writes_queued_behind_a_busy_store_stores_every
     assert not stopper.is_alive() and col.error is None
     assert col.events == sent == store.query("SELECT count(*) FROM events WHERE run_id = ?", [rid])[0][0]
     assert col.tail.ended and col.tail.since(0) is None
+
+
+def test_the_store_writes_hold_at_most_max_pending_batches_while_the_store_is_busy():
+    """The collector hands batches to its store writer thread without waiting; what waits there is bounded in
+    batches (not in hand-overs, which may each hold MAX_PENDING), and all of it is stored once the store frees."""
+    from opscope.profiler.batch import BatchWriter
+    from opscope.profiler.stream import MAX_PENDING, _StoreWrites
+    store = RunStore()
+    rid = store.create_run(model="m", backend="numpy")
+    writer = BatchWriter(store, rid)
+    writes = _StoreWrites(writer, "test-store-writes")
+    writes.start()
+    handed = 0
+    with writer._lock:                                   # the store is busy: nothing is written until released
+        for i in range(MAX_PENDING):
+            batches = [_batch(0, handed + k, 1, [_SITE] if handed + k == 0 else []) for k in range(10)]
+            if not writes.put(batches, block=False):
+                break
+            handed += len(batches)
+        assert 0 < handed <= MAX_PENDING < handed + 10 and writes._held == handed
+    writes.drain()
+    writes.close()
+    assert writes._held == 0 and writer.events == handed
+    assert store.query("SELECT count(*) FROM events WHERE run_id = ?", [rid])[0][0] == handed
