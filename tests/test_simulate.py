@@ -75,10 +75,11 @@ def test_simulate_bad_input_is_one_line_exit_2(cli, args, why):
     assert r.stderr.strip().count("\n") == 0
 
 
-def _hybrid_run(store, step_s: float, optimizer: str, shard: str, overlap: bool) -> str:
+def _hybrid_run(store, step_s: float, optimizer: str, shard: str, overlap: bool, spec: str = "torch:cpu") -> str:
     """A finished `train --hybrid torch:cpu=0.5,torch:cpu=0.5` run of demo:mlp as train writes it in the store."""
-    run = store.create_run(model="demo:mlp", backend="hybrid:torch:cpu=0.5,torch:cpu=0.5", engine="dist", steps=2,
-                           config={"hybrid": "torch:cpu=0.5,torch:cpu=0.5", "backends": ["torch:cpu"] * 2})
+    hybrid = f"{spec}=0.5,{spec}=0.5"
+    run = store.create_run(model="demo:mlp", backend=f"hybrid:{hybrid}", engine="dist", steps=2,
+                           config={"hybrid": hybrid, "backends": [spec] * 2})
     dist = {"world_size": 2, "optimizer": {"name": optimizer, "lr": 1e-3}, "shard": shard, "overlap": overlap,
             "step_seconds": step_s, "steps": [{"step": 0, "buckets": 1}, {"step": 1, "buckets": 1}]}
     store.update_run(run, config={"dist": dist})
@@ -104,3 +105,20 @@ def test_the_measured_step_beside_a_prediction_is_a_run_of_the_same_optimizer_st
     assert pred["error"] == pytest.approx(pred["step_seconds"] / 0.04 - 1)
     r = cli(*args[:-1], "--measured", other)
     assert r.returncode == 2 and "optimizer adamw (predicted: sgd)" in r.stderr and "zero2" in r.stderr
+
+
+def test_a_prediction_on_the_simulated_clock_is_not_compared_with_a_runs_wall_clock_step(cli, tmp_path, monkeypatch):
+    """A run's step is the host's wall time; sim chips' shares predict on their simulated clock: the table says
+    each one's clock, and no error is computed between the two."""
+    from opscope.profiler import RunStore
+    monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
+    run = _hybrid_run(RunStore(), 0.04, "sgd", "", False, spec="sim:npu-a1")
+    args = ("simulate", "demo:mlp", "--hybrid", "sim:npu-a1=0.5,sim:npu-a1=0.5", "--ranks", "2")
+    doc = json.loads(cli(*args, "--json").stdout)
+    pred = doc["predictions"][0]
+    assert doc["clock"] == "simulated" and pred["measured"]["run_id"] == run and pred["error"] is None
+    assert pred["measured"]["clock"] == "wall"
+    text = " ".join(cli(*args).stdout.split())
+    assert "predicted: dp (compute on the simulated clock, collectives from the link model" in text
+    assert "(wall)" in text and f"(run {run}, not compared)" in text and "error" not in text
+    assert "not compared: a run's step is wall time, the prediction is on the simulated clock" in text

@@ -111,7 +111,8 @@ def main(args) -> int:
               cores_per_node=args.cores_per_node)
     capacity = _capacity(job.specs[m.slowest])
     doc.update({"model": args.model, "hybrid": args.hybrid, "interconnect": {**vars(link)},
-                "shares": m.shares, "gradient_bytes": m.gradient_bytes, "memory_capacity": capacity})
+                "shares": m.shares, "gradient_bytes": m.gradient_bytes, "memory_capacity": capacity,
+                "clock": " and ".join(sorted({s["clock"] for s in m.shares}))})
     if search:
         doc["search"] = {str(n): [_row(p) for p in search_strategies(m, n, clusters[n], capacity=capacity, **kw)]
                          for n in ranks}
@@ -123,7 +124,9 @@ def main(args) -> int:
         for r in rows:
             if measured_run and r["ranks"] == measured_run["world_size"]:
                 r["measured"] = measured_run
-                r["error"] = r["step_seconds"] / measured_run["step_seconds"] - 1     # predicted vs measured
+                # predicted vs measured, where both are on the host's clock: a run's step is wall time, and a
+                # prediction from a sim chip's shares is on the chip's simulated clock (their ratio says nothing)
+                r["error"] = r["step_seconds"] / measured_run["step_seconds"] - 1 if doc["clock"] == "wall" else None
         doc["strategy"] = strategy.name
         doc["predictions"] = [_row(r) for r in rows]
         doc["assumptions"] = rows[0]["assumptions"]
@@ -190,20 +193,28 @@ def _measured_run(args) -> dict | None:
                              "--overlap")
         if not differs:
             return {"run_id": run["run_id"], "world_size": dist["world_size"], "step_seconds": dist["step_seconds"],
-                    "steps": len(steps)}
+                    "steps": len(steps), "clock": "wall"}       # the trainer's step: perf_counter on rank 0
     return None
 
 
 def _print_link(fit: dict) -> None:
     hot = fit["back_to_back"]
-    console.print(say("link measured: gloo all-reduce between 2 processes on {}, each after a burst of compute as a "
+    console.print(say("link measured: gloo all-reduce between {} processes on {}, each after a burst of compute as a "
                       "training step issues it: {:.3g} GB/s, {:.1f} us latency (ring fit, stored in {}; back to back: "
-                      "{:.3g} GB/s, {:.1f} us)", fit["host"], fit["bandwidth"] / 1e9, fit["latency"] * 1e6,
-                      fit["stored"], hot["bandwidth"] / 1e9, hot["latency"] * 1e6))
-    console.print(table("all-reduce, measured vs the fitted model", ["bytes", "measured ms", "model ms", "model/measured"],
+                      "{:.3g} GB/s, {:.1f} us)", fit["ranks"], fit["host"], fit["bandwidth"] / 1e9,
+                      fit["latency"] * 1e6, fit["stored"], hot["bandwidth"] / 1e9, hot["latency"] * 1e6))
+    console.print(table("all-reduce, measured (wall clock) vs the fitted model", ["bytes", "measured ms", "model ms",
+                                                                                 "model/measured"],
                         [[fmt_bytes(p["bytes"]), f"{p['measured_seconds'] * 1e3:.3f}", f"{p['model_seconds'] * 1e3:.3f}",
                           f"{p['model_seconds'] / p['measured_seconds']:.2f}"] for p in fit["points"]],
                         justify_right={"bytes", "measured ms", "model ms", "model/measured"}))
+
+
+def _measured_cell(r: dict, clock: str) -> str:
+    if not r.get("measured"):
+        return "-"
+    ms = f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']}"
+    return f"{ms}, error {r['error']:+.0%})" if r["error"] is not None else f"{ms}, not compared)"
 
 
 def _print(args, link, m, doc) -> None:
@@ -215,23 +226,28 @@ def _print(args, link, m, doc) -> None:
                           f"{s['backward_seconds'] * 1e3:.3f}", f"{s['optimizer_seconds'] * 1e3:.3f}", s["clock"]]
                          for s in m.shares], justify_right={"rows", "fwd ms", "bwd ms", "opt ms"}))
     mem = lambda p: fmt_bytes(p["memory"]["total"])  # noqa: E731
+    # every time below is predicted: the shares' compute on their clock, the collectives from the link's model
+    clock = f"compute on the {doc['clock']} clock, collectives from the link model"
     if "search" in doc:
         for n, rows in doc["search"].items():
-            console.print(table(f"strategies on {n} ranks, best first" + (
-                f" (memory capacity {fmt_bytes(doc['memory_capacity'])} per rank)" if doc["memory_capacity"] else ""),
+            console.print(table(f"predicted: strategies on {n} ranks, best first ({clock}" + (
+                f"; memory capacity {fmt_bytes(doc['memory_capacity'])} per rank)" if doc["memory_capacity"] else ")"),
                 ["strategy", "step ms", "comm ms", "memory/rank", "fits"],
                 [[p["strategy"], f"{p['step_seconds'] * 1e3:.3f}", f"{p['communication_seconds'] * 1e3:.3f}", mem(p),
                   "yes" if p["fits"] else "no"] for p in rows], justify_right={"step ms", "comm ms", "memory/rank"}))
     else:
         rows = doc["predictions"]
-        cols = ["ranks", "step ms", "measured ms", "compute ms", "comm ms", "comm share", "efficiency", "memory/rank"]
-        console.print(table(f"prediction: {doc['strategy']}" + (", overlapped" if args.overlap else ""), cols,
-                            [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}",
-                              f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']}, error "
-                              f"{r['error']:+.0%})" if r.get("measured") else "-",
+        cols = ["ranks", "step ms", "measured ms (wall)", "compute ms", "comm ms", "comm share", "efficiency",
+                "memory/rank"]
+        console.print(table(f"predicted: {doc['strategy']}" + (", overlapped" if args.overlap else "") +
+                            f" ({clock}; measured: a train --hybrid run's step)", cols,
+                            [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}", _measured_cell(r, doc["clock"]),
                               f"{r['compute_seconds'] * 1e3:.3f}", f"{r['communication_seconds'] * 1e3:.3f}",
                               f"{r['communication_share']:.1%}", f"{r['scaling_efficiency']:.1%}", mem(r)]
-                             for r in rows], justify_right=set(cols) - {"measured ms"}))
+                             for r in rows], justify_right=set(cols) - {"measured ms (wall)"}))
+        if any(r.get("measured") and r["error"] is None for r in rows):
+            console.print(say("measured and predicted not compared: a run's step is wall time, the prediction is on "
+                              "the {} clock", doc["clock"]))
         r = rows[-1]
         console.print(say("memory per rank at {} ranks: {}", r["ranks"], ", ".join(
             f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in r["memory"].items())))
