@@ -701,7 +701,7 @@ def _tail_pairs(got: dict, named) -> tuple[list[tuple], np.ndarray]:
 
 def _simulated(got: dict) -> bool:
     """A simulated clock's steps are moved back to back by shifts read from the store: such a run reads the store."""
-    return any(str(s[6] or "").startswith("sim:") for s in got["sites"].values())
+    return any(_clock(s[_SITE_AT["device"]]) == "simulated" for s in got["sites"].values())
 
 
 def _tail_rows(kept: dict, tail, named) -> dict | None:
