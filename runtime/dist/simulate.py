@@ -29,6 +29,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import UsageError
+from ..safe_read import MAX_RANKS
 from .collectives import TOPOLOGIES, Cluster, Interconnect, Level, all_reduce_seconds  # noqa: F401 (API)
 from .share_timer import ShareTimer, share_inputs
 from .shape import ModelShape
@@ -57,7 +58,7 @@ def link_of(backend_list, stored: dict | None = None, **override) -> Interconnec
     base.update(given)
     # the ranks it was measured with on this host (a hand-edited file's odd value reads as not measured here)
     r = stored.get("ranks") if stored and source.startswith("measured") and not given else 0
-    measured_here = r if isinstance(r, int) and not isinstance(r, bool) and r > 0 else 0
+    measured_here = r if isinstance(r, int) and not isinstance(r, bool) and 0 < r <= MAX_RANKS else 0
     return Interconnect(float(base["bandwidth"]), float(base["latency"]), base.get("topology", "ring"), source,
                         measured_here)
 
@@ -114,18 +115,22 @@ def measure(model_spec: str, specs: list[str], ratios: list[float], *, repeats: 
     the others run theirs (together.py), as the job's ranks share the cores."""
     import torch
     threads = threads or rank_threads(len(specs))
+    extra = {}
     if together and len(specs) > 1 and all(_clock(s) == "wall" for s in specs):
         from .together import measure_together
         shares, shapes, small = measure_together(model_spec, specs, ratios, repeats=repeats, optimizer=optimizer,
                                                  threads=threads)
-        return Measured(model_spec, shares, shapes[0].grad_bytes, sum(s // 4 for s in shapes[0].param_sizes),
-                        shapes, optimizer, threads, together=len(specs), small_collective_seconds=small)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return _measure(model_spec, specs, ratios, repeats, optimizer, threads)
-    finally:
-        torch.set_num_threads(before)
+        extra = {"together": len(specs), "small_collective_seconds": small}
+    else:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            shares, shapes = _measure(model_spec, specs, ratios, repeats, optimizer)
+        finally:
+            torch.set_num_threads(before)
+    s0 = shapes[0]
+    return Measured(model_spec, shares, s0.grad_bytes, sum(s // 4 for s in s0.param_sizes), shapes, optimizer,
+                    threads, **extra)
 
 
 def _clock(spec: str) -> str:
@@ -134,8 +139,9 @@ def _clock(spec: str) -> str:
     return clock_name(backends.resolve(spec))
 
 
-def _measure(model_spec: str, specs: list[str], ratios: list[float], repeats: int, optimizer: str,
-             threads: int) -> Measured:
+def _measure(model_spec: str, specs: list[str], ratios: list[float], repeats: int,
+             optimizer: str) -> tuple[list[dict], list[ModelShape]]:
+    """Each share timed in this process (ShareTimer), and its model shape."""
     from .. import models
 
     model, inputs = models.load_train(model_spec)
@@ -150,9 +156,7 @@ def _measure(model_spec: str, specs: list[str], ratios: list[float], repeats: in
         timer = ShareTimer(model, model_spec, spec, local, optimizer)
         shares.append(timer.time(repeats))
         shapes.append(timer.shape)
-    s0 = shapes[0]
-    return Measured(model_spec, shares, s0.grad_bytes, sum(s // 4 for s in s0.param_sizes), shapes, optimizer,
-                    threads)
+    return shares, shapes
 
 
 def cluster_of(ranks: int, link: Interconnect, inter: Interconnect | None = None,
