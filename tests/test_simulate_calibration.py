@@ -189,3 +189,18 @@ def test_a_stored_links_ranks_are_kept_only_when_they_are_a_rank_count(ranks, ke
     stored = {"bandwidth": 1e9, "latency": 1e-5, "ranks": ranks, "host": "h", "measured_at": "t"}
     assert link_of([], stored).ranks == kept
     assert link_of([], stored, bandwidth=2e9).ranks == 0          # a flag changed it: not what was measured
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what", ["fifo", "damaged"])
+def test_storing_a_link_over_a_fifo_or_a_damaged_file_neither_hangs_nor_refuses(opscope_home, what):
+    import json
+    import os
+    import socket
+
+    from opscope.runtime.dist import linkbench
+    path = opscope_home / "links.json"
+    os.mkfifo(path) if what == "fifo" else path.write_text("{not json")
+    fit = {"host": socket.gethostname(), "bandwidth": 1e9, "latency": 1e-5, "ranks": 2}
+    assert linkbench.save_link(fit) == str(path)
+    assert json.loads(path.read_text()) == {fit["host"]: fit} and linkbench.stored_link() == fit

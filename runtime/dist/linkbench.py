@@ -75,7 +75,7 @@ def save_link(fit: dict) -> str:
     path = _links_file()
     try:
         private_folder(path.parent)
-        data = json.loads(path.read_text()) if path.exists() and path.stat().st_size <= MAX_LINKS else {}
+        data = read_small_json(path, MAX_LINKS)          # bounded, as stored_link reads it (a FIFO blocked here)
         data = data if isinstance(data, dict) else {}
         data[fit["host"]] = fit
         tmp = path.with_suffix(".tmp")
