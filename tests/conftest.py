@@ -20,12 +20,23 @@ import pytest
 # `-n 2` on 2 cores ran 4 busy threads on 2 cores. The same 94 tests (test_passes, test_train's quick ones) took
 # 67 s of CPU with the default threads and 17 s with OMP/MKL/OPENBLAS_NUM_THREADS=1, two runs side by side on this
 # machine (load ~23, where spinning costs most; a quiet machine was not measured). Set before anything
-# imports torch (this file is imported first), inherited by the `opscope` processes tests start; a value the user
-# set is kept. Tests of thread handling set or remove these themselves.
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
-    _threads = str(max(1, (os.cpu_count() or 1) // max(1, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_var, _threads)
+# imports torch (this file is imported first), inherited by the `opscope` processes tests start. A user who set any
+# of them keeps all as they are: torch built with MKL and OpenMP takes MKL's count, so a user's OMP_NUM_THREADS=2
+# beside our MKL_NUM_THREADS=1 ran one thread. Tests of thread handling set or remove these themselves.
+MATH_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def math_threads(environ, cores: int | None) -> dict[str, str]:
+    """What this file adds to `environ`: under xdist, each worker's share of the cores in all three variables; nothing
+    in a run without workers, or when the user set one (test_ci_threads checks the rule in any run)."""
+    workers = environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not workers.isdigit() or any(var in environ for var in MATH_THREADS):
+        return {}
+    return dict.fromkeys(MATH_THREADS, str(max(1, (cores or 1) // max(1, int(workers)))))
+
+
+MATH_THREADS_SET = math_threads(os.environ, os.cpu_count())
+os.environ.update(MATH_THREADS_SET)
 
 # --- Every test that starts a process is marked (pyproject: multiprocess, browser, container) ----------------
 # The quick set (`-m "not slow and not browser and not multiprocess and not container"`) is quick only while
