@@ -159,3 +159,42 @@ def test_the_store_writes_hold_at_most_max_pending_batches_while_the_store_is_bu
     writes.close()
     assert writes._held == 0 and writer.events == handed
     assert store.query("SELECT count(*) FROM events WHERE run_id = ?", [rid])[0][0] == handed
+
+
+def test_spans_from_the_tail_are_named_and_tracked_as_a_read_of_the_store_names_them():
+    """The tail's spans go through the store's own naming and track SQL (app/web/data.py _name_pairs): over sites
+    of every kind a track key tells apart -- a kernel named by its node, an op with no name, nested depths,
+    collectives, a compiler stack's per-op lane, two threads -- the live answer from memory equals the one a read
+    of the store gives."""
+    from opscope.app.web.data import WebData, _tail_spans
+    from opscope.profiler.batch import BatchWriter
+    from opscope.profiler.importers.kineto import DEVICE_OPS
+    kernel = sorted(DEVICE_OPS)[0]
+    rest = ("[]", "[]", "[]", "[]", 8, 16, False, 0, 0)
+    sites = [(0, "matmul", "fc1/mm", "fc1", "", "numpy", "cpu", 0, *rest, "forward", "", "", ""),
+             (1, kernel, "sgemm_128x64", "", "", "cuda", "cuda:0", 3, *rest, "forward", "", "", ""),
+             (2, kernel, None, "", "", "cuda", "cuda:0", 0, *rest, "forward", "", "", ""),
+             (3, None, None, "", "", "numpy", "cpu", None, *rest, "backward", "", "", ""),
+             (4, "all_reduce", "ar", "", "", "numpy", "cpu", 0, *rest, "communication", "", "", ""),
+             (5, "gelu", "fc1/gelu", "fc1", "", "onnxruntime", "CPUExecutionProvider", 1, *rest, "forward", "",
+              "region_0", "onnxruntime (per node)"),
+             (6, "add", "add", "", "", "numpy", "cpu", 2, *rest, "optimizer", "", "", "")]
+    store = RunStore()
+    rid = store.create_run(model="m", backend="numpy")
+    writer, tail = BatchWriter(store, rid), LiveTail()
+    seq = 0
+    for step in range(2):
+        for thread in (1, 2):
+            ev = np.array([[s[0], seq + i, 1000 * (seq + i), 1000 * (seq + i) + 500, 0]
+                           for i, s in enumerate(sites)], np.int64)
+            seq += len(sites)
+            batch = Batch(step, thread, sites if seq == len(sites) else [], ev)
+            tail.add(batch)
+            writer.write([batch])
+    data = WebData(store)
+    keys = ("start", "end", "step", "seq", "name", "track")
+    as_set = lambda doc: set(zip(*(doc[k] for k in keys)))     # noqa: E731
+    stored = data.live_spans(store.get_run(rid), 0)
+    ours = _tail_spans(tail.since(0), 0, None, data._named(rid))
+    assert ours["total"] == stored["total"] == 2 * 2 * len(sites)
+    assert as_set(ours) == as_set(stored) and len(set(ours["track"])) > 4, sorted(set(ours["track"]))
