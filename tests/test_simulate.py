@@ -68,7 +68,9 @@ def test_simulate_at_1_8_1024_ranks_matches_the_hand_computation(cli, tmp_path):
 @pytest.mark.parametrize("args, why", [(["--ranks", "0"], "--ranks: 0: give 1 or more"),
                                        (["--hybrid", "sim:nope=1"], "unknown sim backend"),
                                        (["--hybrid", "auto"], "fixed shares"),
-                                       (["--bandwidth", "-1"], "bandwidth")])
+                                       (["--bandwidth", "-1"], "bandwidth"),
+                                       (["--ranks-per-node", "2", "--inter-link", "nan,1e-5"],
+                                        "--inter-link 'nan,1e-5': interconnect bandwidth must be a positive")])
 def test_simulate_bad_input_is_one_line_exit_2(cli, args, why):
     r = cli("simulate", "demo:mlp", *args)
     assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr

@@ -23,19 +23,20 @@ def register(sub) -> None:
     p.add_argument("--overlap", action="store_true", help="gradient buckets all-reduced while backward runs")
     p.add_argument("--bucket-mb", type=number_arg("--bucket-mb", above=0, unit="MB"), default=25.0, metavar="MB",
                    help="--overlap: bucket size (default 25)")
-    p.add_argument("--microbatches", type=count_arg("--microbatches"), metavar="M", help="pp: microbatches per step (default 4 x stages)")
+    p.add_argument("--microbatches", type=count_arg("--microbatches"), metavar="M",
+                   help="pp: microbatches per step (default 4 x stages)")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="what the optimizer state holds")
     p.add_argument("--bandwidth", type=number_arg("--bandwidth", above=0, unit="bytes/s"),
                    help="link bandwidth, bytes/s (default: the description's [interconnect], else the measured link, "
                         "else 25 GB/s)")
     p.add_argument("--latency", type=number_arg("--latency", minimum=0, unit="seconds"), help="link latency, seconds")
     p.add_argument("--topology", choices=["ring", "tree", "all-to-all"], help="collective topology")
-    p.add_argument("--ranks-per-node", type=count_arg("--ranks-per-node"), metavar="G", help="hierarchical: G ranks per node on the link "
-                                                                   "above, nodes joined by --inter-link")
+    p.add_argument("--ranks-per-node", type=count_arg("--ranks-per-node"), metavar="G",
+                   help="hierarchical: G ranks per node on the link above, nodes joined by --inter-link")
     p.add_argument("--inter-link", metavar="BW,LAT[,TOPOLOGY]", help="the inter-node link: bytes/s, seconds, "
                                                                       "ring|tree|all-to-all")
-    p.add_argument("--cores-per-node", type=count_arg("--cores-per-node"), metavar="C", help="ranks of a node share C cores (wall-clock "
-                                                                   "compute stretches when they run out)")
+    p.add_argument("--cores-per-node", type=count_arg("--cores-per-node"), metavar="C",
+                   help="ranks of a node share C cores (wall-clock compute stretches when they run out)")
     p.add_argument("--measure-link", action="store_true", help="measure this host's link first (gloo all-reduce, "
                                                                "2 processes, a few sizes), store and use it")
     p.add_argument("--measured", metavar="RUN", help="a `train --hybrid` run to print beside the prediction "
@@ -51,10 +52,12 @@ def _inter(text: str | None):
     parts = [p.strip() for p in text.split(",")]
     try:
         bw, lat = float(parts[0]), float(parts[1])
+        return Interconnect(bw, lat, parts[2] if len(parts) > 2 else "ring", "--inter-link")
     except (ValueError, IndexError):
         raise UsageError(f"--inter-link {text!r}: expected BANDWIDTH,LATENCY[,TOPOLOGY] (e.g. 1.25e10,1e-5,tree)") \
             from None
-    return Interconnect(bw, lat, parts[2] if len(parts) > 2 else "ring", "--inter-link")
+    except UsageError as e:          # the link's own check, said with the flag that gave the value
+        raise UsageError(f"--inter-link {text!r}: {e}") from None
 
 
 def _checked(args) -> None:
@@ -64,6 +67,7 @@ def _checked(args) -> None:
         raise UsageError("simulate needs a MODEL (demo:NAME or file.py:factory), or --measure-link alone")
     if (args.ranks_per_node is None) != (args.inter_link is None):
         raise UsageError("--ranks-per-node and --inter-link go together (G ranks per node, the link between nodes)")
+    _inter(args.inter_link)          # its numbers checked here, before the model is measured
     if "auto" in args.hybrid:
         raise UsageError("--hybrid for simulate takes fixed shares (A=0.7,B=0.3); `opscope train --hybrid auto` "
                          "measures them")
