@@ -204,3 +204,24 @@ def test_storing_a_link_over_a_fifo_or_a_damaged_file_neither_hangs_nor_refuses(
     fit = {"host": socket.gethostname(), "bandwidth": 1e9, "latency": 1e-5, "ranks": 2}
     assert linkbench.save_link(fit) == str(path)
     assert json.loads(path.read_text()) == {fit["host"]: fit} and linkbench.stored_link() == fit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "vit", "roberta", "t5", "wav2vec2"])
+def test_a_share_of_each_training_architecture_is_timed_with_its_whole_shape(name):
+    """Over tests/matrix_models.py's training corpus (picked for the stacks, not for this): the half-batch share
+    on a sim chip carries every trainable parameter in its shape, and its phases on the chip's exact clock."""
+    from matrix_models import TRAINING
+
+    from opscope.runtime.dist.share_timer import ShareTimer, share_inputs
+    model, inputs = TRAINING[name]()
+    halves = share_inputs(inputs, [0.5, 0.5])
+    assert [int(h[0].shape[0]) for h in halves] == [1, 1] and all(len(h) == len(inputs) for h in halves)
+    timer = ShareTimer(model, name, "sim:npu-a1", halves[0], "sgd")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert timer.shape.param_bytes == sum(p.numel() * p.element_size() for p in trainable)
+    assert sum(timer.shape.param_sizes) == timer.shape.grad_bytes == timer.shape.param_bytes
+    s = timer.time(repeats=3)
+    assert s["clock"] == "simulated" and s["rows"] == 1 and len(s["runs"]) == 1
+    assert s["forward_seconds"] > 0 and s["backward_seconds"] > 0 and s["optimizer_seconds"] > 0
+    assert type(s["compute_ns"]) is int and math.isclose(s["compute_ns"] / 1e9, s["compute_seconds"], rel_tol=1e-9)
