@@ -78,7 +78,7 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None,
     lock = threading.Lock()
 
     def read_out(r, p):
-        for line in p.stdout:
+        for line in _lines(p.stdout):
             if line.startswith(MARK):
                 try:
                     rec = json.loads(line[len(MARK):])
@@ -102,7 +102,9 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None,
     end = time.monotonic() + (deadline_s or job.timeout_s * (job.steps + 4) + 120)
     failed_at = None
     try:
-        while any(p.poll() is None for p in procs):
+        # NOTE: a list, not a generator: any() stopped at the first live rank, so a later rank's failure was
+        # never polled (its returncode stayed None) and the job waited for its deadline
+        while any([p.poll() is None for p in procs]):
             now = time.monotonic()
             if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
                 failed_at = now
@@ -124,6 +126,20 @@ def launch(job: DistJob, *, on_record=None, deadline_s: float | None = None,
     result.exit_codes = [p.returncode for p in procs]
     result.error = _diagnose(job, result, timed_out=time.monotonic() > end)
     return result
+
+
+MAX_LINE = 64 << 20           # a rank's record line; a longer one is dropped, never held whole
+
+
+def _lines(stream):
+    """A rank's output lines, each at most MAX_LINE characters: what crosses a process is bounded before it is
+    kept (a rank that prints without a newline would otherwise grow one string without end)."""
+    while line := stream.readline(MAX_LINE):
+        if len(line) < MAX_LINE or line.endswith("\n"):
+            yield line
+            continue
+        while (rest := stream.readline(MAX_LINE)) and not rest.endswith("\n"):
+            pass                  # the overlong line's remainder, dropped
 
 
 def threads_per_rank(world: int) -> int:
