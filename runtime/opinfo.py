@@ -46,7 +46,7 @@ STATUSES = ("pass", "fallback", "refused", "wrong", "crash", "uncapturable", "un
 _RANK = {"crash": 0, "wrong": 1, "refused": 2, "fallback": 3, "pass": 4}
 # OpInfos whose values are undefined (uninitialised memory): compare shape and dtype only. Random
 # ops are found by running them (see _random_draws), not listed.
-_UNINITIALISED = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted")
+UNINITIALISED = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted")
 
 
 @dataclass
@@ -242,7 +242,7 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
         return "unclaimed", f"sparse input ({', '.join(sparse)}): opscope takes strided tensors", set()
     try:
         expected = model(*[replica(t) for t in tensors])
-        draws = None if info.name in _UNINITIALISED else _random_draws(info, model, tensors)
+        draws = None if info.name in UNINITIALISED else _random_draws(info, model, tensors)
     except Exception as e:
         return "uncapturable", f"eager: {type(e).__name__}: {first_line(e)[:160]}", set()
     try:
@@ -277,7 +277,7 @@ def _check_sample(backend, info, sample) -> tuple[str, str, set]:
                 [actual] + [executor.run_host(*[replica(t) for t in tensors]) for _ in range(len(draws) - 1)], draws,
                 block=block)
         else:
-            why = _compare(actual, expected, shape_only=info.name in _UNINITIALISED)
+            why = _compare(actual, expected, shape_only=info.name in UNINITIALISED)
     except Exception as e:  # claimed, then raised: what the check exists to catch
         return "crash", f"{type(e).__name__}: {first_line(e)[:200]}", ops
     if why:

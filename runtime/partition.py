@@ -93,7 +93,7 @@ def _culprits(graph: Graph, region, e: StackFailed, mask: list[bool], compile, v
     if named is not None:
         return [named], "named by the stack", e.why, 1
     ops = {o.rstrip("_") for o in _ATEN.findall(e.why)}
-    hit = [m for m in region.members if _aten_name(m) in ops]
+    hit = [m for m in region.members if aten_name(m) in ops]
     if hit:
         return hit, "named by the stack", e.why, 1
     # bisection: the shortest failing prefix; its last member is the one that breaks it
@@ -116,7 +116,7 @@ def _culprits(graph: Graph, region, e: StackFailed, mask: list[bool], compile, v
     return [region.members[hi - 1]], "bisection", why, tries
 
 
-def _aten_name(node: Node) -> str:
+def aten_name(node: Node) -> str:
     schema = getattr(node.target, "_schema", None)
     name = schema.name if schema is not None else ""
     return name.removeprefix("aten::").rstrip("_")

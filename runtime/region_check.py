@@ -21,14 +21,14 @@ import numpy as np
 import torch
 
 from .dtypes import to_torch as torch_dtype
-from .partition import StackFailed
+from .opinfo import UNINITIALISED
+from .partition import StackFailed, aten_name
 from .region_numerics import widened
 from .regions import Region, to_torch
 
 # float outputs: off when max |stack - ATen| passes this share of max(1, max |ATen|) (f32: rounding through a
 # whole training step's region stays near 1e-6; a wrong conversion is off by the values themselves)
 TOLERANCE = 1e-3
-_EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"}
 # ops that read only the shape and dtype of their first input: an unpinned one there leaves the result pinned
 _SHAPE_OF_FIRST = {"copy", "fill", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"}
 
@@ -106,7 +106,7 @@ def _run(region: Region, inputs, poison, hit: list) -> dict:
     wide = widened(region)
     module = to_torch(wide, target=lambda n: _poisoned(n.target, poison, hit) if n.op == "to" else n.target)
     with torch.no_grad():
-        values = dict(zip(wide.outputs, (v.detach() for v in module(*inputs))))
+        values = dict(zip(wide.outputs, (v.detach().resolve_conj() for v in module(*inputs))))   # (ifft's is lazy)
     return values | dict(zip(region.inputs, inputs))
 
 
@@ -170,7 +170,9 @@ def _unpinned(region: Region) -> set[int]:
     out: set[int] = set()
     for m in region.members:
         read = m.inputs[1:] if m.op in _SHAPE_OF_FIRST else m.inputs
-        if _draws(m) or m.op in _EMPTY or any(s in out for s in read):
+        # NOTE: by the ATen name: opscope's op may be another (empty_strided runs as `zeros`, every stack
+        # need not agree with ATen's uninitialised memory -- the OpInfo corpus found it)
+        if _draws(m) or aten_name(m) in UNINITIALISED or any(s in out for s in read):
             out.update(m.outputs)
     return out
 
