@@ -17,6 +17,8 @@ seeded rule) and what `empty` leaves, and everything computed from them.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -25,6 +27,7 @@ from .opinfo import UNINITIALISED
 from .partition import StackFailed, aten_name
 from .region_numerics import widened
 from .regions import Region, to_torch
+from .session import compare
 
 # float outputs: off when max |stack - ATen| passes this share of max(1, max |ATen|) (f32: rounding through a
 # whole training step's region stays near 1e-6; a wrong conversion is off by the values themselves)
@@ -142,27 +145,24 @@ def _sample(meta, g, draw: bool):
 
 
 def _off(got, want: torch.Tensor, undefined=None) -> float:
-    """How far the stack's value is from ATen's: float error over the value's scale; 1.0 for any integer or
-    boolean that differs (outside `undefined`), inf for another shape."""
+    """How far the stack's value is from ATen's: session.compare's max abs error over the value's scale
+    (max(1, max |ATen|)); 1.0 for any integer or boolean that differs, inf for another shape or NaN/inf where
+    ATen has none. Elements in `undefined` are not compared."""
     got = np.asarray(got)
     want = (want.float() if want.dtype == torch.bfloat16 else want).numpy()
     if got.shape != want.shape:
         return float("inf")
-    if got.size == 0:
-        return 0.0
-    if not np.issubdtype(want.dtype, np.floating):
-        differ = got != want
-        return float(np.any(differ & ~undefined if undefined is not None else differ))
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    same = (got == want) | (np.isnan(got) & np.isnan(want))          # inf == inf, and NaN where ATen has NaN
     if undefined is not None:
-        same |= undefined
-    with np.errstate(invalid="ignore"):                                # inf - inf where `same` holds
-        d = np.where(same, 0.0, np.abs(got - want))
-    if not np.all(np.isfinite(d)):
+        got = np.where(undefined, want, got)
+    if not np.issubdtype(want.dtype, np.floating):
+        return float(not np.array_equal(got, want))
+    if np.isnan(want).all() and np.isnan(got).all():
+        return 0.0                      # (compare calls it "nothing to compare", NaN; here ATen's NaN is matched)
+    err = compare([got], [want])["max_abs"]
+    if not math.isfinite(err):
         return float("inf")
     finite = np.abs(want[np.isfinite(want)])
-    return float(d.max() / max(1.0, finite.max() if finite.size else 1.0))
+    return err / max(1.0, float(finite.max()) if finite.size else 1.0)
 
 
 def _unpinned(region: Region) -> set[int]:
