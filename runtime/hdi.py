@@ -9,7 +9,7 @@ HDI -- placement, the executor, the profiler, the debugger -- talks to backends 
 
 A real compiler stack (ONNX Runtime, OpenVINO, XLA) implements two things instead of per-op kernels,
 next to `memory`: claim(node) -> True | reason, and compile(region) -> a program, wrapped by
-runtime/regions.StackRegistry as its `ops`; placement groups what it claims into regions
+runtime/stack_registry.StackRegistry as its `ops`; placement groups what it claims into regions
 (runtime/backends/onnxruntime_backend.py is the worked example).
 """
 from __future__ import annotations

@@ -38,15 +38,15 @@ from torch.utils import _pytree as pytree
 
 from .dtypes import name_of, round_to_bfloat16, to_torch
 from .errors import UsageError, first_line
+from .uninitialised import UNINITIALISED
 
 SAMPLES_PER_OP = 3
 STATUSES = ("pass", "fallback", "refused", "wrong", "crash", "uncapturable", "unclaimed")
 # Worse first: an OpInfo's status is the worst over its claimed samples. "refused": no backend in
 # the fallback chain took a node (a clean refusal, not a crash).
 _RANK = {"crash": 0, "wrong": 1, "refused": 2, "fallback": 3, "pass": 4}
-# OpInfos whose values are undefined (uninitialised memory): compare shape and dtype only. Random
-# ops are found by running them (see _random_draws), not listed.
-UNINITIALISED = ("empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted")
+# OpInfos whose values are undefined (UNINITIALISED): compare shape and dtype only. Random ops are
+# found by running them (see _random_draws), not listed.
 
 
 @dataclass

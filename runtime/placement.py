@@ -153,7 +153,8 @@ def _claimed_regions(graph: Graph, backend: Backend, placement: Placement, volat
     """The graph's nodes, each run of nodes a compiler stack claims replaced by one region node, compiled; a
     region the stack fails is split and the members it cannot take are left out (partition.py)."""
     from .partition import partition
-    from .regions import StackRegistry, region_node
+    from .regions import region_node
+    from .stack_registry import StackRegistry
     if hasattr(backend.ops, "regions"):                      # -b auto: regions on the stacks its search chose
         return backend.ops.regions(graph, placement, volatile)
     if not isinstance(backend.ops, StackRegistry):

@@ -25,7 +25,8 @@ from .description import Description
 from .errors import ModelError, UsageError
 from .hdi import Backend, HostClock, MemoryManager, OperatorRegistry
 from .partition import StackFailed
-from .regions import ChildEvent, Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
+from .regions import ChildEvent, Claim, Region, RegionProgram, example_inputs, to_torch
+from .stack_registry import StackRegistry
 
 __all__ = ["Backend", "ChildEvent", "Claim", "Description", "HostClock", "HostMemory", "MemoryManager", "ModelError",
            "OperatorRegistry", "Region", "RegionProgram", "StackFailed", "StackRegistry", "UsageError", "example_inputs", "to_torch"]

@@ -22,12 +22,12 @@ import math
 import numpy as np
 import torch
 
+from .compare import compare
 from .dtypes import to_torch as torch_dtype
-from .opinfo import UNINITIALISED
 from .partition import StackFailed, aten_name
 from .region_numerics import widened
 from .regions import Region, to_torch
-from .session import compare
+from .uninitialised import UNINITIALISED
 
 # float outputs: off when max |stack - ATen| passes this share of max(1, max |ATen|) (f32: rounding through a
 # whole training step's region stays near 1e-6; a wrong conversion is off by the values themselves)
@@ -145,7 +145,7 @@ def _sample(meta, g, draw: bool):
 
 
 def _off(got, want: torch.Tensor, undefined=None) -> float:
-    """How far the stack's value is from ATen's: session.compare's max abs error over the value's scale
+    """How far the stack's value is from ATen's: compare's max abs error over the value's scale
     (max(1, max |ATen|)); 1.0 for any integer or boolean that differs, inf for another shape or NaN/inf where
     ATen has none. Elements in `undefined` are not compared."""
     got = np.asarray(got)

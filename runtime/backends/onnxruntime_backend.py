@@ -24,7 +24,8 @@ from ..description import Description
 from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
-from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
+from ..regions import Claim, Region, RegionProgram, example_inputs, to_torch
+from ..stack_registry import StackRegistry
 from .numpy_backend import NumpyMemory
 
 INSTALL = "pip install onnxruntime (or opscope[onnxruntime])"

@@ -26,7 +26,8 @@ from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
 from ..region_check import TOLERANCE
-from ..regions import Claim, Region, RegionProgram, StackRegistry, example_inputs, to_torch
+from ..regions import Claim, Region, RegionProgram, example_inputs, to_torch
+from ..stack_registry import StackRegistry
 from .numpy_backend import NumpyMemory
 
 # NOTE: importing openvino, and each convert_model, reports usage through openvino_telemetry from a process it

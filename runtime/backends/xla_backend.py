@@ -22,7 +22,8 @@ from ..errors import UsageError, first_line
 from ..hdi import Backend
 from ..partition import StackFailed
 from ..graph import materialize
-from ..regions import Claim, Region, RegionProgram, StackRegistry
+from ..regions import Claim, Region, RegionProgram
+from ..stack_registry import StackRegistry
 from ..regions import example_inputs as _examples
 from .numpy_backend import NumpyMemory
 from .xla_lowering import more_lowerings, scatter_into

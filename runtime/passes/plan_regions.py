@@ -19,7 +19,8 @@ import hashlib
 import re
 
 from ..errors import UsageError
-from ..regions import RegionProgram, SavedRegion, StackRegistry, constants_digest
+from ..regions import RegionProgram
+from ..stack_registry import SavedRegion, StackRegistry, constants_digest
 
 MAX_REGION = 2 << 30
 _FILE = re.compile(r"^regions/(region\d{1,6})\.bin$")
