@@ -37,6 +37,11 @@ def math_threads(environ, cores: int | None) -> dict[str, str]:
 
 MATH_THREADS_SET = math_threads(os.environ, os.cpu_count())
 os.environ.update(MATH_THREADS_SET)
+# The terminal pytest runs in is not the one a test's command meets: the CLI sizes its tables by $COLUMNS (a pipe
+# without it gets 160 columns), so a CI runner's COLUMNS=80 wrapped a header the test reads ("measured ms (wall)").
+# A test that wants a width sets COLUMNS itself.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 
 # --- Every test that starts a process is marked (pyproject: multiprocess, browser, container) ----------------
 # The quick set (`-m "not slow and not browser and not multiprocess and not container"`) is quick only while
