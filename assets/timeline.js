@@ -100,6 +100,8 @@
       if (prev.stamp === view.stamp && prev.find === view.find) return;
       // a running run's new events are appended by live() as they are stored: a new stamp asks for nothing more
       if (prev.find === view.find && T.data && T.data.status === "running" && statusOf(view) === "running") return;
+      // a running run's window in flight: live() appends from its last span on, so more events ask for nothing
+      if (T.inflight && prev.find === view.find && statusOf(prev) === "running" && statusOf(view) === "running") return;
       if (T.inflight && prev.find === view.find) { T.grow = true; return; }   // more events: see grown()
       if (T.mark && T.mark.find !== view.find) T.mark = null;   // (Enter may have marked the new text's first match)
       // More events or a new status: the same window redrawn; a view of the whole run grows with the run.
@@ -201,7 +203,8 @@
         return;
       }
       show(p, true);
-      if (T.data && (p.stamp !== T.view.stamp || Math.abs(T.px - (first ? first.px : T.px)) > 0.1 * T.px)) {
+      var stale = p.stamp !== T.view.stamp && !(T.data && T.data.status === "running" && statusOf(T.view) === "running");
+      if (T.data && (stale || Math.abs(T.px - (first ? first.px : T.px)) > 0.1 * T.px)) {   // (a running one: live())
         refetch(T.t0 <= 0 && T.t1 >= T.end);
       }
     }).catch(failed);
