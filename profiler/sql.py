@@ -8,7 +8,9 @@ The query runs on the store's read-only connection (no file or network access, n
 loaded, store.py's _READ_ONLY), with the configuration then locked so the query cannot change it back. Each
 table that has a run_id is seen as a temporary view of this run's rows, without the run_id column. One
 statement, SELECT (WITH ... SELECT) or EXPLAIN only; at most `max_rows` rows come back (the query is wrapped in
-a LIMIT, so a billion-row result is never built) and it is interrupted after `seconds`.
+a LIMIT, so a billion-row result is never built) and it is interrupted after `seconds`. Rows are fetched a few at a
+time and counted as JSON as they come: once the next row would pass `max_bytes` (a few rows of huge cells,
+repeat('x', 1e7)) no more are fetched and the answer says `truncated` with `truncated_by` "bytes".
 
 query_in_child() runs the same query in a child process (the web console): DuckDB shares one instance, and its
 settings, between the connections of a process, so in a process that also writes the store (`profile --web`'s
@@ -28,10 +30,15 @@ MAX_ROWS = 10_000
 SECONDS = 10.0
 MAX_ANSWER = 32 * 1024 ** 2     # bytes of JSON a child sends back: rows are bounded, a cell is not (repeat('x', 1e9))
 _ALLOWED = ("SELECT", "EXPLAIN")
+_ROOM = 64 * 1024                 # of MAX_ANSWER, for the answer's other fields (run, tables, ...)
+_TOO_BIG = (f"sql: the answer is over {MAX_ANSWER // 1024 ** 2} MB of text; select fewer or shorter columns "
+            f"(left(x, 100)), or fewer rows (a LIMIT)")
 
 
-def query(run_id: str, sql: str, store=None, max_rows: int = MAX_ROWS, seconds: float = SECONDS) -> dict:
-    """{columns, rows, truncated, tables} of `sql` over the run's tables; bad SQL raises UsageError (exit 2)."""
+def query(run_id: str, sql: str, store=None, max_rows: int = MAX_ROWS, seconds: float = SECONDS,
+          max_bytes: int = MAX_ANSWER) -> dict:
+    """{columns, rows, truncated, truncated_by, tables} of `sql` over the run's tables; bad SQL raises UsageError
+    (exit 2), and so does a first row over `max_bytes` of JSON (nothing could be shown)."""
     import duckdb
 
     from opscope.profiler.store import RunStore
@@ -49,7 +56,7 @@ def query(run_id: str, sql: str, store=None, max_rows: int = MAX_ROWS, seconds: 
                 text = f"SELECT * FROM ({text}) LIMIT {int(max_rows) + 1}"
             cur = con.execute(text)
             columns = [d[0] for d in cur.description or []]
-            rows = cur.fetchmany(int(max_rows) + 1)
+            rows, cut = _bounded_rows(cur, int(max_rows), max_bytes - len(json.dumps(columns)) - _ROOM)
         except duckdb.InterruptException:
             raise UsageError(f"sql: the query ran past {seconds:g} s and was stopped; "
                              f"narrow it (a WHERE, a LIMIT) or ask for less") from None
@@ -58,8 +65,31 @@ def query(run_id: str, sql: str, store=None, max_rows: int = MAX_ROWS, seconds: 
         finally:
             timer.cancel()
             con.interrupt()         # NOTE: a timer that fired after the last row must not hit the next query
-    return {"run": run["run_id"], "columns": columns, "rows": [list(r) for r in rows[:max_rows]],
-            "truncated": len(rows) > max_rows, "max_rows": max_rows, "tables": tables}
+    if cut == "bytes" and not rows:
+        raise UsageError(_TOO_BIG)
+    return {"run": run["run_id"], "columns": columns, "rows": rows, "truncated": cut is not None,
+            "truncated_by": cut, "max_rows": max_rows, "max_bytes": max_bytes, "tables": tables}
+
+
+def _bounded_rows(cur, max_rows: int, max_bytes: int) -> tuple[list, str | None]:
+    """Rows while both bounds hold, and which bound cut them ("rows", "bytes" or None). Each row is counted as the
+    JSON the child sends; rows are fetched in batches sized to what the bytes left allow, so a result of huge cells
+    is fetched a row at a time and nothing past the bound is kept."""
+    rows, size, batch = [], 2, 1          # the first row says how wide rows are
+    while True:
+        got = cur.fetchmany(batch)
+        if not got:
+            return rows, None
+        for r in got:
+            if len(rows) == max_rows:
+                return rows, "rows"
+            n = len(json.dumps(list(r), default=str)) + 2        # the row and its ", "
+            if size + n > max_bytes:
+                return rows, "bytes"
+            rows.append(list(r))
+            size += n
+        mean = size / max(len(rows), 1)
+        batch = int(max(1, min(2048, max_rows + 1 - len(rows), (max_bytes - size) / mean / 4)))
 
 
 def _one_select(con, sql: str):
@@ -129,9 +159,8 @@ def _child() -> int:
     except OpscopeError as e:
         out = {"error": str(e)}
     text = json.dumps(out, default=str)      # a date, a decimal, a blob: as text
-    if len(text) > MAX_ANSWER:               # the parent reads it whole, into the web server's memory
-        text = json.dumps({"error": f"sql: the answer is over {MAX_ANSWER // 1024 ** 2} MB of text; select fewer "
-                                    f"or shorter columns (left(x, 100)), or fewer rows (a LIMIT)"})
+    if len(text) > MAX_ANSWER:               # NOTE: query() bounds the rows; this is the rest (a huge column name)
+        text = json.dumps({"error": _TOO_BIG})
     print(text)
     return 0
 

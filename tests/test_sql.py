@@ -55,6 +55,25 @@ def test_a_billion_row_result_is_cut_at_max_rows(cli, two_runs):
     assert doc["rows"] == [[0], [1], [2], [3], [4]] and doc["truncated"] is True
 
 
+def test_rows_stop_once_their_json_reaches_the_bound_while_they_are_fetched(cli, two_runs):
+    from opscope.profiler.sql import query
+    from opscope.runtime.errors import UsageError
+    # 1,000 rows of ~1 kB each: ~20 fit in 20 kB; each kept row is one of the query's first rows, in order
+    out = query(two_runs[0], "SELECT i, repeat('x', 1000) AS x FROM range(1000) t(i)", max_bytes=20_000 + 64 * 1024)
+    n = len(out["rows"])
+    assert out["truncated"] is True and out["truncated_by"] == "bytes" and 10 <= n < 1000
+    assert [r[0] for r in out["rows"]] == list(range(n)) and len(json.dumps(out["rows"])) <= 20_000
+    small = query(two_runs[0], "SELECT i FROM range(10) t(i)", max_bytes=20_000 + 64 * 1024)
+    assert small["truncated"] is False and small["truncated_by"] is None and len(small["rows"]) == 10
+    with pytest.raises(UsageError, match="the answer is over 32 MB"):     # not even the first row fits: refused
+        query(two_runs[0], "SELECT repeat('x', 100000) AS x", max_bytes=80_000)
+    # the CLI at its real bound (32 MB): 40 rows of 1 MB are cut, printed with a note saying why
+    r = cli("sql", two_runs[0], "SELECT i, repeat('x', 1000000) AS x FROM range(40) t(i)", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["truncated_by"] == "bytes" and 20 <= len(doc["rows"]) < 40 and len(r.stdout) < 33 * 1024 ** 2
+
+
 def test_bad_limits_and_unknown_runs_are_one_line(cli, two_runs):
     for args in (("--max-rows", "0"), ("--timeout", "0"), ("--timeout", "601")):
         r = cli("sql", two_runs[0], "SELECT 1", *args)

@@ -27,7 +27,10 @@ def main(args) -> int:
         emit_json(out)
         return 0
     console.print(table(f"run {out['run']}", out["columns"], [[_cell(v) for v in r] for r in out["rows"]]))
-    if out["truncated"]:
+    if out["truncated_by"] == "bytes":
+        print(f"opscope: note: only the first {len(out['rows'])} rows are shown: the answer reached "
+              f"{out['max_bytes'] // 1024 ** 2} MB of text (select fewer or shorter columns)", file=sys.stderr)
+    elif out["truncated"]:
         print(f"opscope: note: only the first {out['max_rows']} rows are shown (--max-rows)", file=sys.stderr)
     return 0
 
