@@ -147,6 +147,7 @@ def main() -> None:
                 save_link(fit)
                 link = Interconnect(fit["bandwidth"], fit["latency"], "ring", "measured", ranks=n)
                 try:
+                    # what `opscope simulate --hybrid torch:cpu=...` calls by default: the shares timed together
                     m = measure(spec, ["torch:cpu"] * n, [1 / n] * n, optimizer=args.optimizer, repeats=9,
                                 together=True)
                 except UsageError as e:        # a batch with no row for every rank

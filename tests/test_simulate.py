@@ -97,10 +97,13 @@ def test_the_measured_step_beside_a_prediction_is_a_run_of_the_same_optimizer_st
     monkeypatch.setenv("OPSCOPE_HOME", str(tmp_path))
     store = RunStore()
     other = _hybrid_run(store, 0.5, "adamw", "gradients", False)
-    args = ("simulate", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--ranks", "2", "--json")
+    # --one-process: the match with a run is the point here, not how the shares are timed (no process per rank)
+    args = ("simulate", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--ranks", "2", "--one-process",
+            "--json")
     r = cli(*args)
     assert r.returncode == 0, r.stderr
     assert "measured" not in json.loads(r.stdout)["predictions"][0]
+    assert json.loads(r.stdout)["timing"] == {"shares": "one process", "processes": 1, "why": "--one-process"}
     same = _hybrid_run(store, 0.04, "sgd", "", False)
     pred = json.loads(cli(*args).stdout)["predictions"][0]
     assert pred["measured"]["run_id"] == same
@@ -119,8 +122,11 @@ def test_a_prediction_on_the_simulated_clock_is_not_compared_with_a_runs_wall_cl
     doc = json.loads(cli(*args, "--json").stdout)
     pred = doc["predictions"][0]
     assert doc["clock"] == "simulated" and pred["measured"]["run_id"] == run and pred["error"] is None
+    # sim chips are timed in this process without --one-process: their clock does not share the host's cores
+    assert doc["timing"]["shares"] == "one process" and "sim chip" in doc["timing"]["why"]
     assert pred["measured"]["clock"] == "wall"
     text = " ".join(cli(*args).stdout.split())
     assert "predicted: dp (compute on the simulated clock, collectives from the link model" in text
     assert "(wall)" in text and f"(run {run}, not compared)" in text and "error" not in text
     assert "not compared: a run's step is wall time, the prediction is on the simulated clock" in text
+    assert "shares timed one process (not every share is a host rank" in text

@@ -225,3 +225,27 @@ def test_a_share_of_each_training_architecture_is_timed_with_its_whole_shape(nam
     assert s["clock"] == "simulated" and s["rows"] == 1 and len(s["runs"]) == 1
     assert s["forward_seconds"] > 0 and s["backward_seconds"] > 0 and s["optimizer_seconds"] > 0
     assert type(s["compute_ns"]) is int and math.isclose(s["compute_ns"] / 1e9, s["compute_seconds"], rel_tol=1e-9)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_simulate_times_host_ranks_together_by_default_as_bench_dist_does(cli):
+    """Issue 39: `simulate --hybrid torch:cpu=...` timed each share alone in its process while bench_dist.py timed
+    them together (one process per rank, in lockstep), which moved its predicted/measured from 0.48-3.92 to
+    0.71-2.10; the command now times them as the benchmark does (both call simulate.measure(together=True))."""
+    import json
+    r = cli("simulate", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--ranks", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["timing"]["shares"] == "together" and doc["timing"]["processes"] == 2
+    # each share's phases are the slower rank's per step (together.slowest_per_step), its own time kept beside
+    assert [s["rows"] for s in doc["shares"]] == [16, 16]
+    assert doc["shares"][0]["compute_seconds"] == doc["shares"][1]["compute_seconds"]
+    assert all(s["compute_seconds"] >= s["own_compute_seconds"] - 1e-12 for s in doc["shares"])
+    p = doc["predictions"][0]
+    # the ranks' own small all-reduce set the link's latency at the rank count that was timed
+    assert "timed together" in p["cluster"][0]["source"]
+    assert any("timed together, 2 processes" in a for a in doc["assumptions"])
+    text = " ".join(cli("simulate", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--ranks", "2",
+                        "--one-process").stdout.split())
+    assert "shares timed one process (--one-process)" in text

@@ -37,6 +37,11 @@ def register(sub) -> None:
                                                                       "ring|tree|all-to-all")
     p.add_argument("--cores-per-node", type=count_arg("--cores-per-node"), metavar="C",
                    help="ranks of a node share C cores (wall-clock compute stretches when they run out)")
+    p.add_argument("--one-process", action="store_true",
+                   help="time host ranks' shares one after another in this process: cheaper (no process per rank), "
+                        "less like the job. Default: together, one process per rank stepping in lockstep as "
+                        "train --hybrid's ranks do (shared cores, stragglers, their own small all-reduce), as "
+                        "benchmarks/bench_dist.py times them")
     p.add_argument("--measure-link", action="store_true", help="measure this host's link first (gloo all-reduce, "
                                                                "2 processes, a few sizes), store and use it")
     p.add_argument("--measured", metavar="RUN", help="a `train --hybrid` run to print beside the prediction "
@@ -107,7 +112,9 @@ def main(args) -> int:
     measured_run = _measured_run(args)
     ranks = args.ranks or ([measured_run["world_size"]] if measured_run else [1, 8, 1024])
     clusters = {n: cluster_of(n, link, inter, per_node) for n in ranks}
-    m = measure(args.model, job.specs, job.ratios, optimizer=args.optimizer)
+    # what benchmarks/bench_dist.py calls: host ranks timed together unless --one-process (sim chips' exact
+    # clocks are timed in this process either way: their step does not depend on the host's cores)
+    m = measure(args.model, job.specs, job.ratios, optimizer=args.optimizer, together=not args.one_process)
     for n in ranks:            # a strategy that does not fit is said before any prediction is printed
         if strategy is not None:
             strategy.check(n, m.shapes[m.slowest])
@@ -116,7 +123,7 @@ def main(args) -> int:
     capacity = _capacity(job.specs[m.slowest])
     doc.update({"model": args.model, "hybrid": args.hybrid, "interconnect": {**vars(link)},
                 "shares": m.shares, "gradient_bytes": m.gradient_bytes, "memory_capacity": capacity,
-                "clock": " and ".join(sorted({s["clock"] for s in m.shares}))})
+                "clock": " and ".join(sorted({s["clock"] for s in m.shares})), "timing": _timing(m, args)})
     if search:
         doc["search"] = {str(n): [_row(p) for p in search_strategies(m, n, clusters[n], capacity=capacity, **kw)]
                          for n in ranks}
@@ -139,6 +146,20 @@ def main(args) -> int:
         return 0
     _print(args, link, m, doc)
     return 0
+
+
+def _timing(m, args) -> dict:
+    """How the shares were timed: `together` (one process per rank in lockstep, runtime/dist/together.py) or
+    `one process` (one after another here), and why."""
+    if m.together > 1:
+        why = f"{m.together} processes stepping in lockstep on this host, as train --hybrid's ranks run"
+    elif args.one_process:
+        why = "--one-process"
+    elif len(m.shares) == 1:
+        why = "one share: no other rank to share the cores with"
+    else:
+        why = "not every share is a host rank (a sim chip's clock does not depend on the host's cores)"
+    return {"shares": "together" if m.together > 1 else "one process", "processes": max(1, m.together), "why": why}
 
 
 def _row(p: dict) -> dict:
@@ -229,6 +250,7 @@ def _print(args, link, m, doc) -> None:
                         [[s["backend"], s["rows"], f"{s['forward_seconds'] * 1e3:.3f}",
                           f"{s['backward_seconds'] * 1e3:.3f}", f"{s['optimizer_seconds'] * 1e3:.3f}", s["clock"]]
                          for s in m.shares], justify_right={"rows", "fwd ms", "bwd ms", "opt ms"}))
+    console.print(say("shares timed {} ({})", doc["timing"]["shares"], doc["timing"]["why"]))
     mem = lambda p: fmt_bytes(p["memory"]["total"])  # noqa: E731
     # every time below is predicted: the shares' compute on their clock, the collectives from the link's model
     clock = f"compute on the {doc['clock']} clock, collectives from the link model"
