@@ -13,13 +13,14 @@ from __future__ import annotations
 from . import stats
 
 
-def compare_runs(store, run_a: str, run_b: str, by: str = "name") -> dict:
+def compare_runs(store, run_a: str | dict, run_b: str | dict, by: str = "name") -> dict:
     """The comparison the CLI prints and the Compare page draws: every number per step (stats.per_step, each
     run divided by the steps its events hold), so runs of 5 and 2 steps of one model read 1.00x.
 
     ops: one row per op (grouped `by`, every event of both runs), a_ns / b_ns per step, a_count / b_count
-    calls per step; nodes: the nodes both runs ran, matched by name; only_a / only_b: the others."""
-    a, b = store.get_run(run_a), store.get_run(run_b)
+    calls per step; nodes: the nodes both runs ran, matched by name; only_a / only_b: the others.
+    run_a, run_b: ids, or the runs' rows as store.get_run gave them (a page that has them read)."""
+    a, b = (r if isinstance(r, dict) else store.get_run(r) for r in (run_a, run_b))
     (ta, node_a, by_a), (tb, node_b, by_b) = side(store, a, by), side(store, b, by)
     sa, sb = max(ta["steps"], 1), max(tb["steps"], 1)
     na = {r["key"]: r for r in stats.per_step(node_a, sa)}

@@ -84,6 +84,43 @@ def test_compare_totals_follow_the_same_rules_and_warn_of_a_simulated_side(opsco
     assert doc["totals"]["b"]["simulated"] and any("run B ran on a simulated clock" in w for w in doc["warnings"])
 
 
+def test_compare_picks_its_runs_in_the_page_so_its_table_waits_on_no_other_callback(opscope_home):
+    from opscope.app.pages import compare
+    store = RunStore()
+    a = make_run(store, NESTED, model="mlp")
+    b = make_run(store, HOST_DEVICE, model="mlp")
+    other = make_run(store, NESTED, model="cnn")
+    app = create_app(store=store)
+
+    def dropdowns(**query):
+        with app.server.test_request_context("/compare"):
+            page = compare.layout(**query)
+        found = {}
+        stack = [page]
+        while stack:
+            c = stack.pop()
+            if getattr(c, "id", None) in ("compare-a", "compare-b"):
+                found[c.id] = (c.value, [o["value"] for o in c.options])
+            kids = getattr(c, "children", None)
+            stack += kids if isinstance(kids, list) else [kids] if kids is not None else []
+        return found
+    got = dropdowns(run=a[:8], b=b)                      # an id's prefix is enough, as on the command line
+    assert got["compare-a"][0] == a and got["compare-b"][0] == b
+    assert set(got["compare-a"][1]) == set(got["compare-b"][1]) == {a, b, other}
+    got = dropdowns()                                    # none asked for: the newest two runs of one model
+    assert {got["compare-a"][0], got["compare-b"][0]} == {a, b}
+    # the table's callback takes the dropdowns' values from the page: no callback sets them (it would run first,
+    # after the header's run lookup: two round trips in series before the table is even asked for)
+    setters = [k for k, cb in _server_callbacks(app).items() if "compare-a.value" in k or "compare-b.value" in k]
+    assert setters == []
+    table = next(cb for k, cb in _server_callbacks(app).items() if "compare-table.rowData" in k)
+    assert {(d["id"], d["property"]) for d in table["inputs"]} == {("compare-a", "value"), ("compare-b", "value")}
+    r = app.server.test_client().post("/_dash-update-component", json=_callback_body(
+        next(k for k in _server_callbacks(app) if "compare-table.rowData" in k), table, [a, b]))
+    rows = r.get_json()["response"]["compare-table"]["rowData"]
+    assert {row["op"] for row in rows} == {"linear", "addmm", "relu", "kernel"}
+
+
 def test_one_stream_one_lane_even_when_kernels_overlap_by_a_nanosecond(opscope_home):
     """Kineto's us -> ns rounding makes back-to-back kernels overlap by 1 ns; nesting them was a lie."""
     store = RunStore()
@@ -184,6 +221,27 @@ def test_memory_peak_names_the_op_that_held_it(opscope_home):
     [mem] = p["counters"]                                             # drawn under the timeline, on its axis
     assert mem["name"].startswith("live bytes") and mem["max"] == 900
     assert lod.unb64(mem["t"], "f8").tolist() == [1000, 2000, 3000]
+
+
+def test_a_counter_thinned_to_its_pixels_keeps_each_pixels_lowest_and_highest_sample():
+    import numpy as np
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.integers(0, 100_000, 5000))
+    v = rng.normal(size=5000).round(1)                   # ties: the first of equals is kept
+    v[rng.random(5000) < 0.1] = np.nan
+    v[(t >= 50_000) & (t < 52_000)] = np.nan             # a pixel of no finite sample keeps its first
+    [c] = lod.counter_payload([{"name": "x", "unit": "", "t": t, "v": v}], 0, 0, 100_000, px=50)
+    got = set(lod.unb64(c["t"], "f8").astype(np.int64).tolist())
+    want = set()
+    bucket = t * 50 // 100_000
+    for b in np.unique(bucket):
+        i = np.flatnonzero(bucket == b)
+        w = v[i]
+        if np.isfinite(w).any():
+            want |= {int(t[i[np.nanargmin(w)]]), int(t[i[np.nanargmax(w)]])}
+        else:
+            want.add(int(t[i[0]]))
+    assert got == want and c["n"] <= 2 * 50 and c["max"] == np.nanmax(v)
 
 
 def test_module_grouping_rolls_up(opscope_home):

@@ -10,6 +10,7 @@ from dash import Input, Output, dcc, html
 from opscope.app.cli.common import fmt_ratio
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
+from opscope.app.web.data import page_data
 from opscope.profiler.compare import compare_runs, warnings
 
 PATH = "/compare"
@@ -20,14 +21,18 @@ TOLERANCE = 1e-3     # relative difference of a summary statistic that counts as
 
 def layout(run=None, b=None, **_query):
     run, b = inputs.query(run, "run"), inputs.query(b, "b")
+    data = page_data()
+    # The two runs are picked here, in the page's own answer, so the table's callback starts at once instead of
+    # after the header's run lookup and a callback that picks them (two round trips in series on a first visit).
+    # NOTE: the dropdown drops a value missing from its options; with no data (Dash validating the layout) the
+    # ids from the URL come with a placeholder option.
+    opts, run, b = pick(data, run, b) if data else ([run] if run else [], run, b)
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
-            # NOTE: the dropdown drops a value missing from its options, so the ids from the URL come
-            # with a placeholder option until the callback lists every run.
             html.Label("run A", className="label"),
-            dcc.Dropdown(id=ids.CMP_A, value=run, options=[run] if run else [], clearable=False, className="dropdown"),
+            dcc.Dropdown(id=ids.CMP_A, value=run, options=opts if run else [], clearable=False, className="dropdown"),
             html.Label("run B", className="label"),
-            dcc.Dropdown(id=ids.CMP_B, value=b, options=[b] if b else [], clearable=False, className="dropdown")]),
+            dcc.Dropdown(id=ids.CMP_B, value=b, options=opts if b else [], clearable=False, className="dropdown")]),
                 html.Div(id=ids.CMP_SUMMARY, className="summary")),
         html.Div(className="grid-2", children=[
             ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
@@ -42,34 +47,12 @@ def layout(run=None, b=None, **_query):
 
 
 def register(app, data):
-    @app.callback(Output(ids.CMP_A, "options"), Output(ids.CMP_B, "options"), Output(ids.CMP_A, "value"),
-                  Output(ids.CMP_B, "value"), Input(ids.RUN_STATUS, "data"), Input(ids.CMP_A, "value"),
-                  Input(ids.CMP_B, "value"))
-    def choices(_status, a, b):
-        a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
-        runs = data.runs()
-        opts = [{"label": f"{r['run_id'][:8]} · {ui.run_title(r)} · {r['status']}",
-                 "value": r["run_id"]} for r in runs]
-        known = {r["run_id"] for r in runs}
-        a = _resolve(data, a) if a else None
-        b = _resolve(data, b) if b else None
-        # Defaults: the newest two runs of one model (a model on two backends, before/after advice); else the
-        # two newest runs with events.
-        useful = [r for r in runs if r.get("events")] or runs
-        if a not in known and b not in known:
-            pair = next(((y, x) for i, x in enumerate(useful) for y in useful[i + 1:] if y["model"] == x["model"]),
-                        None) or ((useful[1], useful[0]) if len(useful) > 1 else (useful[0], useful[0]) if useful
-                                  else ({"run_id": None}, {"run_id": None}))
-            a, b = pair[0]["run_id"], pair[1]["run_id"]
-        elif a not in known:
-            model = next((r["model"] for r in runs if r["run_id"] == b), None)
-            same = [r for r in useful if r["run_id"] != b and r["model"] == model]
-            a = (same or [r for r in useful if r["run_id"] != b] or [{"run_id": b}])[0]["run_id"]
-        elif b not in known:
-            model = next((r["model"] for r in runs if r["run_id"] == a), None)
-            same = [r for r in useful if r["run_id"] != a and r["model"] == model]
-            b = (same or [r for r in useful if r["run_id"] != a] or [{"run_id": a}])[0]["run_id"]
-        return opts, opts, a, b
+    # The list of runs again when the shown run's status changes (a live run ends, a new run is stored).
+    @app.callback(Output(ids.CMP_A, "options"), Output(ids.CMP_B, "options"), Input(ids.RUN_STATUS, "data"),
+                  prevent_initial_call=True)
+    def choices(_status):
+        opts = _options(data.runs())
+        return opts, opts
 
     # The address bar follows the picked runs (a link copied from it opens this comparison), without a reload.
     app.clientside_callback("""function (a, b) {
@@ -85,12 +68,16 @@ def register(app, data):
                   Input(ids.CMP_B, "value"))
     def render(a, b):
         a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
-        ra, rb = data.run(a) if a else None, data.run(b) if b else None
+        # NOTE: reads inside one open of the store share it: each read opened the store file anew (20 ms, more on
+        # a loaded machine). Not compare_runs: it may keep a side's answer, a write (not inside a reader's open).
+        with data.store.connect(read_only=True):
+            ra, rb = data.run(a) if a else None, data.run(b) if b else None
+            errors = _errors(data, ra, rb) if ra and rb else ""
         if not ra or not rb:
             return ui.note("Compare needs two runs: profile the model on two backends."), \
                 theme.empty_figure("pick two runs"), [], ""
         # the CLI's numbers (profiler.compare): every op per step, the totals per step counted once
-        doc = compare_runs(data.store, ra["run_id"], rb["run_id"])
+        doc = compare_runs(data.store, ra, rb)
         rows = [{"id": o["op"], "op": o["op"], "op_type": o["op_type"], "a_ms": o["a_ns"] / 1e6,
                  "b_ms": o["b_ns"] / 1e6, "ratio": o["ratio"], "a_count": o["a_count"], "b_count": o["b_count"]}
                 for o in doc["ops"]]
@@ -101,7 +88,37 @@ def register(app, data):
             html.Div(className="ratio", children=[html.Span("B / A per step", className="muted"),
                                                   html.B(fmt_ratio(total_b / total_a) if total_a and total_b else "n/a")])]),
             *[ui.note(w, "warn") for w in warnings(ta, tb)]])
-        return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), _errors(data, ra, rb)
+        return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), errors
+
+
+def pick(data, a, b) -> tuple[list[dict], str | None, str | None]:
+    """The dropdowns' options and the two runs shown: those asked for (a prefix of an id is enough), else the
+    newest two runs of one model (a model on two backends, before/after advice), else the two newest with events."""
+    a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
+    with data.store.connect(read_only=True):       # one open of the store for the three reads
+        runs = data.runs()
+        a = _resolve(data, a) if a else None
+        b = _resolve(data, b) if b else None
+    known = {r["run_id"] for r in runs}
+    useful = [r for r in runs if r.get("events")] or runs
+    if a not in known and b not in known:
+        pair = next(((y, x) for i, x in enumerate(useful) for y in useful[i + 1:] if y["model"] == x["model"]),
+                    None) or ((useful[1], useful[0]) if len(useful) > 1 else (useful[0], useful[0]) if useful
+                              else ({"run_id": None}, {"run_id": None}))
+        a, b = pair[0]["run_id"], pair[1]["run_id"]
+    elif a not in known:
+        model = next((r["model"] for r in runs if r["run_id"] == b), None)
+        same = [r for r in useful if r["run_id"] != b and r["model"] == model]
+        a = (same or [r for r in useful if r["run_id"] != b] or [{"run_id": b}])[0]["run_id"]
+    elif b not in known:
+        model = next((r["model"] for r in runs if r["run_id"] == a), None)
+        same = [r for r in useful if r["run_id"] != a and r["model"] == model]
+        b = (same or [r for r in useful if r["run_id"] != a] or [{"run_id": a}])[0]["run_id"]
+    return _options(runs), a, b
+
+
+def _options(runs) -> list[dict]:
+    return [{"label": f"{r['run_id'][:8]} · {ui.run_title(r)} · {r['status']}", "value": r["run_id"]} for r in runs]
 
 
 def _resolve(data, rid):

@@ -644,6 +644,16 @@ class WebData:
         return self.store.hardware_frame(run_id)
 
 
+def page_data() -> WebData | None:
+    """The WebData of the app serving this request, for a page's layout (several apps may share a process);
+    None when there is no request (Dash validating the layout)."""
+    try:
+        from flask import current_app
+        return getattr(current_app, "opscope_data", None)
+    except RuntimeError:
+        return None
+
+
 def bandwidth(row: dict, peak_bw: float) -> dict:
     """achieved_bps (bytes moved per second of the op's time) and pct_bw (of the description's memory bandwidth):
     what a memory-bound op and a transfer are measured by (a copy has no FLOPs)."""

@@ -293,19 +293,24 @@ def counter_payload(counters: list[dict], origin: int, t0: int, t1: int, px: int
         hi = min(int(np.searchsorted(t, t1, "right")) + 1, len(t))
         t, v = t[lo:hi], v[lo:hi]
         if len(t) > 2 * px:
-            bucket = ((t - t0) * px // max(t1 - t0, 1)).astype(np.int64)
-            keep = np.zeros(len(t), bool)
-            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-            for a, b in zip(starts, np.r_[starts[1:], len(t)]):
-                w = v[a:b]
-                keep[a + int(np.nanargmin(w)) if np.isfinite(w).any() else a] = True
-                keep[a + int(np.nanargmax(w)) if np.isfinite(w).any() else a] = True
-            t, v = t[keep], v[keep]
+            t, v = _thinned(t, v, ((t - t0) * px // max(t1 - t0, 1)).astype(np.int64))
         finite = np.isfinite(c["v"])
         out.append({"name": c["name"], "unit": c["unit"], "t": b64((t - origin).astype(np.float64), "f8"),
                     "v": b64(np.nan_to_num(v, nan=0.0), "f8"), "n": len(t),
                     "max": float(np.max(c["v"][finite])) if finite.any() else 0.0})
     return out
+
+
+def _thinned(t: np.ndarray, v: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket (ascending), its lowest and highest finite sample, the first of equals (a bucket with none:
+    its first sample). Vectorized: one stable sort per side instead of a loop over thousands of pixels."""
+    finite = np.isfinite(v)
+    keep = np.zeros(len(t), bool)
+    for key in (np.where(finite, v, np.inf), np.where(finite, -v, np.inf)):
+        order = np.lexsort((~finite, key, bucket))       # per bucket: finite first, smallest key, first index
+        first = np.r_[True, bucket[order][1:] != bucket[order][:-1]]
+        keep[order[first]] = True
+    return t[keep], v[keep]
 
 
 def matching(spans: Spans, text: str) -> np.ndarray:
