@@ -35,6 +35,15 @@ CLOCK = ("xla profiler: XLA's thunk-executor spans, in their order, scaled to fi
 _MARK = "opscope-region-call"
 
 
+def _div(a, b, rounding_mode=None):
+    """ATen's div, its rounding modes too (the region value check found them ignored: OpInfo's div samples)."""
+    import jax.numpy as jnp
+    if rounding_mode == "floor":
+        return jnp.floor_divide(a, b)         # (python's floor division on floats too, as ATen's div_floor)
+    q = jnp.true_divide(a, b)
+    return jnp.trunc(q) if rounding_mode == "trunc" else q
+
+
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     import jax
     import jax.numpy as jnp
@@ -69,7 +78,7 @@ def _lower() -> dict:
         "aten::add": lambda a, b, alpha=1: a + alpha * b,
         "aten::sub": lambda a, b, alpha=1: a - alpha * b,
         "aten::mul": lambda a, b: a * b,
-        "aten::div": lambda a, b, rounding_mode=None: a / b,
+        "aten::div": _div,
         "aten::layer_norm": _layer_norm,
         "aten::linear": lambda x, w, b=None: x @ w.T + (b if b is not None else 0),
         "aten::addmm": lambda c, a, b, beta=1, alpha=1: beta * c + alpha * (a @ b),

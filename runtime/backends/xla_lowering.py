@@ -19,6 +19,14 @@ def _axes(dim, ndim):
     return tuple(d % ndim for d in (dim if isinstance(dim, (list, tuple)) else [dim]))
 
 
+def _squeeze(x, dim=None):
+    """ATen's squeeze: a named dim whose size is not 1 stays (jnp.squeeze refuses it; the value check found it)."""
+    import jax.numpy as jnp
+    if dim is None or x.ndim == 0:
+        return jnp.squeeze(x)
+    return jnp.squeeze(x, tuple(d for d in _axes(dim, x.ndim) or () if x.shape[d] == 1))
+
+
 def _slice(x, dim=0, start=None, end=None, step=1):
     return x[(slice(None),) * (dim % x.ndim) + (slice(start, end, step),)]
 
@@ -475,7 +483,7 @@ def _table(base, compare, same, gelu, flash, flash_backward, gelu_backward, sgd,
             "aten::sum": lambda x, dim=None, keepdim=False, dtype=None: x.sum(axis=_axes(dim, x.ndim), keepdims=keepdim),
             "aten::slice": _slice, "aten::select": lambda x, dim, index: jnp.take(x, index, axis=dim),
             "aten::unsqueeze": lambda x, dim: jnp.expand_dims(x, dim % (x.ndim + 1)),
-            "aten::squeeze": lambda x, dim=None: jnp.squeeze(x, _axes(dim, x.ndim)),
+            "aten::squeeze": _squeeze,
             "aten::expand": _expand, "aten::flatten": _flatten,
             "aten::cat": lambda xs, dim=0: jnp.concatenate(xs, axis=dim),
             "aten::gather": lambda x, dim, index, sparse_grad=False: jnp.take_along_axis(x, index, axis=dim),
