@@ -56,6 +56,10 @@ def add_hybrid_arguments(p) -> None:
                         "reduce-scattered too, bucket by bucket during backward, each rank keeps only its shard's; "
                         "parameters: ZeRO-3 (FSDP-style), each rank keeps only its shard of the parameters and "
                         "gathers the others just before an op reads them (torch backends, fixed shares)")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="BatchNorm layers normalize with the whole batch's statistics, all-reduced across the ranks "
+                        "(as torch's SyncBatchNorm; forward and backward), so a BatchNorm model matches one process; "
+                        "without it each rank uses its own rows' (DDP's default), and the run's note says so")
     p.add_argument("--elastic", action="store_true",
                    help="under torchrun --nnodes MIN:MAX (c10d rendezvous): when a node leaves or joins, the ranks "
                         "resume from the last checkpoint with the first WORLD shares of --hybrid; needs --checkpoint-dir")
@@ -79,7 +83,8 @@ def job_from_args(args):
                          allow_fallback=not getattr(args, "no_fallback", False),
                          shared_dir=shared_folder(getattr(args, "shared_dir", None)),
                          overlap=bool(getattr(args, "overlap", False)), bucket_mb=getattr(args, "bucket_mb", None),
-                         shard=getattr(args, "shard", None) or "", elastic=bool(getattr(args, "elastic", False)),
+                         shard=getattr(args, "shard", None) or "", sync_bn=bool(getattr(args, "sync_bn", False)),
+                         elastic=bool(getattr(args, "elastic", False)),
                          checkpoint_dir=shared_folder(getattr(args, "checkpoint_dir", None), "--checkpoint-dir"),
                          checkpoint_every=getattr(args, "checkpoint_every", 10),
                          max_restarts=getattr(args, "max_restarts", 3))
@@ -281,6 +286,8 @@ def _print(report: dict, args) -> None:
                   f"{ref['step_seconds'] * 1e3:.1f} ms\n")
         if ref.get("note"):
             out.write(f"  {ref['note']}\n")
+        if report.get("sync_bn"):
+            out.write("  BatchNorm statistics: the whole batch's, all-reduced across the ranks (--sync-bn)\n")
     if report.get("buckets"):
         b = report["buckets"]
         out.write(f"  gradient buckets: {b['count']} of {b['bytes'] / 2 ** 20:.2f} MiB ({b['chosen']})\n")

@@ -55,7 +55,7 @@ def summarize(job, records: list[dict], error: str | None) -> dict:
     extra["memory"] = _memory(ordered)
     report = {**_report(job, records, steps, events, error), **extra}
     if ref is not None and not extra["single_process"]["within_tolerance"] and report["status"] == "ok" \
-            and not ref.get("batch_norm"):
+            and not (ref.get("batch_norm") and not ref.get("sync_bn")):
         report["status"] = "outside_tolerance"     # no cause known: never "ok" (the note says what to check)
     return report
 
@@ -64,13 +64,15 @@ def _tolerance_note(ref: dict, worst: float, ranks: int) -> str | None:
     """Why a job is outside tolerance of one process, in words: None when it is within."""
     if worst <= TOLERANCE:
         return None
-    if ref.get("batch_norm") and ranks > 1:
+    if ref.get("batch_norm") and ranks > 1 and not ref.get("sync_bn"):
         names = ", ".join(ref["batch_norm"][:4]) + (f" and {len(ref['batch_norm']) - 4} more"
                                                     if len(ref["batch_norm"]) > 4 else "")
         return (f"outside {TOLERANCE:g} by {worst:.2e}: expected, the model's BatchNorm layers ({names}) normalize "
                 f"with each rank's own rows, as DDP without SyncBatchNorm does, while one process uses the full "
-                f"batch's statistics (running mean/var differ too). SyncBatchNorm-style statistics are not built yet")
-    return (f"outside {TOLERANCE:g} by {worst:.2e} and no known cause (no BatchNorm): a backend's numerics or a "
+                f"batch's statistics (running mean/var differ too). --sync-bn all-reduces them across the ranks "
+                f"(as SyncBatchNorm) to match")
+    cause = "BatchNorm statistics synchronised (--sync-bn)" if ref.get("batch_norm") else "no BatchNorm"
+    return (f"outside {TOLERANCE:g} by {worst:.2e} and no known cause ({cause}): a backend's numerics or a "
             f"bug; compare one backend alone with `opscope train MODEL --backend B`")
 
 
@@ -107,7 +109,7 @@ def _report(job, records, steps, events, error) -> dict:
     world = next((r["world_size"] for r in records if r.get("kind") == "start"), len(job.specs))   # elastic: the last
     return {"model": job.model, "hybrid": job.hybrid, "backends": job.specs[:world], "world_size": world,
             "engine": next((r["engine"] for r in records if r.get("kind") == "start"), None),
-            "optimizer": {"name": job.optimizer, "lr": job.lr}, "shard": job.shard, "overlap": job.overlap,
+            "optimizer": {"name": job.optimizer, "lr": job.lr}, "shard": job.shard, "overlap": job.overlap, "sync_bn": job.sync_bn,
             "steps_requested": job.steps,
             "steps": [steps[k] for k in sorted(steps)], "losses": [steps[k]["loss"] for k in sorted(steps)],
             "identical_parameters": bool(steps) and all(s["identical"] for s in steps.values()),

@@ -3,6 +3,7 @@ gradients (the Communicator returns new values: a copy in, a copy out, each the 
 
     broadcast_(params[name], src=owner)            # the owner's values into every rank's array
     all_reduce_(grads_list, weight, cap_bytes)     # scaled and summed over ranks, bucket by bucket, back in place
+    all_reduce_sum_(tensor)                        # a small CPU tensor summed over ranks, in place
     peak_rss_bytes(), rss_bytes()                  # this process's high-water mark and current resident set
 
 A bucket is at most cap_bytes (DDP's 25 MiB by default): a small model's gradients go in one all-reduce as
@@ -34,6 +35,16 @@ def broadcast_(a: np.ndarray, src: int) -> None:
     dist.broadcast(t, src)
     if back:
         np.copyto(a, t.cpu().numpy())
+
+
+def all_reduce_sum_(t: torch.Tensor) -> None:
+    """A CPU tensor of any dtype summed over the ranks, in place (--sync-bn's float64 statistics)."""
+    if dist.get_backend() == "nccl":
+        d = t.to(torch.device("cuda", torch.cuda.current_device()))
+        dist.all_reduce(d)
+        t.copy_(d.cpu())
+    else:
+        dist.all_reduce(t)
 
 
 def reduce_async(t: torch.Tensor, dst: int):

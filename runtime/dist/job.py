@@ -44,6 +44,7 @@ class DistJob:
     bucket_mb: float | None = None          # ... of this many MiB (None: buckets.auto_bucket_bytes)
     shard: str = ""                         # "optimizer": ZeRO-1, each rank keeps the optimizer state of its shard;
                                             # "gradients": ZeRO-2, its shard's reduced gradients too (reduce-scatter)
+    sync_bn: bool = False                   # BatchNorm statistics over every rank's rows (sync_bn.py)
     elastic: bool = False                   # 1..len(specs) ranks, resumed from checkpoint_dir (elastic.py)
     checkpoint_dir: str = ""
     checkpoint_every: int = 10              # steps between checkpoints (and one after the last step)
@@ -196,7 +197,7 @@ def run_rank(job: DistJob, rank: int, world_size: int, records=None):
         trainer = DistTrainer(model, inputs, specs, ratios, rank, opt, name=job.model,
                               allow_fallback=job.allow_fallback, overlap=job.overlap,
                               bucket_bytes=int(job.bucket_mb * 2 ** 20) if job.bucket_mb else None,
-                              shard=job.shard)
+                              shard=job.shard, sync_bn=job.sync_bn)
         el = elastic.Elastic(job, trainer, rank, world_size, checkpoint) if job.elastic else None
         if el is not None:
             el.resume()
@@ -249,12 +250,12 @@ def _reference(job: DistJob, model, inputs, opt, final: dict, records: list[dict
     want = [ref["losses"][r["step"]] for r in steps]
     params = _errors(final, ref["parameters"])
     import torch
-    # BatchNorm in training mode normalizes with each rank's own rows (as DDP without SyncBatchNorm does):
-    # one process's statistics over the full batch differ, so the job cannot match it -- the report says so
+    # BatchNorm in training mode normalizes with each rank's own rows (as DDP without SyncBatchNorm does) unless
+    # --sync-bn: one process's statistics over the full batch differ, so the job cannot match it -- the report says so
     norms = [n or type(m).__name__ for n, m in model.named_modules()
              if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training]
     return {"kind": "reference", "rank": 0, "against": "one process, full batch, eager PyTorch",
-            "batch_norm": norms, "losses": ref["losses"], "loss_error": _err(losses, want),
+            "batch_norm": norms, "sync_bn": job.sync_bn, "losses": ref["losses"], "loss_error": _err(losses, want),
             "parameter_error": _worst(params), "step_seconds": sorted(ref["step_seconds"])[len(ref["step_seconds"]) // 2]}
 
 

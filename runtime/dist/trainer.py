@@ -13,6 +13,7 @@ same sum. A digest of the parameters is compared across ranks after every step.
     DistTrainer(..., shard="optimizer")    # ZeRO-1: gradients all-reduced, each rank updates its shard, all-gather
     DistTrainer(..., shard="gradients")    # ZeRO-2: gradients reduced to their owner during backward (buckets.py)
     DistTrainer(..., shard="parameters")   # ZeRO-3: and each rank keeps only its shard of the parameters (zero3.py)
+    DistTrainer(..., sync_bn=True)         # BatchNorm statistics over every rank's rows (sync_bn.py)
 
 The shards are whole parameters (shard_parameters); rec["gradient_bytes"] and rec["optimizer_state_bytes"]
 are what the rank holds of each from the reduction through the optimizer (ZeRO-2 divides both by ~world),
@@ -39,7 +40,7 @@ from ..hybrid import _Timer
 from ..train.joint import capture_joint
 from ..train.step import OptimizerSpec, build_train_graph
 from .balance import Rebalancer, split_rows
-from .host_collectives import all_reduce_, broadcast_, peak_rss_bytes, rss_bytes
+from .host_collectives import all_reduce_, all_reduce_sum_, broadcast_, peak_rss_bytes, rss_bytes
 from .split import GradientStep, OptimizerStep, _host
 from .zero3 import ParameterGather, remote_tensor
 from .thermal import ThermalModel
@@ -55,7 +56,7 @@ class CollectiveFailed(ModelError):
 class DistTrainer:
     def __init__(self, model, inputs: tuple, specs: list[str], ratios: list[float], rank: int, opt: OptimizerSpec,
                  *, name: str = "", rebalance: Rebalancer | None = None, allow_fallback: bool = True,
-                 overlap: bool = False, bucket_bytes: int | None = None, shard: str = ""):
+                 overlap: bool = False, bucket_bytes: int | None = None, shard: str = "", sync_bn: bool = False):
         if not inputs or not all(hasattr(x, "shape") and len(x.shape) >= 1 for x in inputs):
             raise ModelError("hybrid training splits dim 0 of every input: the inputs must be tensors")
         self.model, self.inputs, self.name = model, tuple(inputs), name
@@ -67,6 +68,7 @@ class DistTrainer:
         self.overlap, self.bucket_bytes = overlap, bucket_bytes     # --overlap: buckets.py (None: chosen there)
         self.shard = shard                                  # "optimizer": ZeRO-1, "gradients": ZeRO-2
         self.shards: list[list[str]] | None = None
+        self.sync_bn = sync_bn and len(specs) > 1
         self.ratios = [r / sum(ratios) for r in ratios]
         self.rows = split_rows(self.ratios, int(self.inputs[0].shape[0]))
         self.rebalance = rebalance
@@ -157,6 +159,16 @@ class DistTrainer:
         native = self.backend.memory.to_device(host)
         return np.asarray(self.backend.memory.to_host(self._collective(what, self.comm.all_reduce, native)))
 
+    def _sync_bn(self, rows: list[int]) -> list:
+        """--sync-bn: the hook that puts the whole batch's BatchNorm statistics into every rank's step."""
+        if not self.sync_bn:
+            return []
+        from .sync_bn import SyncBatchNorm
+
+        def all_reduce(t: torch.Tensor) -> None:
+            self._collective("all-reduce of the BatchNorm statistics", all_reduce_sum_, t)
+        return [SyncBatchNorm(rows[self.rank] / sum(rows), all_reduce)]
+
     def _device_seconds(self, gs: GradientStep, local: tuple, *hooks):
         """Run the gradient step once; (loss, grads, device seconds on the backend's clock, slowdown)."""
         timer = _Timer()
@@ -174,7 +186,7 @@ class DistTrainer:
         gs = self._gradient_step(self.rows[self.rank])
         seconds = 0.0
         for _ in range(max(1, probe_steps)):
-            seconds += self._device_seconds(gs, self._local(self.rows, self.inputs))[2]
+            seconds += self._device_seconds(gs, self._local(self.rows, self.inputs), *self._sync_bn(self.rows))[2]
         times = np.zeros(self.world, np.float64)
         times[self.rank] = seconds / max(1, probe_steps)
         times = self._all_reduce("all-reduce of the probe times", times)
@@ -216,7 +228,7 @@ class DistTrainer:
                 cap = min(cap, SCATTER_BUCKET_BYTES)
             buckets = GradientBuckets(gs, weight, cap, sizes, shards=self.shards if scatter else None,
                                       rank=self.rank, wait=not self.overlap)
-        hooks = ([self.gather] if self.remote else []) + ([buckets] if buckets else [])
+        hooks = ([self.gather] if self.remote else []) + ([buckets] if buckets else []) + self._sync_bn(rows)
         loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch), *hooks)
         t_comm = time.perf_counter()
         marks.append(self.now())
