@@ -48,7 +48,7 @@ def layout(run=None, step=None, find=None, **_query):
     run, step, find = inputs.query(run, "run"), inputs.query(step, "step"), inputs.query(find, "find")
     data = _data()
     shown = data.run(run) if data else None
-    windows = data.step_windows(shown["run_id"]) if data and shown else []
+    windows = data.step_windows(shown["run_id"], shown) if data and shown else []
     step = next((s for s, _, _ in windows if str(s) == str(step)), "all")
     view = _view(shown["run_id"], _stamp(shown["run_id"], data.arrived(shown), shown.get("status")), step, find) \
         if shown else None

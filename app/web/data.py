@@ -135,10 +135,17 @@ class WebData:
         return peak, float(d.get("memory_bandwidth") or 0.0)
 
     # --- the time axis -----------------------------------------------------------------------
-    def raw_step_windows(self, run_id: str) -> list[tuple[int, int, int]]:
-        return [tuple(map(int, r)) for r in self.store.query(
-            "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY 2",
-            [run_id])]
+    def raw_step_windows(self, run: dict | str) -> list[tuple[int, int, int]]:
+        """(step, first start, last end) as recorded; given a finished run's row, computed once (a scan of every
+        event: each timeline window asked it again for its breaks). A running run's steps: asked each time."""
+        rid = run if isinstance(run, str) else run["run_id"]
+        def compute():
+            return [tuple(map(int, r)) for r in self.store.query(
+                "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY 2",
+                [rid])]
+        if isinstance(run, str) or run.get("status") == "running":
+            return compute()
+        return self._memoized(("step windows", *self._stamp(run)), compute)
 
     def step_shifts(self, run: dict) -> dict[int, int]:
         """ns to take off each step's times on the timeline. A simulated clock restarts each step at the
@@ -149,7 +156,7 @@ class WebData:
             return {}
         def compute():
             shifts, cursor, shift = {}, None, 0
-            for step, a, b in self.raw_step_windows(run["run_id"]):
+            for step, a, b in self.raw_step_windows(run):
                 if cursor is not None and a - shift > cursor:
                     shift = a - cursor           # this step starts where the last one ended
                 shifts[step] = shift
@@ -161,7 +168,7 @@ class WebData:
         """(where on the timeline, ns of host time collapsed there) for each collapsed gap between steps."""
         shifts = self.step_shifts(run)
         out, prev = [], 0
-        for step, a, _b in self.raw_step_windows(run["run_id"]):
+        for step, a, _b in self.raw_step_windows(run):
             s = shifts.get(step, 0)
             if s > prev:
                 out.append((a - s, s - prev))
@@ -172,7 +179,8 @@ class WebData:
         """(step, first start, last end) in step order, on the timeline's axis (gaps collapsed)."""
         run = run or self.run(run_id)
         shifts = self.step_shifts(run) if run else {}
-        return sorted((s, a - shifts.get(s, 0), b - shifts.get(s, 0)) for s, a, b in self.raw_step_windows(run_id))
+        return sorted((s, a - shifts.get(s, 0), b - shifts.get(s, 0))
+                      for s, a, b in self.raw_step_windows(run or run_id))
 
     # --- timeline ------------------------------------------------------------------------
     def spans(self, run: dict, arrived: int | None = None) -> timeline.Spans:
@@ -517,7 +525,7 @@ class WebData:
             if len(hw.get("t_ns", [])):
                 t = np.asarray(hw["t_ns"], np.int64)
                 if shifts:       # host samples: placed by the step that was running (a simulated axis has no host time)
-                    raw = self.raw_step_windows(run["run_id"])
+                    raw = self.raw_step_windows(run)
                     starts = np.array([a for _, a, _ in raw], np.int64)
                     by = np.array([shifts.get(s, 0) for s, _, _ in raw], np.int64)
                     t = t - by[np.clip(np.searchsorted(starts, t, "right") - 1, 0, len(by) - 1)]
