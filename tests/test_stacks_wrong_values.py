@@ -8,6 +8,7 @@ ONNX Runtime's and XLA's regions are checked the same way."""
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -171,3 +172,44 @@ def test_the_check_calls_no_opinfo_sample_wrong_when_the_stack_computes_what_ate
                         alarms.append((info.name, info.variant_test_name, e.why))
     assert checked > 300, checked                 # most of the suite reached the check
     assert not alarms, alarms
+
+
+class FloorDivide(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.floor_divide(x.relu() - 1, y) * 2
+
+
+@pytest.mark.slow
+def test_onnx_runtimes_floor_divide_rounds_toward_zero_and_is_split_off_by_the_check():
+    """Not made up: torch's TorchScript exporter writes floor_divide of floats as a truncating division (1.54 //
+    -0.29 is -5 there, -6 in ATen); ONNX Runtime ran it silently before its regions were checked."""
+    pytest.importorskip("onnxruntime")
+    from opscope.runtime.session import compare, open_session
+    g = torch.Generator().manual_seed(2)
+    inputs = (torch.randn(3, 4, generator=g) * 3, torch.randn(3, 4, generator=g).sign() * 0.7)
+    s = open_session("floor_divide", "onnxruntime", model=FloorDivide(), inputs=inputs)
+    rep = s.plan.placement.report()
+    (sp,) = rep["splits"]
+    assert sp["ops"] == ["floor_divide"] and sp["reason"].startswith("wrong values: ")
+    assert compare(s.run_host(), s.eager())["max_abs"] == 0
+
+
+def test_onnx_runtime_gives_a_region_output_the_regions_shape_when_a_0d_input_was_exported_as_1d():
+    """The exporter makes a 0-d input (1,), so unsqueezing it gave (1, 1) for ATen's (1,): the value check
+    found it on OpInfo's linear_cross_entropy; the program hands back the region's own shape."""
+    pytest.importorskip("onnxruntime")
+    from opscope.runtime import backends
+    from opscope.runtime.capture import capture
+    from opscope.runtime.region_check import check_values
+    from opscope.runtime.regions import group
+
+    class Unsqueeze(torch.nn.Module):
+        def forward(self, x, t):
+            return x.unsqueeze(0), t.unsqueeze(0)
+
+    g = capture(Unsqueeze(), (torch.randn(3), torch.tensor(1)))
+    (region,) = group(g, [True] * len(g.nodes))
+    ops = backends.resolve("onnxruntime").ops
+    program = ops._compile(region)
+    assert [o.shape for o in program(np.zeros(3, np.float32), np.array(1))] == [(1, 3), (1,)]
+    check_values("onnxruntime", region, program, ops._compile)
