@@ -4,8 +4,8 @@ Prints: the live poll's answer time while a collector thread writes into the sto
 and busy loops hold every core (against the poll's 1 s interval), the server-side level-of-detail query (cold load and warm window), time to first timeline
 render in a fresh browser, again once its scripts are cached, and the re-render after a
 zoom (aim < 1 s: the server's detail for the new window drawn), as medians; then, interleaved, idle and with a
-busy loop on every core: the first render (issue 38's aim: < 2 s), the Advisor page's first visit until its advice
-shows (aim < 5 s) and the Compare page of two such runs until its table shows (aim < 3 s). The runs are stored as
+busy loop on every core (the machine's load average printed with each): the first render (issue 38's aim:
+< 2 s), the Advisor page's first visit until its advice shows (aim < 5 s) and the Compare page of two such runs until its table shows (aim < 3 s). The runs are stored as
 `profile` and `trace import` store them: their op stats, times and analyses computed then (profiler/kept.py; the
 time that takes is printed), so a first visit reads them. `--cold` also times the Advisor with nothing kept.
 The live timeline's staleness is benchmarks/bench_live.py.
@@ -350,15 +350,20 @@ def main(argv=None) -> int:
     res = {"first": [], "again": [], "zoom": [], "draw_plotly": [], "draw_opscope": [], "first_idle": [],
            "first_load": [], "advisor_cold": [], "advisor_idle": [], "advisor_load": [], "compare_idle": [],
            "compare_load": []}
+    # The machine's load average (1 min) as each page was opened: on a shared machine the numbers are this load's.
+    loads = {"first": [], "advisor": [], "compare": []}
     try:
         for _ in range(repeat):
             _browser_round(app, url, rid, n, res)
         for r in range(repeat):                      # interleaved: idle then loaded, cold then kept (order flips)
             for loaded in ((False, True) if r % 2 == 0 else (True, False)):
+                loads["first"].append(os.getloadavg()[0])
                 res["first_load" if loaded else "first_idle"].append(first_render(app, url, rid, n, loaded))
             for loaded in ((False, True) if r % 2 == 0 else (True, False)):
                 cond = "load" if loaded else "idle"
+                loads["advisor"].append(os.getloadavg()[0])
                 res[f"advisor_{cond}"].append(advisor_page(store, url, rid, False, loaded))
+                loads["compare"].append(os.getloadavg()[0])
                 res[f"compare_{cond}"].append(compare_page(url, rid, rid_b, loaded))
         if args.cold:
             res["advisor_cold"].append(advisor_page(store, url, rid, True))
@@ -373,16 +378,21 @@ def main(argv=None) -> int:
               f"plotly.js scattergl {dp:7.1f} ms · ratio {do / dp:.2f}")
     fi, fl = statistics.median(res["first_idle"]), statistics.median(res["first_load"])
     print(f"browser: first timeline render, {n:,} events: idle {fi:6.2f} s · {os.cpu_count()} busy loops {fl:6.2f} s "
-          f"(aim < 2 s: idle {'ok' if fi < 2 else 'SLOW'}, loaded {'ok' if fl < 2 else 'SLOW'}) · loaded/idle {fl / fi:.2f}x")
+          f"(aim < 2 s: idle {'ok' if fi < 2 else 'SLOW'}, loaded {'ok' if fl < 2 else 'SLOW'}) · loaded/idle {fl / fi:.2f}x"
+          f" · load average {_loads(loads['first'])}")
     for what, key, aim in (("advisor page until its advice shows, first visit", "advisor", 5),
                            (f"compare page of two {n:,}-event runs until its table shows", "compare", 3)):
         i, l = statistics.median(res[f"{key}_idle"]), statistics.median(res[f"{key}_load"])
         print(f"browser: {what}: idle {i:6.2f} s · {os.cpu_count()} busy loops {l:6.2f} s (aim < {aim} s: idle "
-              f"{'ok' if i < aim else 'SLOW'}, loaded {'ok' if l < aim else 'SLOW'})")
+              f"{'ok' if i < aim else 'SLOW'}, loaded {'ok' if l < aim else 'SLOW'}) · load average {_loads(loads[key])}")
     if res["advisor_cold"]:
         print(f"browser: advisor page with nothing kept (the analyses computed on the visit) "
               f"{statistics.median(res['advisor_cold']):6.2f} s")
     return 0
+
+
+def _loads(xs: list) -> str:
+    return f"{min(xs):.1f}-{max(xs):.1f}" if xs else "?"
 
 
 if __name__ == "__main__":
