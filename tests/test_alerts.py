@@ -89,6 +89,21 @@ def test_monitor_fires_on_a_sim_chips_temperature_and_hands_it_on(cli, tmp_path)
     assert [a["rule"] for a in handed] == [a["rule"] for a in doc["alerts"]]
 
 
+def test_a_sim_chip_heats_by_the_time_that_passed_not_by_the_polls_interval(tmp_path):
+    """A loaded host polls late: the chip must have heated for the seconds the alert rules count (a rule's
+    duration is on the monitor's clock), not for one nominal interval per poll."""
+    import time
+
+    from opscope.profiler.alerts.watch import SimChip
+    chip = tmp_path / "warm.toml"
+    chip.write_text(WARM)            # 50 C per second of busy time from 40 C, at load 1
+    sim = SimChip(str(chip))
+    [(_, first, _, _)] = sim.poll(0.1)
+    time.sleep(0.5)                   # a poll 0.5 s late, asked for 0.1 s
+    [(_, later, _, _)] = sim.poll(0.1)
+    assert later["temperature"] - first["temperature"] >= 50 * 0.5 * 0.9
+
+
 def test_monitor_on_a_run_names_the_slow_rank_and_stores_the_alert(cli):
     from opscope.profiler.store import RunStore
     store = RunStore()

@@ -38,7 +38,11 @@ class HostDevice:
 
 
 class SimChip:
-    """A described chip at a fixed load: each poll advances its thermal model by `dt` seconds."""
+    """A described chip at a fixed load: each poll advances its thermal model by the time since the last poll.
+
+    The time passed, not the poll's nominal interval: alert rules hold a condition for seconds of the monitor's
+    clock, so a chip that heated by `--interval` per poll while a loaded host polled every 0.3 s was cooler than
+    the seconds said and a rule's duration could end before the chip reached its threshold."""
 
     def __init__(self, spec: str, load: float = 1.0):
         from opscope.runtime import backends
@@ -48,10 +52,15 @@ class SimChip:
         self.thermal = ThermalModel.of(self.backend)
         self.load = load
         th = self.thermal
+        self._polled = None                   # time.monotonic() of the last poll
         self.device = {"name": self.name, "kind": self.backend.description.kind,
                        "tdp": th.tdp if th else 0, "throttle_temperature": th.throttle_temperature if th else 0}
 
     def poll(self, dt: float):
+        now = time.monotonic()
+        if self._polled is not None:
+            dt = now - self._polled           # (the first poll: one interval)
+        self._polled = now
         sample = {"utilization": self.load}
         if self.thermal:
             self.thermal.advance(dt * self.load, dt * (1 - self.load))
