@@ -153,3 +153,23 @@ def test_training_runs_the_forward_in_regions_and_the_backward_ops_onnx_cannot_e
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["within_tolerance"] and doc["tolerance"] <= 1e-4
+
+
+@pytest.mark.multiprocess
+def test_an_empty_batch_runs_on_the_fallback_instead_of_killing_the_process(tmp_path):
+    """ONNX Runtime's im2col on an empty batch dies of SIGFPE (the whole process: nothing to split on): nodes with
+    an empty input are not claimed, the run matches eager and says why. In a process of its own: the old code
+    killed it."""
+    from conftest import run_cli
+    (tmp_path / "unfold.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.nn.functional.unfold(x, kernel_size=2) * 2\n"
+        "def make():\n"
+        "    return M(), (torch.randn(0, 1, 5, 5),)\n")
+    r = run_cli("run", f"{tmp_path / 'unfold.py'}:make", "-b", "onnxruntime", "--json")
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["max_abs_err"] == 0.0
+    assert any("an input has no elements" in json.dumps(x) for x in doc["placement"]["left_out"]), doc["placement"]

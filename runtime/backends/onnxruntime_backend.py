@@ -94,6 +94,10 @@ def claim(node) -> bool | str:
     ok = _TAKES(node)
     if ok is not True:
         return ok
+    # An empty tensor in: some of ONNX Runtime's CPU kernels divide by its dims (im2col, unfold on an empty batch,
+    # dies of SIGFPE -- the whole process, no exception to split on); the fallback computes nothing anyway.
+    if any(m is not None and 0 in m.shape for m in node.input_meta):
+        return f"{node.op}: an input has no elements, on which some ONNX Runtime kernels crash the process"
     name = node.target._schema.name
     exportable = _exportable()
     if form(node.target) is not None:              # exported as its torch form (export_forms.py)
