@@ -42,6 +42,12 @@ os.environ.update(MATH_THREADS_SET)
 # A test that wants a width sets COLUMNS itself.
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
+# Bytecode is cached for the test run even where the environment asks Python not to write it (these machines set
+# PYTHONDONTWRITEBYTECODE=1): without the cache pytest rewrote every test module's asserts again in each xdist
+# worker (17.7 s of a worker's collection, 10.4 s with it) and each command a test starts compiled opscope's
+# modules from source. What is written is __pycache__ folders, which git ignores.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # --- Every test that starts a process is marked (pyproject: multiprocess, browser, container) ----------------
 # The quick set (`-m "not slow and not browser and not multiprocess and not container"`) is quick only while

@@ -42,7 +42,12 @@ def _messages():
     found = []
     for folder in CODE:
         for path in sorted((ROOT / folder).rglob("*.py")):
-            tree = ast.parse(path.read_text(), filename=str(path))
+            source = path.read_text()
+            # both patterns need their text in the source as written: a file with neither is not parsed
+            # (parsing all ~290 files cost each xdist worker ~2 s of its collection)
+            if "`opscope" not in source and ".md" not in source:
+                continue
+            tree = ast.parse(source, filename=str(path))
             for text, line in _strings(tree):
                 where = f"{path.relative_to(ROOT)}:{line}"
                 found += [("command", m, where) for m in COMMAND.findall(text)]
