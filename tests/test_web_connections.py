@@ -85,7 +85,8 @@ def test_200_idle_connections_are_closed_while_another_client_is_served(server):
         assert _request(server.server_port, "/_dash-layout")[0] == 200        # another client: served
         _wait("holding idle connections", lambda: all(_closed_by_server(s) for s in idle))
         _wait("holding threads", lambda: threading.active_count() <= base + 1)
-        assert server.connections() == {}
+        # a handler closes its socket, then gives back its place: the count may trail the close by a moment
+        _wait("counting connections", lambda: server.connections() == {})
         assert _request(server.server_port, "/_dash-layout", source="127.0.0.2")[0] == 200   # and served again
     finally:
         for s in idle:
