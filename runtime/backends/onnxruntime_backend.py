@@ -24,7 +24,7 @@ from ..description import Description
 from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
-from ..region_check import TOLERANCE
+from ..region_check import REDUCED_PRECISION_TOLERANCE, TOLERANCE
 from ..regions import Claim, Region, RegionProgram, example_inputs, to_torch
 from ..stack_registry import StackRegistry
 from .numpy_backend import NumpyMemory
@@ -77,7 +77,7 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
     # every region checked against ATen at compile (region_check.py): an exported form can run and be wrong, as
     # OpenVINO's copy was. The CPU provider computes float32 as ATen does (a whole region's rounding stays near
     # 1e-6); a GPU provider may multiply in TF32 (CUDA's default) or half precision (TensorRT): a gross error only
-    tolerance = TOLERANCE if chosen[0] == "CPUExecutionProvider" else 0.1
+    tolerance = TOLERANCE if chosen[0] == "CPUExecutionProvider" else REDUCED_PRECISION_TOLERANCE
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc, chosen),
                                 unsupported=desc.unsupported, supported=desc.supported,
                                 load=lambda region, blob: load_region(region, blob, desc, chosen),

@@ -25,7 +25,7 @@ from ..errors import first_line
 from ..export_forms import form
 from ..hdi import Backend
 from ..partition import StackFailed
-from ..region_check import TOLERANCE
+from ..region_check import REDUCED_PRECISION_TOLERANCE, TOLERANCE
 from ..regions import Claim, Region, RegionProgram, example_inputs, to_torch
 from ..stack_registry import StackRegistry
 from .numpy_backend import NumpyMemory
@@ -89,7 +89,7 @@ def create(desc: Description, name: str) -> OpenVinoBackend:
     # NOTE: its importer can convert an op to wrong values with no error (aten::copy as its first input did): every
     # region is checked against ATen at compile; f16/bf16 precision (a description's choice) rounds every op, so
     # only a gross error fails there
-    tolerance = TOLERANCE if config(desc)["INFERENCE_PRECISION_HINT"] == "f32" else 0.1
+    tolerance = TOLERANCE if config(desc)["INFERENCE_PRECISION_HINT"] == "f32" else REDUCED_PRECISION_TOLERANCE
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, desc),
                                 unsupported=desc.unsupported, supported=desc.supported,
                                 load=lambda region, blob: load_region(region, blob, desc),

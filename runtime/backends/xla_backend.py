@@ -22,7 +22,7 @@ from ..errors import UsageError, first_line
 from ..hdi import Backend
 from ..partition import StackFailed
 from ..graph import materialize
-from ..region_check import TOLERANCE
+from ..region_check import REDUCED_PRECISION_TOLERANCE, TOLERANCE
 from ..regions import Claim, Region, RegionProgram
 from ..stack_registry import StackRegistry
 from ..regions import example_inputs as _examples
@@ -160,7 +160,7 @@ def create(desc: Description, name: str) -> XlaBackend:
     # every region checked against ATen at compile (region_check.py): opscope's own lowering can run and be wrong.
     # XLA's CPU computes float32 as ATen does (a region's rounding stays near 1e-6); on GPU and TPU jax's default
     # matmul precision is TF32 / bf16 passes: a gross error only
-    tolerance = TOLERANCE if dev.platform == "cpu" else 0.1
+    tolerance = TOLERANCE if dev.platform == "cpu" else REDUCED_PRECISION_TOLERANCE
     backend.ops = StackRegistry(claim, lambda region: compile_region(region, lower, dev),
                                 unsupported=desc.unsupported, supported=desc.supported, stack="xla",
                                 tolerance=tolerance)

@@ -24,7 +24,7 @@ def _squeeze(x, dim=None):
     import jax.numpy as jnp
     if dim is None or x.ndim == 0:
         return jnp.squeeze(x)
-    return jnp.squeeze(x, tuple(d for d in _axes(dim, x.ndim) or () if x.shape[d] == 1))
+    return jnp.squeeze(x, tuple(d for d in _axes(dim, x.ndim) if x.shape[d] == 1))
 
 
 def _slice(x, dim=0, start=None, end=None, step=1):
