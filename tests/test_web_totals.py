@@ -121,6 +121,43 @@ def test_compare_picks_its_runs_in_the_page_so_its_table_waits_on_no_other_callb
     assert {row["op"] for row in rows} == {"linear", "addmm", "relu", "kernel"}
 
 
+def test_page_layouts_read_the_app_serving_the_request_and_build_a_shell_without_one(opscope_home, tmp_path):
+    """Timeline, Flame and Compare find their data through the request's app (several apps may share a process):
+    each shows its own app's runs; with no request (Dash validating the layout) the page is its empty shell."""
+    from dash import dcc
+
+    from opscope.app.pages import compare, flame, timeline
+    store = RunStore()
+    rid = make_run(store, [ev(0, "linear", 0, 1000), ev(1, "relu", 2000, 3000, step=1)])
+    store.add_stacks(rid, [(0, 1000, 1, 0, "train.py:12 main")])
+    mine, other = create_app(store=store), create_app(store=RunStore(tmp_path / "other.duckdb"))
+
+    def found(page):
+        out, stack = {}, [page]
+        while stack:
+            c = stack.pop()
+            if isinstance(c, (dcc.Dropdown, dcc.RadioItems, dcc.Store)):
+                out[c.id] = (c.value, c.options) if hasattr(c, "options") else getattr(c, "data", None)
+            kids = getattr(c, "children", None)
+            stack += kids if isinstance(kids, list) else [kids] if kids is not None else []
+        return out
+
+    def pages(app):
+        if app is None:
+            return found(timeline.layout(run=rid)), found(flame.layout(run=rid)), found(compare.layout(run=rid))
+        with app.server.test_request_context("/"):
+            return found(timeline.layout(run=rid)), found(flame.layout(run=rid)), found(compare.layout(run=rid))
+    tl, fl, cmp = pages(mine)
+    assert [o["value"] for o in tl[timeline.ids.TL_STEP][1]] == ["all", 0, 1] and tl[timeline.VIEW]["run"] == rid
+    assert fl[flame.ids.FLAME_KIND][0] == "stacks"                   # the run has Python stacks
+    assert cmp[compare.ids.CMP_A][0] == rid and [o["value"] for o in cmp[compare.ids.CMP_A][1]] == [rid]
+    for app in (other, None):                                        # another app's store, or no request
+        tl, fl, cmp = pages(app)
+        assert [o["value"] for o in tl[timeline.ids.TL_STEP][1]] == ["all"] and tl[timeline.VIEW] is None
+        assert fl[flame.ids.FLAME_KIND][0] == "ops"
+    assert cmp[compare.ids.CMP_A] == (rid, [rid]) and cmp[compare.ids.CMP_B] == (None, [])
+
+
 def test_one_stream_one_lane_even_when_kernels_overlap_by_a_nanosecond(opscope_home):
     """Kineto's us -> ns rounding makes back-to-back kernels overlap by 1 ns; nesting them was a lie."""
     store = RunStore()
