@@ -135,3 +135,12 @@ def test_a_transfer_shows_bandwidth_and_no_flops():
     assert "FLOPs" not in copy and "no FLOPs" in copy["achieved"] and "FLOP/s" not in copy["achieved"]
     mm = dict(_work({"op": "matmul", "flops": 2_000_000, "bytes": 32768}, 1000))
     assert mm["FLOPs"] == "2,000,000" and "FLOP/s" in mm["achieved"]
+
+
+def test_the_cpu_counters_say_100_percent_is_one_core():
+    """psutil's CPU percent is per core (two busy cores: 200 %): the timeline's counter track and the Hardware page
+    name that basis, so a peak over 100 % does not read as an impossible share."""
+    from opscope.app.pages.hardware import METRICS
+    from opscope.app.web.data import HW_COUNTERS
+    assert "of a core" in dict((c, t) for c, t, _ in HW_COUNTERS)["cpu_percent"]
+    assert "one busy core" in {m[0]: m[1] for m in METRICS}["cpu_percent"]

@@ -10,7 +10,7 @@ from opscope.app.web import ids, inputs, theme
 PATH = "/hardware"
 NAME = "Hardware"
 
-METRICS = [("cpu_percent", "CPU utilization", "%", 1.0), ("mem_bytes", "host memory", "MiB", 2**20),
+METRICS = [("cpu_percent", "CPU utilization (100 % = one busy core)", "%", 1.0), ("mem_bytes", "host memory", "MiB", 2**20),
            ("gpu_util", "GPU utilization", "%", 1.0), ("gpu_mem_bytes", "GPU memory", "MiB", 2**20),
            ("temperature_c", "temperature", "°C", 1.0), ("power_w", "power", "W", 1.0)]
 

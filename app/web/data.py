@@ -23,8 +23,9 @@ from . import timeline
 _CACHE_RUNS = 4
 _KEPT_SPANS = "timeline-spans@1"   # NOTE: bump when _load_spans builds something else
 MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
-# hardware samples drawn as counter tracks under the timeline: (column, title, unit)
-HW_COUNTERS = [("cpu_percent", "CPU %", "%"), ("mem_bytes", "host memory", "bytes"), ("gpu_util", "GPU %", "%"),
+# hardware samples drawn as counter tracks under the timeline: (column, title, unit). psutil counts CPU per core
+# (200 % is two busy cores): the title says so, or a peak over 100 % reads as an impossible share
+HW_COUNTERS = [("cpu_percent", "CPU % of a core", "%"), ("mem_bytes", "host memory", "bytes"), ("gpu_util", "GPU %", "%"),
                ("gpu_mem_bytes", "GPU memory", "bytes")]
 
 
