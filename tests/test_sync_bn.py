@@ -1,10 +1,11 @@
 """--sync-bn's hook (runtime/dist/sync_bn.py) over BatchNorm forms nobody picked for demo:cnn: BatchNorm1d on
-(N, C) and (N, C, L), 2d without running statistics (track_running_stats=False captures another op), 3d, and
-affine=False (no weight, no bias), each with a conv or linear before it so the input gradient crosses the
-backward's all-reduced sums. (momentum=None, the cumulative average, is not in the list: its
-num_batches_tracked.item() fails the training capture itself, with or without --sync-bn.) Two ranks of unequal rows run their captured gradient steps concurrently (threads:
+(N, C) and (N, C, L), 2d without running statistics (track_running_stats=False captures another op), 3d, two in a
+row, and affine=False (no weight, no bias), each with a conv or linear before it so the input gradient crosses the
+backward's all-reduced sums. Two ranks of unequal rows run their captured gradient steps concurrently (threads:
 the hook all-reduces mid-step, so they must meet), joined by a host sum; their rows-weighted loss and gradients
-must equal torch's eager backward on the whole batch, as torch's SyncBatchNorm gives."""
+must equal torch's eager backward on the whole batch, as torch's SyncBatchNorm gives. (momentum=None, the
+cumulative average, is not in the list: its num_batches_tracked.item() fails the training capture itself, with or
+without --sync-bn.)"""
 import threading
 
 import pytest
@@ -13,7 +14,7 @@ from torch import nn
 
 from opscope.runtime import backends
 from opscope.runtime.dist.split import GradientStep
-from opscope.runtime.dist.sync_bn import SyncBatchNorm
+from opscope.runtime.dist.sync_bn import SyncBatchNorm, has_batch_norm
 from opscope.runtime.train.joint import capture_joint
 from opscope.runtime.train.step import OptimizerSpec, build_train_graph
 
@@ -107,3 +108,14 @@ def test_ranks_with_sync_bn_match_torch_on_the_whole_batch(case):
     assert grads and set(grads) <= set(named)
     for name, g in grads.items():
         torch.testing.assert_close(g, named[name].grad.double(), atol=1e-5, rtol=1e-4, msg=f"{case}: {name}")
+
+
+def test_the_hook_is_installed_only_on_a_step_with_a_batch_norm():
+    """Under a hook the executor calls it after every op: a step without BatchNorm does not get one."""
+    cpu, opt = backends.resolve("torch:cpu"), OptimizerSpec()
+    model, shape = CASES["BatchNorm3d"]()
+    batch = (torch.randn(*shape), torch.randn(shape[0], 3))
+    with_bn = GradientStep(build_train_graph(capture_joint(model.train(), batch, "bn"), opt), cpu)
+    model.norm = nn.Identity()
+    without = GradientStep(build_train_graph(capture_joint(model, batch, "no-bn"), opt), cpu)
+    assert has_batch_norm(with_bn.plan) and not has_batch_norm(without.plan)

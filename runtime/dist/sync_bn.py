@@ -31,6 +31,12 @@ from ..errors import ModelError
 FORWARD = ("native_batch_norm", "native_batch_norm_legit")
 
 
+def has_batch_norm(plan) -> bool:
+    """Does the plan run a training-mode BatchNorm? Without one the hook is not installed: it would see every op
+    of every step for nothing (compiler stacks leave BatchNorm to the fallback, so it is an op of its own)."""
+    return any(st.node.op in FORWARD and st.node.attrs.get("training") for st in plan.steps)
+
+
 class SyncBatchNorm:
     def __init__(self, weight: float, all_reduce):
         """weight: this rank's share of the batch's rows; all_reduce(tensor): a sum over the ranks, in place."""

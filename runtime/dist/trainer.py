@@ -159,11 +159,14 @@ class DistTrainer:
         native = self.backend.memory.to_device(host)
         return np.asarray(self.backend.memory.to_host(self._collective(what, self.comm.all_reduce, native)))
 
-    def _sync_bn(self, rows: list[int]) -> list:
-        """--sync-bn: the hook that puts the whole batch's BatchNorm statistics into every rank's step."""
+    def _sync_bn(self, gs: GradientStep, rows: list[int]) -> list:
+        """--sync-bn: the hook that puts the whole batch's BatchNorm statistics into every rank's step (none where
+        the step has no BatchNorm: every rank runs the same graph, so every rank decides alike)."""
         if not self.sync_bn:
             return []
-        from .sync_bn import SyncBatchNorm
+        from .sync_bn import SyncBatchNorm, has_batch_norm
+        if not has_batch_norm(gs.plan):
+            return []
 
         def all_reduce(t: torch.Tensor) -> None:
             self._collective("all-reduce of the BatchNorm statistics", all_reduce_sum_, t)
@@ -186,7 +189,7 @@ class DistTrainer:
         gs = self._gradient_step(self.rows[self.rank])
         seconds = 0.0
         for _ in range(max(1, probe_steps)):
-            seconds += self._device_seconds(gs, self._local(self.rows, self.inputs), *self._sync_bn(self.rows))[2]
+            seconds += self._device_seconds(gs, self._local(self.rows, self.inputs), *self._sync_bn(gs, self.rows))[2]
         times = np.zeros(self.world, np.float64)
         times[self.rank] = seconds / max(1, probe_steps)
         times = self._all_reduce("all-reduce of the probe times", times)
@@ -228,7 +231,7 @@ class DistTrainer:
                 cap = min(cap, SCATTER_BUCKET_BYTES)
             buckets = GradientBuckets(gs, weight, cap, sizes, shards=self.shards if scatter else None,
                                       rank=self.rank, wait=not self.overlap)
-        hooks = ([self.gather] if self.remote else []) + ([buckets] if buckets else []) + self._sync_bn(rows)
+        hooks = ([self.gather] if self.remote else []) + ([buckets] if buckets else []) + self._sync_bn(gs, rows)
         loss, grads, device_s, slowdown = self._device_seconds(gs, self._local(rows, batch), *hooks)
         t_comm = time.perf_counter()
         marks.append(self.now())
