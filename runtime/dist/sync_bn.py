@@ -60,9 +60,8 @@ class SyncBatchNorm:
         x, y = _host(x, call), _host(call.outputs[0], call)
         dims = _dims(x)
         xd = x.double()
-        stats = torch.cat([xd.sum(dims), (xd * xd).sum(dims), torch.tensor([x.numel() / x.shape[1]],
-                                                                              dtype=torch.float64)])
-        self.all_reduce(stats)
+        count = torch.tensor([x.numel() / x.shape[1]], dtype=torch.float64, device=x.device)
+        stats = self._summed(torch.cat([xd.sum(dims), (xd * xd).sum(dims), count]))
         c = x.shape[1]
         n = stats[-1]
         mean = stats[:c] / n
@@ -91,11 +90,17 @@ class SyncBatchNorm:
         dims = _dims(x)
         invstd = _bc(_host(save_invstd, call).double(), x)
         xhat = (x - _bc(_host(save_mean, call).double(), x)) * invstd
-        sums = torch.cat([dy.sum(dims), (dy * xhat).sum(dims)]) * self.weight
-        self.all_reduce(sums)
+        sums = self._summed(torch.cat([dy.sum(dims), (dy * xhat).sum(dims)]) * self.weight)
         c, n = x.shape[1], x.numel() / x.shape[1]
         scale = invstd * (_bc(_host(gamma, call).double(), x) if gamma is not None else 1.0)
         _host(dx, call).copy_(scale * (dy - _bc(sums[:c], x) / n - xhat * _bc(sums[c:], x) / n))
+
+    def _summed(self, t: torch.Tensor) -> torch.Tensor:
+        """t summed over the ranks. The collective takes host tensors: a torch:cuda rank's sums go there and
+        back (its statistics were concatenated on its device, beside a host count they could not be)."""
+        host = t.cpu()
+        self.all_reduce(host)
+        return host.to(t.device)
 
 
 def _dims(x: torch.Tensor) -> list[int]:
