@@ -39,6 +39,7 @@ def add_hybrid_arguments(p) -> None:
     p.add_argument("--hybrid", metavar="SPEC=SHARE,...|auto",
                    help="data-parallel over backends, one process per share: torch:cpu=0.7,sim:npu-a1=0.3; "
                         "auto[:A,B] or A=auto,B=auto measures the shares in a probe")
+    first = len(p._actions)             # the flags below mean something only with --hybrid
     p.add_argument("--switch-threshold", type=count_arg("--switch-threshold", 0), default=0, metavar="N",
                    help="below this sequence length (dim 1) the first backend takes the batch")
     p.add_argument("--rebalance", action="store_true",
@@ -73,6 +74,15 @@ def add_hybrid_arguments(p) -> None:
     p.add_argument("--shared-dir", default=os.environ.get(SHARED_ENV) or None, metavar="DIR",
                    help="every rank also writes its events to DIR/<job>/ as Parquet (a folder every node "
                         f"reaches); `opscope serve DIR` or `opscope trace import DIR` reads them (or ${SHARED_ENV})")
+    p.set_defaults(hybrid_flags=[(a.option_strings[0], a.dest, a.default) for a in p._actions[first:]])
+
+
+def refuse_without_hybrid(args) -> None:
+    """A job's flag (--sync-bn, --overlap, --shard...) given without --hybrid: one line, not a flag ignored."""
+    given = [flag for flag, dest, default in getattr(args, "hybrid_flags", ()) if getattr(args, dest) != default]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for a data-parallel job; add --hybrid SPEC=SHARE,... (e.g. "
+                         f"torch:cpu=0.5,torch:cpu=0.5) or drop {'them' if len(given) > 1 else 'it'}")
 
 
 def job_from_args(args):

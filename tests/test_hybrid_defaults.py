@@ -66,3 +66,14 @@ def test_a_bad_bucket_size_is_one_line():
     r = subprocess.run([*CLI, "train", "demo:mlp", "--hybrid", "torch:cpu=0.5,torch:cpu=0.5", "--overlap",
                         "--bucket-mb", "0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--bucket-mb: 0: give a number above 0 MB" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("flags, named", [(["--sync-bn"], "--sync-bn"), (["--overlap", "--shard", "optimizer"],
+                                                                          "--overlap, --shard"),
+                                          (["--timeout", "5"], "--timeout")])
+def test_a_job_flag_without_hybrid_is_refused_in_one_line(cli, flags, named):
+    """`train MODEL --sync-bn` (no --hybrid) trained one process and said nothing of the flag it ignored."""
+    r = cli("train", "demo:mlp", "--steps", "1", *flags)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith(f"opscope: error: {named}: ") and "--hybrid" in line, line

@@ -26,6 +26,8 @@ def main(args) -> int:
     if args.hybrid:                      # data-parallel over several backends, one process per share
         from opscope.app.hybrid import train_hybrid
         return train_hybrid(args)
+    from opscope.app.hybrid import refuse_without_hybrid
+    refuse_without_hybrid(args)
     from opscope.runtime.train import DEFAULT_LR, OptimizerSpec, compare_with_eager
 
     from opscope.app.progress import progress_bar, shown
