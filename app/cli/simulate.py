@@ -235,7 +235,8 @@ def _print_link(fit: dict) -> None:
                         justify_right={"bytes", "measured ms", "model ms", "model/measured"}))
 
 
-def _measured_cell(r: dict, clock: str) -> str:
+def _measured_cell(r: dict) -> str:
+    """A row's measured step and its error, or why the two were not compared (the prediction on another clock)."""
     if not r.get("measured"):
         return "-"
     ms = f"{r['measured']['step_seconds'] * 1e3:.3f} (run {r['measured']['run_id']}"
@@ -267,7 +268,7 @@ def _print(args, link, m, doc) -> None:
                 "memory/rank"]
         console.print(table(f"predicted: {doc['strategy']}" + (", overlapped" if args.overlap else "") +
                             f" ({clock}; measured: a train --hybrid run's step)", cols,
-                            [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}", _measured_cell(r, doc["clock"]),
+                            [[r["ranks"], f"{r['step_seconds'] * 1e3:.3f}", _measured_cell(r),
                               f"{r['compute_seconds'] * 1e3:.3f}", f"{r['communication_seconds'] * 1e3:.3f}",
                               f"{r['communication_share']:.1%}", f"{r['scaling_efficiency']:.1%}", mem(r)]
                              for r in rows], justify_right=set(cols) - {"measured ms (wall)"}))
