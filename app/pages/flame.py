@@ -10,6 +10,7 @@ from dash import Input, Output, dcc, html, no_update
 
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs
+from opscope.app.web.data import page_data
 
 PATH = "/flame"
 NAME = "Flame"            # the top bar's twelve links and the run's counts fit 1280 px
@@ -23,7 +24,7 @@ _DRAW_JS = """function (tree) {
 
 def layout(run=None, **_query):
     run = inputs.query(run, "run")
-    data = _data()
+    data = page_data()
     shown = data.run(run) if data else None
     kind = "stacks" if shown and _has_stacks(data, shown["run_id"]) else "ops"
     return html.Div([
@@ -39,14 +40,6 @@ def layout(run=None, **_query):
                 dcc.Store(id=ids.FLAME_DATA)),
         ui.card("Heaviest by self time", html.Div(id=ids.FLAME_TABLE)),
     ])
-
-
-def _data():
-    try:
-        from flask import current_app
-        return getattr(current_app, "opscope_data", None)
-    except RuntimeError:          # no request: Dash validating the layout
-        return None
 
 
 def _has_stacks(data, run_id: str) -> bool:

@@ -17,6 +17,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
 from opscope.app.web import timeline as lod
+from opscope.app.web.data import page_data
 from opscope.app.web.errors import one_line
 
 from . import timeline_tools
@@ -46,7 +47,7 @@ _FOLLOW_JS = """function (view) {
 def layout(run=None, step=None, find=None, **_query):
     """The page shell: the canvas fetches its spans itself (timeline.js), so this stays cheap for any run."""
     run, step, find = inputs.query(run, "run"), inputs.query(step, "step"), inputs.query(find, "find")
-    data = _data()
+    data = page_data()
     shown = data.run(run) if data else None
     windows = data.step_windows(shown["run_id"], shown) if data and shown else []
     step = next((s for s, _, _ in windows if str(s) == str(step)), "all")
@@ -71,15 +72,6 @@ def layout(run=None, step=None, find=None, **_query):
                                  id=ids.TL_DETAILS)),
         *timeline_tools.layout_parts(),
     ])
-
-
-def _data():
-    """The app's WebData, found through the Flask app serving this request (several apps may share a process)."""
-    try:
-        from flask import current_app
-        return getattr(current_app, "opscope_data", None)
-    except RuntimeError:          # no request: Dash validating the layout
-        return None
 
 
 def _missing(run_id) -> str:
