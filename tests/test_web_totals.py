@@ -156,6 +156,8 @@ def test_page_layouts_read_the_app_serving_the_request_and_build_a_shell_without
         assert [o["value"] for o in tl[timeline.ids.TL_STEP][1]] == ["all"] and tl[timeline.VIEW] is None
         assert fl[flame.ids.FLAME_KIND][0] == "ops"
     assert cmp[compare.ids.CMP_A] == (rid, [rid]) and cmp[compare.ids.CMP_B] == (None, [])
+    cmp = found(compare.layout(run="x", b="y"))                      # each its own placeholder
+    assert cmp[compare.ids.CMP_A] == ("x", ["x"]) and cmp[compare.ids.CMP_B] == ("y", ["y"])
 
 
 def test_one_stream_one_lane_even_when_kernels_overlap_by_a_nanosecond(opscope_home):

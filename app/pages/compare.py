@@ -24,15 +24,17 @@ def layout(run=None, b=None, **_query):
     data = page_data()
     # The two runs are picked here, in the page's own answer, so the table's callback starts at once instead of
     # after the header's run lookup and a callback that picks them (two round trips in series on a first visit).
-    # NOTE: the dropdown drops a value missing from its options; with no data (Dash validating the layout) the
-    # ids from the URL come with a placeholder option.
-    opts, run, b = pick(data, run, b) if data else ([run] if run else [], run, b)
+    # NOTE: the dropdown drops a value missing from its options; with no data (Dash validating the layout) each
+    # id from the URL comes with a placeholder option.
+    opts, run, b = pick(data, run, b) if data else ([], run, b)
     return html.Div([
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("run A", className="label"),
-            dcc.Dropdown(id=ids.CMP_A, value=run, options=opts if run else [], clearable=False, className="dropdown"),
+            dcc.Dropdown(id=ids.CMP_A, value=run, options=opts or ([run] if run else []), clearable=False,
+                         className="dropdown"),
             html.Label("run B", className="label"),
-            dcc.Dropdown(id=ids.CMP_B, value=b, options=opts if b else [], clearable=False, className="dropdown")]),
+            dcc.Dropdown(id=ids.CMP_B, value=b, options=opts or ([b] if b else []), clearable=False,
+                         className="dropdown")]),
                 html.Div(id=ids.CMP_SUMMARY, className="summary")),
         html.Div(className="grid-2", children=[
             ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
