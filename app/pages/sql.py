@@ -83,12 +83,12 @@ def result(run_id: str, sql: str, store_path):
     took = time.perf_counter() - t0
     n, cols = len(out["rows"]), out["columns"]
     line = f"{n:,} row{'s' if n != 1 else ''} · {len(cols)} column{'s' if len(cols) != 1 else ''} · {took:.2f} s"
-    if out["truncated"]:
-        line = (f"the first {n:,} rows (the query gives more: add a LIMIT and OFFSET, or use "
-                f"`opscope sql RUN \"…\" --max-rows N`) · {len(cols)} columns · {took:.2f} s")
-    if out.get("truncated_by") == "bytes":
+    if out["truncated_by"] == "bytes":
         line = (f"the first {n:,} rows (the answer reached {out['max_bytes'] // 1024 ** 2} MB of text: select fewer "
                 f"or shorter columns, left(x, 100)) · {len(cols)} columns · {took:.2f} s")
+    elif out["truncated"]:
+        line = (f"the first {n:,} rows (the query gives more: add a LIMIT and OFFSET, or use "
+                f"`opscope sql RUN \"…\" --max-rows N`) · {len(cols)} columns · {took:.2f} s")
     # fields by position: a column named "a.b" or "x y" would be a nested path or an odd key to the grid
     columns = [(f"c{i}", c or f"column {i + 1}", _kind([r[i] for r in out["rows"]])) for i, c in enumerate(cols)]
     rows = [{"id": str(k), **{f"c{i}": _cell(v) for i, v in enumerate(r)}} for k, r in enumerate(out["rows"])]
