@@ -136,15 +136,14 @@ class WebData:
         return peak, float(d.get("memory_bandwidth") or 0.0)
 
     # --- the time axis -----------------------------------------------------------------------
-    def raw_step_windows(self, run: dict | str) -> list[tuple[int, int, int]]:
-        """(step, first start, last end) as recorded; given a finished run's row, computed once (a scan of every
-        event: each timeline window asked it again for its breaks). A running run's steps: asked each time."""
-        rid = run if isinstance(run, str) else run["run_id"]
+    def raw_step_windows(self, run: dict) -> list[tuple[int, int, int]]:
+        """(step, first start, last end) as recorded; a finished run's computed once (a scan of every event: each
+        timeline window asked it again for its breaks). A running run's steps: asked each time."""
         def compute():
             return [tuple(map(int, r)) for r in self.store.query(
                 "SELECT step, min(start_ns), max(end_ns) FROM events WHERE run_id = ? GROUP BY step ORDER BY 2",
-                [rid])]
-        if isinstance(run, str) or run.get("status") == "running":
+                [run["run_id"]])]
+        if run.get("status") == "running":
             return compute()
         return self._memoized(("step windows", *self._stamp(run)), compute)
 
@@ -179,9 +178,10 @@ class WebData:
     def step_windows(self, run_id: str, run: dict | None = None) -> list[tuple[int, int, int]]:
         """(step, first start, last end) in step order, on the timeline's axis (gaps collapsed)."""
         run = run or self.run(run_id)
-        shifts = self.step_shifts(run) if run else {}
-        return sorted((s, a - shifts.get(s, 0), b - shifts.get(s, 0))
-                      for s, a, b in self.raw_step_windows(run or run_id))
+        if not run:
+            return []
+        shifts = self.step_shifts(run)
+        return sorted((s, a - shifts.get(s, 0), b - shifts.get(s, 0)) for s, a, b in self.raw_step_windows(run))
 
     # --- timeline ------------------------------------------------------------------------
     def spans(self, run: dict, arrived: int | None = None) -> timeline.Spans:
