@@ -109,6 +109,10 @@ def test_compare_picks_its_runs_in_the_page_so_its_table_waits_on_no_other_callb
     assert set(got["compare-a"][1]) == set(got["compare-b"][1]) == {a, b, other}
     got = dropdowns()                                    # none asked for: the newest two runs of one model
     assert {got["compare-a"][0], got["compare-b"][0]} == {a, b}
+    got = dropdowns(run=a)                               # one asked for: the newest other run of its model
+    assert (got["compare-a"][0], got["compare-b"][0]) == (a, b)
+    got = dropdowns(b=other)                             # none other of its model: the newest other run
+    assert (got["compare-a"][0], got["compare-b"][0]) == (b, other)
     # the table's callback takes the dropdowns' values from the page: no callback sets them (it would run first,
     # after the header's run lookup: two round trips in series before the table is even asked for)
     setters = [k for k, cb in _server_callbacks(app).items() if "compare-a.value" in k or "compare-b.value" in k]

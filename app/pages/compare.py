@@ -109,14 +109,17 @@ def pick(data, a, b) -> tuple[list[dict], str | None, str | None]:
                               else ({"run_id": None}, {"run_id": None}))
         a, b = pair[0]["run_id"], pair[1]["run_id"]
     elif a not in known:
-        model = next((r["model"] for r in runs if r["run_id"] == b), None)
-        same = [r for r in useful if r["run_id"] != b and r["model"] == model]
-        a = (same or [r for r in useful if r["run_id"] != b] or [{"run_id": b}])[0]["run_id"]
+        a = _partner(runs, useful, b)
     elif b not in known:
-        model = next((r["model"] for r in runs if r["run_id"] == a), None)
-        same = [r for r in useful if r["run_id"] != a and r["model"] == model]
-        b = (same or [r for r in useful if r["run_id"] != a] or [{"run_id": a}])[0]["run_id"]
+        b = _partner(runs, useful, a)
     return _options(runs), a, b
+
+
+def _partner(runs, useful, rid) -> str:
+    """The run to compare `rid` with: the newest other run of its model, else the newest other run, else itself."""
+    model = next((r["model"] for r in runs if r["run_id"] == rid), None)
+    same = [r for r in useful if r["run_id"] != rid and r["model"] == model]
+    return (same or [r for r in useful if r["run_id"] != rid] or [{"run_id": rid}])[0]["run_id"]
 
 
 def _options(runs) -> list[dict]:
