@@ -62,8 +62,18 @@ def side(store, run: dict, by: str = "name") -> tuple[dict, list[dict], list[dic
     def compute():
         return {"totals": run_totals(store, run), "node": store.op_stats(run["run_id"], by="node"),
                 "by": store.op_stats(run["run_id"], by=by)}
-    got = kept(store, run, f"compare:{by}", compute)
+    got = kept(store, run, _side_name(by), compute)
     return got["totals"], got["node"], got["by"]
+
+
+def side_is_kept(store, run: dict, by: str = "name") -> bool:
+    """Whether side() reads this run's part from the store (no computing, no writing: a reader's open may hold it)."""
+    from .kept import peek
+    return peek(store, run, _side_name(by)) is not None
+
+
+def _side_name(by: str) -> str:
+    return f"compare:{by}"
 
 
 def run_totals(store, run: dict) -> dict:

@@ -62,6 +62,16 @@ def kept(store, run: dict, what: str, compute):
     return value
 
 
+def peek(store, run: dict, what: str):
+    """What kept() reads back for this run, computing nothing: None while nothing is kept (or the run runs)."""
+    k = key(run)
+    blob = _read(store, run["run_id"], f"{what}|{k}") if k is not None else None
+    try:
+        return json.loads(blob) if blob is not None else None
+    except ValueError:
+        return None
+
+
 def kept_bytes(store, run: dict, what: str, compute, read=bytes):
     """kept() for an answer that is bytes (arrays: the timeline's spans), kept in a file beside the store: tens of
     MB read back from a file in 0.1 s took 1.3-1.8 s out of a DuckDB BLOB. -> read(the bytes); a kept file that

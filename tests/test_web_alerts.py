@@ -68,8 +68,11 @@ def test_in_a_browser_a_sim_chips_temperature_alert_shows_in_the_banner_of_every
     rid = store.create_run(model="demo:mlp", backend="torch:cpu", device="cpu")     # a run still running
     (tmp_path / "warm.toml").write_text(WARM)
     (tmp_path / "hot.toml").write_text(HOT_RULE)
+    # NOTE: a 0.5 s interval heats the chip past 60 C at the first poll (40 C + 50 C/s x 0.5 s), so the next poll,
+    # 0.5 s on at the least, sees the rule's 0.3 s held whatever the load; at 0.1 s a first poll slowed past 1.5 s
+    # by a loaded host left one more poll, which saw the condition start, and none to see it held.
     r = cli("monitor", "--run", rid, "--device", tmp_path / "warm.toml", "--rules", tmp_path / "hot.toml",
-            "--interval", "0.1", "--duration", "1.5", "--json")
+            "--interval", "0.5", "--duration", "1.5", "--json")
     assert r.returncode == 0, r.stderr
     store.finish_run(rid, "ok")
     fired = json.loads(r.stdout)["alerts"]
@@ -91,3 +94,29 @@ def test_in_a_browser_a_sim_chips_temperature_alert_shows_in_the_banner_of_every
     finally:
         driver.quit()
         srv.shutdown()
+
+
+def test_the_callbacks_on_a_status_take_the_row_its_lookup_read_and_a_new_lookup_reads_alerts_again(opscope_home):
+    """The header's lookup (RUN_STATUS) reads the run's row; the badge, the banner and the page's callbacks that fire
+    on that status take that row instead of each opening the store again (each open held the store's process lock,
+    so a first visit's callbacks queued behind each other). An alert written after it shows with the next lookup."""
+    store = RunStore()
+    rid = a_run(store)
+    app = create_app(store=store)
+    status = json.loads(_callback(app, "run-status.data", f"?run={rid}"))["response"]["run-status"]["data"]
+    assert status["run"] == rid
+    reads = []
+    real = store.get_run
+    store.get_run = lambda *a, **k: reads.append(a) or real(*a, **k)
+    assert _banner_for(app, status) is None and f'"{rid[:12]}"' in _callback(app, "run-badge", status)
+    assert reads == []                                        # both took the lookup's row
+    store.update_run(rid, config={"alerts": [_alert("hot-test", "critical", "chip too hot")]})
+    status = json.loads(_callback(app, "run-status.data", f"?run={rid}"))["response"]["run-status"]["data"]
+    assert "chip too hot" in text_of(_banner_for(app, status))
+    other = {**status, "events": status["events"] + 1}      # a status the live poll made: no row looked up for it
+    reads.clear()
+    assert "chip too hot" in text_of(_banner_for(app, other)) and reads
+
+
+def _banner_for(app, status):
+    return json.loads(_callback(app, "alert-banner", status))["response"]["alert-banner"]["children"]

@@ -125,6 +125,19 @@ def test_timeline_draws_with_webgl_and_loads_plotly_only_after(browser, server, 
     assert "transfer" in legend and "too small to draw" in legend            # the ops drawn, and the buckets
 
 
+def test_compare_draws_without_plotly_and_a_page_reached_from_it_loads_plotly_for_its_graph(browser, server, store):
+    """plotly.js starts with the page only where the page draws with it (server._EARLY): Compare draws its ratios
+    in HTML and never loads it; a graph on the next page (a link, no reload) loads it then."""
+    browser.get(f"{server}/compare?run={store.cpu}&b={store.npu}")
+    until(browser, ROWS, "compare-table")
+    until(browser, "return document.querySelectorAll('#compare-graph .ratio-dot').length > 0;")
+    assert browser.execute_script("return !(window.Plotly && window.Plotly.newPlot) && "
+                                  "!document.querySelector('script[src*=\"plotly\"]');")
+    browser.find_element(By.CSS_SELECTOR, "#nav a[href^='/operators']").click()
+    until(browser, "return !!(window.Plotly && window.Plotly.newPlot && "
+                   "document.querySelector('#ops-roofline .js-plotly-plot'));")
+
+
 def _hover_at(driver, x, y):
     """A real mouse move to client coordinates (x, y), through the element under that point."""
     el = driver.execute_script("return document.elementFromPoint(arguments[0], arguments[1]);", x, y)

@@ -1,6 +1,8 @@
 """Numbers a perf engineer can trust: a run's time counted once (union of top-level spans, host and device
 apart), shares of that time per op, Compare's totals on the same rules, one lane per GPU stream, simulated
 steps back to back, the Runs page's durations and steps, and server failures shown as one line."""
+import importlib
+
 import pytest
 
 from opscope.app.web import theme
@@ -101,6 +103,8 @@ def test_compare_picks_its_runs_in_the_page_so_its_table_waits_on_no_other_callb
             c = stack.pop()
             if getattr(c, "id", None) in ("compare-a", "compare-b"):
                 found[c.id] = (c.value, [o["value"] for o in c.options])
+            elif getattr(c, "id", None) in ("compare-shown", "compare-table"):
+                found[c.id] = c.data if c.id == "compare-shown" else [r["op"] for r in c.rowData]
             kids = getattr(c, "children", None)
             stack += kids if isinstance(kids, list) else [kids] if kids is not None else []
         return found
@@ -117,12 +121,41 @@ def test_compare_picks_its_runs_in_the_page_so_its_table_waits_on_no_other_callb
     # after the header's run lookup: two round trips in series before the table is even asked for)
     setters = [k for k, cb in _server_callbacks(app).items() if "compare-a.value" in k or "compare-b.value" in k]
     assert setters == []
-    table = next(cb for k, cb in _server_callbacks(app).items() if "compare-table.rowData" in k)
+    key = next(k for k in _server_callbacks(app) if "compare-table.rowData" in k)
+    table = _server_callbacks(app)[key]
     assert {(d["id"], d["property"]) for d in table["inputs"]} == {("compare-a", "value"), ("compare-b", "value")}
-    r = app.server.test_client().post("/_dash-update-component", json=_callback_body(
-        next(k for k in _server_callbacks(app) if "compare-table.rowData" in k), table, [a, b]))
+    assert got["compare-shown"] is None and got["compare-table"] == []     # nothing kept yet: the callback computes
+    r = app.server.test_client().post("/_dash-update-component", json=_callback_body(key, table, [a, b, None]))
     rows = r.get_json()["response"]["compare-table"]["rowData"]
     assert {row["op"] for row in rows} == {"linear", "addmm", "relu", "kernel"}
+    # Now both runs' numbers are kept: the page comes with them drawn (one round trip less), and the callback's
+    # first call for those two runs draws nothing again; a pick in a dropdown (a changed input) still draws.
+    got = dropdowns(run=a, b=b)
+    assert got["compare-shown"] == [a, b] and sorted(got["compare-table"]) == sorted(row["op"] for row in rows)
+    first = {**_callback_body(key, table, [a, b, [a, b]]), "changedPropIds": []}
+    assert app.server.test_client().post("/_dash-update-component", json=first).status_code == 204
+    picked = app.server.test_client().post("/_dash-update-component", json=_callback_body(key, table, [a, b, [a, b]]))
+    assert [row["op"] for row in picked.get_json()["response"]["compare-table"]["rowData"]] == \
+        [row["op"] for row in rows]
+    other_pair = {**_callback_body(key, table, [b, a, [a, b]]), "changedPropIds": []}      # not what the page drew
+    assert app.server.test_client().post("/_dash-update-component", json=other_pair).status_code == 200
+
+
+def test_plotly_starts_with_the_page_only_on_pages_that_draw_with_it(opscope_home):
+    """server._EARLY starts plotly.js (a 0.4-2.7 s parse) as a page loads only on the pages marked PLOTS; every page
+    that has a dcc.Graph is marked (elsewhere a graph still loads it, later), and Compare draws without it."""
+    import inspect
+    import json
+    import re
+
+    from opscope.app.web.server import PAGES
+    modules = [importlib.import_module(f"opscope.app.pages.{name}") for name in PAGES]
+    for m in modules:
+        assert ("dcc.Graph(" in inspect.getsource(m)) == getattr(m, "PLOTS", False), m.__name__
+    index = create_app().server.test_client().get("/compare").get_data(as_text=True)
+    early = json.loads(re.search(r"window\.Plotly = (\[.*?\])\.indexOf\(page\)", index).group(1))
+    assert sorted(early) == sorted(m.PATH for m in modules if getattr(m, "PLOTS", False))
+    assert "/compare" not in early and "/operators" in early
 
 
 def test_page_layouts_read_the_app_serving_the_request_and_build_a_shell_without_one(opscope_home, tmp_path):

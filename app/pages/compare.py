@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
 
 from opscope.app.cli.common import fmt_ratio
 from opscope.app.web import components as ui
 from opscope.app.web import ids, inputs, theme
 from opscope.app.web.data import page_data
-from opscope.profiler.compare import compare_runs, warnings
+from opscope.profiler.compare import compare_runs, side_is_kept, warnings
 
 PATH = "/compare"
 NAME = "Compare"
@@ -27,7 +28,12 @@ def layout(run=None, b=None, **_query):
     # NOTE: the dropdown drops a value missing from its options; with no data (Dash validating the layout) each
     # id from the URL comes with a placeholder option.
     opts, run, b = pick(data, run, b) if data else ([], run, b)
+    # Two finished runs whose numbers are kept (kept.py) are read in well under a second: the page comes with them
+    # drawn, and the table's callback is not asked (one round trip less, behind the header's callbacks).
+    drawn = content(data, run, b, kept_only=True) if data and run and b else None
+    summary, chart, rows, errors = drawn or (None, ui.note("loading…"), [], None)
     return html.Div([
+        dcc.Store(id=ids.CMP_SHOWN, data=[run, b] if drawn else None),
         ui.card(None, html.Div(className="toolbar", children=[
             html.Label("run A", className="label"),
             dcc.Dropdown(id=ids.CMP_A, value=run, options=opts or ([run] if run else []), clearable=False,
@@ -35,16 +41,16 @@ def layout(run=None, b=None, **_query):
             html.Label("run B", className="label"),
             dcc.Dropdown(id=ids.CMP_B, value=b, options=opts or ([b] if b else []), clearable=False,
                          className="dropdown")]),
-                html.Div(id=ids.CMP_SUMMARY, className="summary")),
+                html.Div(id=ids.CMP_SUMMARY, className="summary", children=summary)),
         html.Div(className="grid-2", children=[
-            ui.card("Time per op: B / A", dcc.Graph(id=ids.CMP_GRAPH, figure=theme.empty_figure("loading…"),
-                                                   config={"displaylogo": False})),
+            ui.card("Time per op: B / A", html.Div(id=ids.CMP_GRAPH, children=chart)),
             ui.card("Per op, per step", ui.table(ids.CMP_TABLE, [
                 ("op", "op", ui.SWATCH), ("a_ms", "A ms / step", _F3), ("b_ms", "B ms / step", _F3),
                 ("ratio", "B / A", ui.RATIO), ("a_count", "A calls / step", _F2), ("b_count", "B calls / step", _F2)],
-                [], page_size=15)),
+                rows, page_size=15)),
         ]),
-        ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR)),
+        ui.card("Numerical error per op (tensor summaries recorded in both runs)", html.Div(id=ids.CMP_ERROR,
+                                                                                           children=errors)),
     ])
 
 
@@ -65,32 +71,45 @@ def register(app, data):
       return window.dash_clientside.no_update;
     }""", Output(ids.CMP_A, "className"), Input(ids.CMP_A, "value"), Input(ids.CMP_B, "value"))
 
-    @app.callback(Output(ids.CMP_SUMMARY, "children"), Output(ids.CMP_GRAPH, "figure"),
+    @app.callback(Output(ids.CMP_SUMMARY, "children"), Output(ids.CMP_GRAPH, "children"),
                   Output(ids.CMP_TABLE, "rowData"), Output(ids.CMP_ERROR, "children"), Input(ids.CMP_A, "value"),
-                  Input(ids.CMP_B, "value"))
-    def render(a, b):
+                  Input(ids.CMP_B, "value"), State(ids.CMP_SHOWN, "data"))
+    def render(a, b, shown):
         a, b = inputs.text(a, "run A"), inputs.text(b, "run B")
-        # NOTE: reads inside one open of the store share it: each read opened the store file anew (20 ms, more on
-        # a loaded machine). Not compare_runs: it may keep a side's answer, a write (not inside a reader's open).
-        with data.store.connect(read_only=True):
-            ra, rb = data.run(a) if a else None, data.run(b) if b else None
-            errors = _errors(data, ra, rb) if ra and rb else ""
-        if not ra or not rb:
-            return ui.note("Compare needs two runs: profile the model on two backends."), \
-                theme.empty_figure("pick two runs"), [], ""
-        # the CLI's numbers (profiler.compare): every op per step, the totals per step counted once
-        doc = compare_runs(data.store, ra, rb)
-        rows = [{"id": o["op"], "op": o["op"], "op_type": o["op_type"], "a_ms": o["a_ns"] / 1e6,
-                 "b_ms": o["b_ns"] / 1e6, "ratio": o["ratio"], "a_count": o["a_count"], "b_count": o["b_count"]}
-                for o in doc["ops"]]
-        ta, tb = doc["totals"]["a"], doc["totals"]["b"]
-        total_a, total_b = ta["busy_ns"], tb["busy_ns"]
-        summary = html.Div([html.Div(className="compare-heads", children=[
-            _head("A", ra, ta), _head("B", rb, tb),
-            html.Div(className="ratio", children=[html.Span("B / A per step", className="muted"),
-                                                  html.B(fmt_ratio(total_b / total_a) if total_a and total_b else "n/a")])]),
-            *[ui.note(w, "warn") for w in warnings(ta, tb)]])
-        return summary, _ratio_figure(rows), ui.op_swatch_rows(rows), errors
+        if ctx.triggered_id is None and inputs.run_pair(shown, "runs shown") == [a, b]:
+            raise PreventUpdate             # the first call, for the two runs the page came with
+        return content(data, a, b)
+
+
+def content(data, a, b, kept_only: bool = False):
+    """(summary, chart, table rows, numerical errors) of runs a and b. kept_only: None unless both runs' numbers
+    are kept (then every read shares one open of the store, and nothing is computed or written)."""
+    # NOTE: reads inside one open of the store share it: each read opened the store file anew (20 ms, more on a
+    # loaded machine, and each holds the process's store lock). compare_runs joins it only when it reads kept
+    # numbers: it may keep a side's answer, a write (not inside a reader's open).
+    doc = None
+    with data.store.connect(read_only=True):
+        ra, rb = data.run(a) if a else None, data.run(b) if b else None
+        if kept_only and not (ra and rb and side_is_kept(data.store, ra) and side_is_kept(data.store, rb)):
+            return None
+        errors = _errors(data, ra, rb) if ra and rb else ""
+        if kept_only:
+            doc = compare_runs(data.store, ra, rb)
+    if not ra or not rb:
+        return ui.note("Compare needs two runs: profile the model on two backends."), ui.note("pick two runs"), [], ""
+    # the CLI's numbers (profiler.compare): every op per step, the totals per step counted once
+    doc = doc or compare_runs(data.store, ra, rb)
+    rows = [{"id": o["op"], "op": o["op"], "op_type": o["op_type"], "a_ms": o["a_ns"] / 1e6,
+             "b_ms": o["b_ns"] / 1e6, "ratio": o["ratio"], "a_count": o["a_count"], "b_count": o["b_count"]}
+            for o in doc["ops"]]
+    ta, tb = doc["totals"]["a"], doc["totals"]["b"]
+    total_a, total_b = ta["busy_ns"], tb["busy_ns"]
+    summary = html.Div([html.Div(className="compare-heads", children=[
+        _head("A", ra, ta), _head("B", rb, tb),
+        html.Div(className="ratio", children=[html.Span("B / A per step", className="muted"),
+                                              html.B(fmt_ratio(total_b / total_a) if total_a and total_b else "n/a")])]),
+        *[ui.note(w, "warn") for w in warnings(ta, tb)]])
+    return summary, _ratio_chart(rows), ui.op_swatch_rows(rows), errors
 
 
 def pick(data, a, b) -> tuple[list[dict], str | None, str | None]:
@@ -140,25 +159,40 @@ def _head(label, run, t):
         html.Span(f"per step · {split}", className="muted")])
 
 
-def _ratio_figure(rows):
+def _ratio_chart(rows):
+    """A lollipop per op (the 25 that take longest) from 1 (same time) to B / A on a log axis, drawn in HTML:
+    a plotly figure needs plotly.js, a 1.6 MB script whose parse (0.4-2.7 s, one long task) came before the
+    page's first request (server._EARLY: this page is not one of the PLOTS pages, so plotly.js is not loaded)."""
     rows = [r for r in rows if r["ratio"]][:25]
     if not rows:
-        return theme.empty_figure("No op ran in both runs.")
-    rows = rows[::-1]
-    # A lollipop from 1 (same time) to the ratio: the plotly.js bundle served has no bar trace
-    # (assets/vendor/README.md), and on a log axis a stem from 1 reads better than a bar from 0 anyway.
-    ops, ratios = [r["op"] for r in rows], [r["ratio"] for r in rows]
-    stems = dict(type="scatter", mode="lines", x=[v for x in ratios for v in (1, x, None)],
-                 y=[v for op in ops for v in (op, op, None)], line=dict(color=theme.MUTED, width=2),
-                 hoverinfo="skip", showlegend=False)
-    return {"data": [stems, dict(type="scatter", mode="markers", y=ops, x=ratios, showlegend=False,
-                                 marker=dict(color=[theme.op_color(op) for op in ops], size=11),
-                                 customdata=[fmt_ratio(x) for x in ratios],
-                                 hovertemplate="%{y}: B takes %{customdata} A's time<extra></extra>")],
-            "layout": theme.layout(height=max(260, 26 * len(rows) + 80), margin=dict(l=190, r=20, t=20, b=40),
-                                   xaxis=dict(type="log", title=dict(text="B time / A time (log)")),
-                                   shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1,
-                                                line=dict(color=theme.MUTED, dash="dot"))])}
+        return ui.note("No op ran in both runs.")
+    lo = math.floor(math.log10(min(1.0, *(r["ratio"] for r in rows))))
+    hi = math.ceil(math.log10(max(1.0, *(r["ratio"] for r in rows))))
+    lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+
+    def at(x):                     # percent of the track's width
+        return 100 * (math.log10(x) - lo) / (hi - lo)
+
+    def pct(v):
+        return f"{v:.3f}%"
+    lines = []
+    for r in rows:
+        x = r["ratio"]
+        left, right = sorted((at(1.0), at(x)))
+        lines.append(html.Div(className="ratio-row", title=f"{r['op']}: B takes {fmt_ratio(x)} A's time", children=[
+            html.Span(r["op"], className="ratio-op"),
+            html.Div(className="ratio-track", children=[
+                html.I(className="ratio-one", style={"left": pct(at(1.0))}),
+                html.I(className="ratio-stem", style={"left": pct(left), "width": pct(right - left)}),
+                html.I(className="ratio-dot", style={"left": pct(at(x)), "background": theme.op_color(r["op"])})]),
+            html.Span(fmt_ratio(x), className="ratio-value")]))
+    ticks = [html.Span(f"{10.0 ** k:g}x", className="ratio-tick", style={"left": pct(at(10.0 ** k))})
+             for k in range(lo, hi + 1)]
+    return html.Div(className="ratio-chart", children=[
+        *lines, html.Div(className="ratio-row ratio-axis", children=[
+            html.Span("", className="ratio-op"), html.Div(ticks, className="ratio-track"),
+            html.Span("", className="ratio-value")]),
+        html.Div("B time / A time (log)", className="ratio-caption muted")])
 
 
 def _errors(data, ra, rb):

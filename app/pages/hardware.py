@@ -9,6 +9,7 @@ from opscope.app.web import ids, inputs, theme
 
 PATH = "/hardware"
 NAME = "Hardware"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 
 METRICS = [("cpu_percent", "CPU utilization (100 % = one busy core)", "%", 1.0), ("mem_bytes", "host memory", "MiB", 2**20),
            ("gpu_util", "GPU utilization", "%", 1.0), ("gpu_mem_bytes", "GPU memory", "MiB", 2**20),

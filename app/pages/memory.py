@@ -15,6 +15,7 @@ from . import lifetimes
 
 PATH = "/memory"
 NAME = "Memory"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 _LINE = ["#2563eb", "#dc2626", "#059669", "#7c3aed", "#d97706"]
 PEAKS = "memory-peaks"        # under the chart: each backend's peak, the op that held it, a link to it on the timeline
 CATEGORIES = "memory-categories"      # a training run: bytes by category (parameter, gradient, ...) stacked over time

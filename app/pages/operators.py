@@ -12,6 +12,7 @@ from opscope.app.web.data import bandwidth
 
 PATH = "/operators"
 NAME = "Operators"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 
 _F1 = ui.num(".1f")
 _COLUMNS = [("key", "op"), ("kind", "on"), ("count", "count", ui.NUM), ("total_ns", "total", ui.DURATION),

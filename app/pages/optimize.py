@@ -16,6 +16,7 @@ from opscope.app.web import ids, inputs, theme
 
 PATH = "/optimize"
 NAME = "Optimize"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 MAX_HOPS = 256          # a cycle run's parents back to the baseline: far more than any --cycles
 
 

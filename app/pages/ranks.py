@@ -10,6 +10,7 @@ from opscope.profiler.ranks import Ranks
 
 PATH = "/ranks"
 NAME = "Ranks"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 
 # The stacked parts of a rank's step window; they add up to the window (first op's start to last op's end).
 PARTS = [("compute only", "#2563eb"), ("compute + communication", "#7c3aed"), ("communication only", "#f59e0b"),

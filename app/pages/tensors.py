@@ -11,6 +11,7 @@ from opscope.app.web import ids, inputs, theme
 
 PATH = "/tensors"
 NAME = "Tensors"
+PLOTS = True         # draws plotly figures: the server starts plotly.js as the page loads (server._EARLY)
 _G = ui.num(".4g")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 
 import duckdb
@@ -22,6 +23,9 @@ from . import timeline
 
 _CACHE_RUNS = 4
 _KEPT_SPANS = "timeline-spans@1"   # NOTE: bump when _load_spans builds something else
+# How long the row read for a RUN_STATUS answers the callbacks that fire on it (a page load's), for a row that can
+# change with no new status (alerts a monitor writes into a finished run's config): later ones read the store.
+LOOKED_UP_S = 10.0
 MEMORY_BUCKETS = 2000  # time buckets of the memory chart: about its width in pixels
 # hardware samples drawn as counter tracks under the timeline: (column, title, unit). psutil counts CPU per core
 # (200 % is two busy cores): the title says so, or a peak over 100 % reads as an impossible share
@@ -44,6 +48,7 @@ class WebData:
         self._spans: OrderedDict = OrderedDict()
         self._raw: OrderedDict = OrderedDict()        # run -> the rows its spans are built from (_rows)
         self._memo: OrderedDict = OrderedDict()       # (what, run, stamp, ...) -> a computed answer
+        self._looked_up: OrderedDict = OrderedDict()  # RUN_STATUS -> (when, the row it was made from): looked_up
         self._pairs: tuple = (None, {})               # the live run's (site, thread) -> its names (_name_pairs)
         self._lock = threading.Lock()
 
@@ -69,6 +74,25 @@ class WebData:
             run = self.run(run_id)
             return run if run is not None and run["run_id"] == run_id else None
         return self._memoized(("info", run_id, status), compute)
+
+    def looked_up(self, status: dict, run: dict) -> None:
+        """The header's lookup (server.py `status`) read `run` to make the RUN_STATUS `status`: the callbacks that
+        fire on that status in the same page load (the badge, the alerts, the page's own) take this row instead of
+        each opening the store again. Every open holds the store's process lock, so on a first visit they queued
+        behind each other and before the page's own reads. A status the live poll makes has no row here: read."""
+        with self._lock:
+            self._looked_up[_status_key(status)] = (time.monotonic(), run)
+            while len(self._looked_up) > 64:
+                self._looked_up.popitem(last=False)
+        self._memoized(("info", run["run_id"], status.get("status")), lambda: run)
+
+    def status_run(self, status: dict) -> dict | None:
+        """The run a RUN_STATUS names: the row its lookup read moments ago, else from the store."""
+        with self._lock:
+            seen = self._looked_up.get(_status_key(status))
+        if seen is not None and time.monotonic() - seen[0] < LOOKED_UP_S:
+            return seen[1]
+        return self.run(status["run"])
 
     def arrived(self, run: dict) -> int:
         """Events stored so far: the live run's collector counts them in memory; the runs row for others."""
@@ -865,3 +889,7 @@ def _track_label(backend, device, thread, by_thread: bool, rank: int | None = No
     elif thread is not None and by_thread:
         label += f" · t{int(thread) % 100000}"
     return label
+
+
+def _status_key(status: dict) -> tuple:
+    return tuple(status.get(k) for k in ("run", "status", "events", "dropped"))

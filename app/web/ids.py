@@ -41,6 +41,7 @@ CMP_SUMMARY = "compare-summary"
 CMP_GRAPH = "compare-graph"
 CMP_TABLE = "compare-table"
 CMP_ERROR = "compare-error"
+CMP_SHOWN = "compare-shown"          # the two runs the page's layout already drew (compare.layout)
 CMP_URL = "compare-url"              # a clientside callback writes the picked runs into the address bar
 
 # tensors

@@ -100,6 +100,15 @@ def fields(value, name: str, spec: dict, exact: bool = True) -> dict | None:
     return value
 
 
+def run_pair(value, name: str) -> list[str] | None:
+    """None or two run ids (the Compare page's CMP_SHOWN)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise BadInput(f"{name} must be two run ids")
+    return [text(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
 def _whole_or_none(value, name: str):
     return None if value is None else integer(value, name)
 
@@ -132,8 +141,9 @@ def run_status(value, name: str = "run status") -> dict | None:
 
 
 def status_run(data, status) -> dict | None:
-    """The run a RUN_STATUS names, from the store: None when there is none, or the id names no run (forged, deleted)."""
-    return data.run(status["run"]) if run_status(status) else None
+    """The run a RUN_STATUS names (data.status_run: the row its lookup read, else the store's): None when there is
+    none, or the id names no run (forged, deleted)."""
+    return data.status_run(status) if run_status(status) else None
 
 
 def clicked_row(cell, name: str = "cellClicked") -> str | None:
@@ -214,7 +224,7 @@ SCHEMA = {
     (ids.TL_STEP, "value"): step, (ids.TL_FIND, "value"): text,
     (ids.TL_VIEW, "data"): timeline_view, (ids.TL_PICKED, "data"): picked_span,
     (ids.OPS_GROUP, "value"): group_by, (ids.OPS_TABLE, "cellClicked"): clicked_row,
-    (ids.CMP_A, "value"): text, (ids.CMP_B, "value"): text,
+    (ids.CMP_A, "value"): text, (ids.CMP_B, "value"): text, (ids.CMP_SHOWN, "data"): run_pair,
     (ids.TEN_TABLE, "cellClicked"): clicked_row,
     (ids.SQL_RUN, "n_clicks"): _whole_or_none, (ids.SQL_TEXT, "value"): text,
     (ids.FLAME_KIND, "value"): lambda v, n: choice(v, n, ("stacks", "ops")), (ids.FLAME_STEP, "value"): step,

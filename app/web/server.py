@@ -61,7 +61,7 @@ def create_app(store=None, token: str | None = None, live=None, host: str = "127
     for order, m in enumerate(modules):
         dash.register_page(m.__name__, path=m.PATH, name=m.NAME, title=f"opscope · {m.NAME}", order=order,
                            layout=m.layout)
-    app.index_string = _index_with_early_loads(app)
+    app.index_string = _index_with_early_loads(app, modules)
     app.layout = _shell(modules)
     _register_shell(app, data, modules)
     for m in modules:
@@ -80,12 +80,14 @@ PLOTLY_JS = "vendor/plotly-gl2d-3.7.0.min.js"
 # Started from <head>, before Dash's own scripts have even loaded (after dropping ?token= from the address bar):
 # - the timeline page's first window (app/pages/timeline.py), so the server builds the run's spans while
 #   the browser compiles the scripts; assets/timeline.js takes the answer from window.opscopeTimelineFirst.
-# - plotly.js, as an async script. dcc.Graph loads plotly only once it renders, after the Dash renderer,
-#   the layout and the page callback: a download and parse at the end of the critical path. dcc.Graph takes
-#   `window.Plotly` as a promise (Promise.resolve(window.Plotly || load())), so it waits for this one
-#   instead of loading a second copy; plotly.js replaces the promise with itself when it runs. The
-#   timeline draws without plotly, so there it loads once the timeline has drawn (parsing it would
-#   hold the main thread while the timeline waits).
+# - plotly.js, as an async script, on the pages that draw with it (a page module's PLOTS). dcc.Graph loads
+#   plotly only once it renders, after the Dash renderer, the layout and the page callback: a download and
+#   parse at the end of the critical path. dcc.Graph takes `window.Plotly` as a promise
+#   (Promise.resolve(window.Plotly || load())), so it waits for this one instead of loading a second copy;
+#   plotly.js replaces the promise with itself when it runs. On the other pages `window.Plotly` is a thenable
+#   that starts the load only when a graph asks for it (after a move to a page that draws one): plotly's
+#   parse is one long task (0.4-0.7 s idle, 2-2.7 s beside two busy loops) that held Compare's and the
+#   Advisor's first layout request behind it. The timeline loads it once it has drawn, ready for the next page.
 _EARLY = """<script>(function () {
   // ?token= has set the cookie with this page: take it out of the address bar, the history and every URL
   // copied from there, before Dash reads the location.
@@ -94,18 +96,18 @@ _EARLY = """<script>(function () {
     here.searchParams.delete("token");
     history.replaceState(history.state, "", here.pathname + here.search + here.hash);
   }
-  var prefix = %(prefix)s, timeline = /\\/timeline\\/?$/.test(location.pathname), started = false;
-  function plotly(ok, fail) {
-    if (started) return; started = true;
-    var s = document.createElement("script"); s.src = %(plotly)s; s.async = true;
-    s.onload = function () { ok(); }; s.onerror = function (e) { fail(e); };
-    document.head.appendChild(s);
+  var prefix = %(prefix)s, timeline = /\\/timeline\\/?$/.test(location.pathname), loading = null;
+  var page = location.pathname.slice(prefix.length - 1).replace(/\\/+$/, "") || "/";
+  function plotly() {
+    return loading || (loading = new Promise(function (ok, fail) {
+      var s = document.createElement("script"); s.src = %(plotly)s; s.async = true;
+      s.onload = function () { ok(); }; s.onerror = function (e) { fail(e); };
+      document.head.appendChild(s);
+    }));
   }
-  window.Plotly = new Promise(function (ok, fail) {
-    if (!timeline) return plotly(ok, fail);
-    document.addEventListener("opscope:timeline-drawn", function () { plotly(ok, fail); }, {once: true});
-    setTimeout(function () { plotly(ok, fail); }, 4000);
-  });
+  window.Plotly = %(plotly_pages)s.indexOf(page) >= 0 ? plotly()
+    : {then: function (ok, fail) { return plotly().then(ok, fail); }};
+  if (timeline) document.addEventListener("opscope:timeline-drawn", plotly, {once: true});
   // A callback the server failed (errors.py: a 500 of one line): that line goes where the callback would have
   // drawn, so no page says "loading…" for ever; outputs that cannot hold text are emptied, and the line
   // then shows above the page.
@@ -152,10 +154,11 @@ _EARLY = """<script>(function () {
 })();</script>"""
 
 
-def _index_with_early_loads(app) -> str:
+def _index_with_early_loads(app, modules) -> str:
     """Dash's index page with _EARLY in <head>."""
     early = _EARLY % {"prefix": json.dumps(app.config.requests_pathname_prefix),
-                      "plotly": json.dumps(app.get_asset_url(PLOTLY_JS)), "page_error": json.dumps(ids.PAGE_ERROR)}
+                      "plotly": json.dumps(app.get_asset_url(PLOTLY_JS)), "page_error": json.dumps(ids.PAGE_ERROR),
+                      "plotly_pages": json.dumps([m.PATH for m in modules if getattr(m, "PLOTS", False)])}
     return app.index_string.replace("{%css%}", "{%css%}\n        " + early, 1)
 
 
@@ -194,8 +197,10 @@ def _register_shell(app, data: WebData, modules):
         run = data.run((q.get("run") or [None])[0])
         if run is None:
             return None
-        return {"run": run["run_id"], "status": run.get("status"), "events": data.arrived(run),
-                "dropped": int(run.get("dropped") or 0)}
+        now = {"run": run["run_id"], "status": run.get("status"), "events": data.arrived(run),
+               "dropped": int(run.get("dropped") or 0)}
+        data.looked_up(now, run)
+        return now
 
     @app.callback(Output(ids.RUN_BADGE, "children"), Output(ids.LIVE_TICK, "disabled"),
                   Input(ids.RUN_STATUS, "data"))
@@ -209,8 +214,9 @@ def _register_shell(app, data: WebData, modules):
         run = {**run, "status": status.get("status"), "dropped": status.get("dropped", 0)}
         return ui.run_badge(run, int(status.get("events") or 0)), status.get("status") != "running"
 
-    # Alerts live in the run's config (`opscope monitor --run`): read afresh on every status change, since the
-    # monitor writes them while the run's own row (what run_info memoizes) stays the same.
+    # Alerts live in the run's config (`opscope monitor --run`): read afresh on every status change (the row the
+    # status's own lookup just read, data.status_run), since the monitor writes them while the run's own row (what
+    # run_info memoizes) stays the same.
     @app.callback(Output(ids.ALERT_BANNER, "children"), Input(ids.RUN_STATUS, "data"))
     def alerts(status):
         run = inputs.status_run(data, status)
