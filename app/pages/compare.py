@@ -27,10 +27,14 @@ def layout(run=None, b=None, **_query):
     # after the header's run lookup and a callback that picks them (two round trips in series on a first visit).
     # NOTE: the dropdown drops a value missing from its options; with no data (Dash validating the layout) each
     # id from the URL comes with a placeholder option.
-    opts, run, b = pick(data, run, b) if data else ([], run, b)
     # Two finished runs whose numbers are kept (kept.py) are read in well under a second: the page comes with them
-    # drawn, and the table's callback is not asked (one round trip less, behind the header's callbacks).
-    drawn = content(data, run, b, kept_only=True) if data and run and b else None
+    # drawn, and the table's callback is not asked (one round trip less, behind the header's callbacks). Both
+    # read in one open of the store (content(kept_only=True) writes nothing).
+    opts, drawn = [], None
+    if data:
+        with data.store.connect(read_only=True):
+            opts, run, b = pick(data, run, b)
+            drawn = content(data, run, b, kept_only=True) if run and b else None
     summary, chart, rows, errors = drawn or (None, ui.note("loading…"), [], None)
     return html.Div([
         dcc.Store(id=ids.CMP_SHOWN, data=[run, b] if drawn else None),
