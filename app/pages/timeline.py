@@ -244,7 +244,10 @@ def register(app, data):
     @app.callback(Output(ids.TL_STEP, "options"), Input(ids.RUN_STATUS, "data"), prevent_initial_call=True)
     def steps(status):
         status = inputs.run_status(status)
-        return _step_options(data.step_windows(status["run"])) if status else no_update
+        if not status:
+            return no_update
+        run = data.status_run(status)               # the row the header's lookup read: no store open of its own
+        return _step_options(data.step_windows(run["run_id"], run) if run else [])
 
     app.clientside_callback(_FOLLOW_JS, Output(VIEW, "id"), Input(VIEW, "data"))
     app.clientside_callback(_SELECT_JS, Output(FORWARD, "title"), Input(FORWARD, "n_clicks"),
