@@ -1,6 +1,10 @@
 """What the learned cost model (runtime/cost_model.py) learns from: measured ops and regions in the run
-store, one row per (run, node) with the median of its steps after the first (the first pays compilation
+store, one row per (run, node) with the least of its steps after the first (the first pays compilation
 and caches), and per region its measured time with the ops a stack ran inside it.
+
+The least, not the median: the events are wall-clock spans, and a loaded machine only ever adds to them
+(at load 27 one linear measured 25 us and 34 ms in two steps); the least of a few steps is the op's own
+cost, which is what a model can learn from its features and what a placement on a quiet machine meets.
 
 Only finished graph runs count (engine graph, status ok); imported traces have no opscope op names.
 Rows are bounded per run (MAX_ROWS_PER_RUN) so a million-event run cannot fill memory.
@@ -8,7 +12,6 @@ Rows are bounded per run (MAX_ROWS_PER_RUN) so a million-event run cannot fill m
 from __future__ import annotations
 
 import json
-import statistics
 from collections import defaultdict
 
 from opscope.runtime.cost_model import CostModel, OpRow, spearman
@@ -90,9 +93,9 @@ def _rows(events, model: str):
         previous = op
     ops = []
     for key, row in first.items():
-        row.time_ns = statistics.median(times[key])
+        row.time_ns = min(times[key])
         ops.append(row)
-    regions = [(k[1], statistics.median(region_times[k]), [first[o] for o in region_ops[k]], model)
+    regions = [(k[1], min(region_times[k]), [first[o] for o in region_ops[k]], model)
                for k in region_times if region_ops.get(k)]
     return ops, regions
 
@@ -106,15 +109,21 @@ def fit(ops, regions, **kw) -> CostModel:
     return CostModel.fit(ops, [(b, t, o) for b, t, o, _ in regions], **kw)
 
 
+def _naive(rows) -> list[float]:
+    """The ranking that needs no training: an op's work, FLOPs + bytes (the cost model must beat it)."""
+    return [r.flops + r.bytes for r in rows]
+
+
 def check(ops, regions, **kw) -> dict:
     """Accuracy on models the model was not trained on: for each model, train on the others and rank-correlate
-    predicted with measured times of its ops and its regions (Spearman), per model and pooled."""
+    predicted with measured times of its ops and its regions (Spearman), per model, per backend and pooled,
+    each beside the naive ranking by FLOPs + bytes on the same rows."""
     models = sorted({r.model for r in ops})
     if len(models) < 2:
         from opscope.runtime.errors import UsageError
         raise UsageError(f"the run store holds measured ops of {len(models)} model(s); a check leaves one model "
                          "out, so it needs runs of at least 2 (profile more models, e.g. `opscope profile demo:cnn`)")
-    per_model, all_ops, all_regions = [], ([], []), ([], [])
+    per_model, held_ops, held_pred, all_regions = [], [], [], ([], [], [])
     for held in models:
         train = [r for r in ops if r.model != held]
         test = [r for r in ops if r.model == held]
@@ -122,19 +131,32 @@ def check(ops, regions, **kw) -> dict:
         known = [r for r in test if r.backend in m.backends]
         pred = m.predict(known)
         meas = [r.time_ns for r in known]
-        rp, rm = [], []
+        rp, rm, rn = [], [], []
         for b, t, o, mm in regions:
             if mm == held:
                 p = m.predict_region(b, o)
                 if p is not None:
                     rp.append(p)
                     rm.append(t)
+                    rn.append(sum(_naive(o)))
         per_model.append({"model": held, "ops": len(known), "op_spearman": _num(spearman(pred, meas)),
+                          "naive_op_spearman": _num(spearman(_naive(known), meas)),
                           "regions": len(rp), "region_spearman": _num(spearman(rp, rm))})
-        all_ops[0].extend(pred)
-        all_ops[1].extend(meas)
-        all_regions[0].extend(rp)
-        all_regions[1].extend(rm)
-    return {"models": per_model, "op_spearman": _num(spearman(*all_ops)), "ops": len(all_ops[0]),
-            "region_spearman": _num(spearman(*all_regions)), "regions": len(all_regions[0]),
-            "note": "held-out: each model's times are predicted by a model trained on the other models' runs"}
+        held_ops.extend(known)
+        held_pred.extend(pred)
+        for into, values in zip(all_regions, (rp, rm, rn)):
+            into.extend(values)
+    meas = [r.time_ns for r in held_ops]
+    per_backend = []
+    for b in sorted({r.backend for r in held_ops}):
+        idx = [i for i, r in enumerate(held_ops) if r.backend == b]
+        per_backend.append({"backend": b, "ops": len(idx),
+                            "op_spearman": _num(spearman([held_pred[i] for i in idx], [meas[i] for i in idx])),
+                            "naive_op_spearman": _num(spearman(_naive([held_ops[i] for i in idx]),
+                                                               [meas[i] for i in idx]))})
+    return {"models": per_model, "backends": per_backend, "op_spearman": _num(spearman(held_pred, meas)),
+            "naive_op_spearman": _num(spearman(_naive(held_ops), meas)), "ops": len(held_ops),
+            "region_spearman": _num(spearman(all_regions[0], all_regions[1])),
+            "naive_region_spearman": _num(spearman(all_regions[2], all_regions[1])), "regions": len(all_regions[0]),
+            "note": "held-out: each model's times are predicted by a model trained on the other models' runs; "
+                    "naive: ranked by FLOPs + bytes, no training"}

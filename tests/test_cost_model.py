@@ -62,7 +62,8 @@ def test_it_round_trips_through_json_and_predicts_the_same(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["not json", "cycle", "feature", "too many trees", "pickle", "nan leaf",
-                                    "infinite feature", "negative launch cost", "huge weight", "zero rate"])
+                                    "infinite feature", "negative launch cost", "huge weight", "zero rate",
+                                    "older version"])
 def test_a_damaged_or_hostile_model_file_is_one_line(tmp_path, damage):
     m = CostModel.fit(_rows(5, 200, "a"), trees=5)
     d = json.loads(m.to_json())
@@ -88,6 +89,8 @@ def test_a_damaged_or_hostile_model_file_is_one_line(tmp_path, damage):
             d["linear"] = [1e300] * len(d["linear"])
         elif damage == "zero rate":
             d["rate"] = 0
+        elif damage == "older version":    # features laid out otherwise: its trees would read the wrong columns
+            d["version"] = 1
         else:
             d["trees"] = [tree] * 5000
         path.write_text(json.dumps(d))
@@ -176,3 +179,35 @@ def test_held_out_architectures_are_ranked_right_from_the_others_graphs():
     # 0.80 and 0.93: the bars need the sizes learnt and carried to architectures never seen
     assert all(m["op_spearman"] >= 0.9 for m in out["models"]), out["models"]
     assert out["op_spearman"] >= 0.95, out
+
+
+def test_an_ops_time_is_the_least_of_its_steps_not_what_the_machines_load_added():
+    # at load 27 one linear measured 25 us and 34 ms in two steps: load only adds, the least is the op's own cost
+    from opscope.profiler.cost_data import _rows
+    events = [(step, 0, "linear", "n0", "numpy", 0, dur, 1e6, 1e4, "[[4, 8]]", "[[4, 16]]", '["float32"]', "forward")
+              for step, dur in ((1, 34_000_000), (2, 25_000), (3, 31_000))]
+    ops, _ = _rows(events, "m")
+    assert len(ops) == 1 and ops[0].time_ns == 25_000 and ops[0].out_numel == 64
+
+
+def test_one_regions_large_gap_is_not_every_regions_launch_cost():
+    # a region whose measured time is far over its ops' sum (a model calling it in a loop) must not make every
+    # small region on that stack cost as much: the launch cost is the least gap
+    rows = _rows(7, 300, "a")
+    cheap = [r for r in rows if r.time_ns < 100_000]       # ops the model predicts within microseconds
+    small, big = cheap[:3], cheap[3:6]
+    regions = [("fast", sum(r.time_ns for r in small) + 40_000.0, small),
+               ("fast", sum(r.time_ns for r in big) + 150e6, big)]
+    m = CostModel.fit(rows, regions, trees=30)
+    assert m.region_overhead_ns["fast"] < 1e6, m.region_overhead_ns
+
+
+def test_check_reports_the_naive_ranking_beside_the_model_per_model_and_per_backend():
+    # on the synthetic law one backend is 3x slower and matmuls cost FLOPs, elementwise ops bytes: FLOPs + bytes
+    # alone cannot see either, a model that learnt them ranks held-out models better
+    from opscope.profiler.cost_data import check
+    rows = _rows(8, 300, "a") + _rows(9, 300, "b") + _rows(10, 300, "c")
+    out = check(rows, [], trees=40)
+    assert {b["backend"] for b in out["backends"]} == {"fast", "slow"}
+    assert all(m["naive_op_spearman"] is not None for m in out["models"])
+    assert out["op_spearman"] > out["naive_op_spearman"] + 0.05, out

@@ -65,10 +65,15 @@ def check(args) -> int:
     if args.json:
         emit_json(out)
         return 0
-    rows = [[m["model"], str(m["ops"]), _fmt(m["op_spearman"]), str(m["regions"]), _fmt(m["region_spearman"])]
-            for m in out["models"]]
-    rows.append(["all", str(out["ops"]), _fmt(out["op_spearman"]), str(out["regions"]), _fmt(out["region_spearman"])])
+    rows = [[m["model"], str(m["ops"]), _fmt(m["op_spearman"]), _fmt(m["naive_op_spearman"]), str(m["regions"]),
+             _fmt(m["region_spearman"])] for m in out["models"]]
+    rows.append(["all", str(out["ops"]), _fmt(out["op_spearman"]), _fmt(out["naive_op_spearman"]), str(out["regions"]),
+                 _fmt(out["region_spearman"])])
     console.print(table("predicted vs measured on held-out models (Spearman)",
-                        ["held-out model", "ops", "ops rank corr.", "regions", "regions rank corr."], rows))
+                        ["held-out model", "ops", "ops rank corr.", "naive", "regions", "regions rank corr."], rows))
+    console.print(table("the same held-out ops by backend",
+                        ["backend", "ops", "ops rank corr.", "naive"],
+                        [[b["backend"], str(b["ops"]), _fmt(b["op_spearman"]), _fmt(b["naive_op_spearman"])]
+                         for b in out["backends"]]))
     console.print(out["note"])
     return 0
