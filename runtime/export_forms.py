@@ -10,7 +10,7 @@ left the whole backward on the fallback. Each form here computes the same values
 (matmul, sum, exp, where, comparisons), so those nodes stay in the stack's region.
 NOTE: torch._decomp's decompositions are not used as they are: several test tensor conditions in Python
 (`torch._check(cond)`), which a trace cannot answer, or end in ops no exporter has
-(`_unsafe_masked_index_put_accumulate`). The CPU flash attention's backward has no form: it stays on the fallback.
+(`_unsafe_masked_index_put_accumulate`).
 """
 from __future__ import annotations
 
@@ -104,6 +104,32 @@ def flash_attention_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=N
         s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
     lse = torch.logsumexp(s, -1)
     return torch.exp(s - lse.unsqueeze(-1)) @ v, lse
+
+
+def flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=False, *, attn_mask=None,
+                                     scale=None):
+    """(grad q, grad k, grad v) of softmax(q k^T * scale) v written as matmuls, from the forward's output and
+    logsumexp: no exporter has the CPU flash kernel's backward, which left a training step split at every attention."""
+    if dropout_p:
+        raise ValueError("attention dropout has no export form (the mask is random)")
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if kv_heads != heads:                  # grouped kv heads, as the forward form expands them
+        k, v = (t.unsqueeze(-3).expand(*t.shape[:-2], heads // kv_heads, *t.shape[-2:])
+                .reshape(*t.shape[:-3], heads, *t.shape[-2:]) for t in (k, v))
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-2, -1)) * sc
+    if is_causal:
+        s = s.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
+    # a query every key is masked from has lse -inf: its probabilities are 0, not exp(nan)
+    p = torch.where(torch.isinf(lse).unsqueeze(-1), torch.zeros_like(s), torch.exp(s - lse.unsqueeze(-1)))
+    dv = p.transpose(-2, -1) @ grad_out
+    ds = p * (grad_out @ v.transpose(-2, -1) - (grad_out * out).sum(-1, keepdim=True)) * sc
+    dq, dk = ds @ k, ds.transpose(-2, -1) @ q
+    if kv_heads != heads:                  # each kv head's gradient sums over the query heads it served
+        dk, dv = (t.reshape(*t.shape[:-3], kv_heads, heads // kv_heads, *t.shape[-2:]).sum(-3) for t in (dk, dv))
+    return dq, dk, dv
 
 
 def gelu_backward(grad, x, approximate="none"):
@@ -230,6 +256,102 @@ def convolution(x, w, b, stride, padding, dilation, transposed, output_padding, 
     return (F.conv1d, F.conv2d, F.conv3d)[nd - 1](x, w, b, stride, padding, dilation, groups)
 
 
+def _conv(nd, transposed=False):
+    import torch.nn.functional as F
+    return ((F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d) if transposed else
+            (F.conv1d, F.conv2d, F.conv3d))[nd - 1]
+
+
+def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
+    """The weight gradient of conv(x) -> y given grad y = g: per group, a convolution of x (channels as the batch)
+    with g (its batch as channels), stride and dilation swapped, cut to the kernel's size."""
+    nd = x.dim() - 2
+    cg, cog = x.shape[1] // groups, g.shape[1] // groups
+    parts = []
+    for i in range(groups):
+        xg, gg = x.narrow(1, i * cg, cg).transpose(0, 1), g.narrow(1, i * cog, cog).transpose(0, 1)
+        w = _conv(nd)(xg, gg, None, dilation, padding, stride)            # (cg, cog, >= kernel)
+        for d, size in enumerate(kernel):
+            w = w.narrow(2 + d, 0, size)
+        parts.append(w.transpose(0, 1))
+    return torch.cat(parts, 0) if groups > 1 else parts[0]
+
+
+def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                         mask):
+    """(grad input, grad weight, grad bias) from convolutions every exporter has: a direct convolution's input
+    gradient is the transposed convolution of grad with the same weight (and a transposed one's the direct one)."""
+    nd = x.dim() - 2
+    stride, padding, dilation = ([a] * nd if isinstance(a, int) else list(a) for a in (stride, padding, dilation))
+    kernel = list(w.shape[2:])
+    gx = gw = None
+    if transposed:
+        if mask[0]:
+            gx = _conv(nd)(grad, w, None, stride, padding, dilation, groups)
+        if mask[1]:                        # the direct convolution it is the input gradient of, roles swapped
+            gw = _conv_weight_grad(grad, x, kernel, stride, padding, dilation, groups)
+    else:
+        if mask[0]:
+            extra = [x.shape[2 + d] - ((grad.shape[2 + d] - 1) * stride[d] - 2 * padding[d]
+                                       + dilation[d] * (kernel[d] - 1) + 1) for d in range(nd)]
+            gx = _conv(nd, transposed=True)(grad, w, None, stride, padding, extra, groups, dilation)
+        if mask[1]:
+            gw = _conv_weight_grad(x, grad, kernel, stride, padding, dilation, groups)
+    gb = grad.sum([0] + list(range(2, grad.dim()))) if mask[2] else None
+    return gx, gw, gb
+
+
+def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
+    g = x.reshape(n, group, -1)
+    mean = g.mean(-1, keepdim=True)
+    centred = g - mean
+    rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
+    per_channel = [1, c] + [1] * (x.dim() - 2)
+    y = (centred * rstd).reshape(x.shape)
+    y = y * weight.reshape(per_channel) if weight is not None else y
+    y = y + bias.reshape(per_channel) if bias is not None else y
+    return y, mean.squeeze(-1), rstd.squeeze(-1)
+
+
+def native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, mask):
+    """From the saved statistics, as ATen's kernel: per group, rstd * (g - mean(g) - xhat * mean(g * xhat))."""
+    per_channel = [1, c] + [1] * (x.dim() - 2)
+    mean, rstd = mean.unsqueeze(-1), rstd.unsqueeze(-1)
+    xhat = (x.reshape(n, group, -1) - mean) * rstd
+    g = (grad * weight.reshape(per_channel) if weight is not None else grad).reshape(n, group, -1)
+    gx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    spatial = [0] + list(range(2, x.dim()))
+    gw = (grad * xhat.reshape(x.shape)).sum(spatial) if weight is not None and mask[1] else None
+    return gx.reshape(x.shape) if mask[0] else None, gw, grad.sum(spatial) if mask[2] else None
+
+
+def _norm_axes(v, dim):
+    return [a for a in range(v.dim()) if a != dim % v.dim()]
+
+
+def weight_norm_interface(v, g, dim=0):
+    """(g * v / ||v||, ||v||): the norm over every dim but `dim`, shaped as g (Wav2Vec2's positional conv)."""
+    norms = torch.sqrt((v * v).sum(_norm_axes(v, dim), keepdim=True))
+    return v * (g.reshape(norms.shape) / norms), norms.reshape(g.shape)
+
+
+def weight_norm_interface_backward(grad_w, v, g, norms, dim):
+    axes = _norm_axes(v, dim)
+    norms = norms.reshape([v.shape[a] if a not in axes else 1 for a in range(v.dim())])
+    grad_g = (grad_w * v).sum(axes, keepdim=True) / norms
+    grad_v = g.reshape(norms.shape) / norms * (grad_w - v * grad_g / norms)
+    return grad_v, grad_g.reshape(g.shape)
+
+
+def bitwise_and(x, y):
+    # NOTE: the exporter registers `&` only (as aten::__and_, ONNX's And, bools only): a mask's bitwise_and of two
+    # bools (Llama's causal mask) is their logical and. Integers stay bitwise_and: OpenVINO converts it, ONNX has no
+    # BitwiseAnd before opset 18 (ONNX Runtime's claim refuses them)
+    if x.dtype == torch.bool and y.dtype == torch.bool:
+        return torch.logical_and(x, y)
+    return torch.bitwise_and(x, y)
+
+
 def copy(x, src, non_blocking=False):
     # NOTE: OpenVINO's importer converts the functional aten::copy (what a training graph makes of `x.copy_(src)`,
     # `x[1:] = y`) as its first input, the values it overwrites: T5's label shift and Wav2Vec2's SpecAugment trained
@@ -280,6 +402,13 @@ FORMS = {
     aten.nll_loss_backward.default: nll_loss_backward,
     aten.embedding_dense_backward.default: embedding_dense_backward,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_for_cpu,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_for_cpu_backward,
+    aten.convolution_backward.default: convolution_backward,
+    aten.native_group_norm.default: native_group_norm,
+    aten.native_group_norm_backward.default: native_group_norm_backward,
+    aten._weight_norm_interface.default: weight_norm_interface,
+    aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
+    aten.bitwise_and.Tensor: bitwise_and,
     aten.gelu_backward.default: gelu_backward,
     aten.tanh_backward.default: tanh_backward,
     aten.view.default: reshape,

@@ -147,6 +147,22 @@ def test_an_op_torchs_exporter_cannot_take_is_left_out_not_a_failed_region():
     assert claim(node) is True
 
 
+def test_bitwise_and_of_bools_is_claimed_as_its_logical_form_and_of_integers_refused_with_the_opset_why():
+    """The exporter registers `&` only (ONNX's And: bools); bitwise_and's torch form is logical_and (Llama's mask),
+    which would compute integers wrong, so integers stay on the fallback."""
+    import torch
+
+    from opscope.runtime.backends.onnxruntime_backend import claim
+    from opscope.runtime.graph import Node, Ref, TensorMeta
+
+    def node(dtype):
+        m = TensorMeta((4,), dtype)
+        return Node(0, "bitwise_and", "bitwise_and", torch.ops.aten.bitwise_and.Tensor, (Ref(0), Ref(1)), {},
+                    [0, 1], [2], [m, m], [m])
+    assert claim(node("bool")) is True
+    assert "no bitwise and before opset 18" in claim(node("int64"))
+
+
 @pytest.mark.multiprocess
 def test_training_runs_the_forward_in_regions_and_the_backward_ops_onnx_cannot_export_on_the_fallback(cli):
     r = cli("train", "demo:mlp", "-b", "onnxruntime", "--steps", "2", "--json")

@@ -2,7 +2,8 @@
 parameter within 1e-4 of eager, with the backward in the stack's regions -- ONNX Runtime and OpenVINO take the
 layer-norm, GELU, log-softmax, NLL and embedding backwards as their torch forms (runtime/export_forms.py), XLA
 every op it lowers (its optimizer and attention backward too) -- and the rest on the fallback, named in the
-placement report: the CPU flash attention's backward at least, which no exporter has."""
+placement report. The CPU flash attention's backward, which no exporter has, is exported as its math (softmax(QK^T)V's
+backward written as matmuls), so a step's forward and backward are one region; opscope's optimizer ops stay out."""
 import pytest
 import torch
 
@@ -48,13 +49,14 @@ def assert_backward_in_regions(r, stack, backward=BACKWARD):
     p = r["placement"]
     assert all(g["backend"] == stack for g in p["regions"])
     assert backward <= region_ops(p), (backward - region_ops(p), p["left_out"])
-    if stack == "xla":               # the attention backward and the optimizer are lowered too
-        assert {"flash_attention_backward", r["optimizer"]["name"]} <= region_ops(p)
+    assert "flash_attention_backward" in region_ops(p)     # its torch form on ONNX Runtime and OpenVINO
+    if stack == "xla":               # the optimizer is lowered too
+        assert r["optimizer"]["name"] in region_ops(p)
         assert fallback_ops(p) <= {"cumsum"}, p["fallback_ops"]     # GPT-2's mask: XLA's test of a left-out op
-    else:
-        assert "flash_attention_backward" in fallback_ops(p) and not backward & fallback_ops(p)
+    else:                            # the optimizer only, and the report says why it stayed out
+        assert fallback_ops(p) == {r["optimizer"]["name"]}, p["fallback_ops"]
         why = {o["op"]: o["reason"] for o in p["left_out"]}
-        assert "flash_attention_backward" in why            # the report says why it stayed out
+        assert why[r["optimizer"]["name"]]
 
 
 # NOTE: SGD here: demo:gpt's key bias has a gradient that is exactly zero in exact arithmetic (softmax ignores
@@ -86,7 +88,9 @@ def test_transformers_gpt2_trains_like_eager_with_its_backward_in_the_stacks_reg
 # the ops a training step's regions now hold, each checked alone (a region of one) against ATen on the
 # conformance samples: ignore_index, class weights, reduction none, grouped kv heads, a padding index
 FORM_OPS = ["layer_norm_backward", "gelu_backward", "tanh_backward", "embedding_backward", "nll_loss",
-            "nll_loss_backward", "log_softmax", "log_softmax_backward", "native_layer_norm", "flash_attention"]
+            "nll_loss_backward", "log_softmax", "log_softmax_backward", "native_layer_norm", "flash_attention",
+            "flash_attention_backward", "convolution_backward", "native_group_norm", "weight_norm_interface",
+            "weight_norm_interface_backward", "bitwise_and"]
 
 
 # NOTE: not OpenVINO: the forms are the same torch code ONNX Runtime checks here, OpenVINO converting them is
@@ -97,7 +101,7 @@ def test_the_backward_ops_a_stack_now_takes_pass_conformance_alone(stack):
     need(stack)
     from opscope.runtime import backends
     from opscope.runtime.conformance import check
-    ops = FORM_OPS + (["flash_attention_backward", "sgd", "adamw"] if stack == "xla" else [])
+    ops = FORM_OPS + (["sgd", "adamw"] if stack == "xla" else [])
     report = check(backends.resolve(stack), ops=ops, dtypes=("float32",))
     assert {c.op for c in report.cells if c.status == "pass"} == set(ops), [c.as_dict() for c in report.cells
                                                                              if c.status != "pass"]
@@ -110,30 +114,27 @@ def test_the_backward_ops_a_stack_now_takes_pass_conformance_alone(stack):
 # A cell pins its region count and the ops its stack left on the fallback, each with its reason: an op a stack
 # stops taking, or a split that comes back, fails here. numpy trains these families in test_train_models.py,
 # test_train_seq2seq.py and (SpecAugment) test_reference_kernels.py.
-FLASH = "flash_attention_backward"                 # no exporter has it (see above): ONNX Runtime and OpenVINO
+# ONNX Runtime and OpenVINO: every op of these five models has a torch form or a rule (the CPU flash attention's
+# backward, convolution_backward, group and weight norm with their backwards, bitwise_and as their torch forms), so the
+# forward and backward are one region and only opscope's optimizer op runs on the fallback. Before those forms: Llama 4
+# regions on ONNX Runtime / 2 on OpenVINO, ViT 2 / 3, RoBERTa 2 / 2, T5 2 / 2, Wav2Vec2 7 / 8 (/tmp/notes/stacks3.md);
+# OpenVINO's convolution with a weight that is a region input also needed static shapes (openvino_backend.py).
 TRAINING = {
     # (model, stack): (optimizer, regions, ops on the fallback). XLA: the whole step (optimizer included) one region
-    ("llama", "onnxruntime"): ("adamw", 4, {"adamw", "bitwise_and", FLASH}),
-    ("llama", "openvino"): ("sgd", 2, {"sgd", FLASH}),
+    ("llama", "onnxruntime"): ("adamw", 1, {"adamw"}),
+    ("llama", "openvino"): ("sgd", 1, {"sgd"}),
     ("llama", "xla"): ("adamw", 1, set()),
-    ("vit", "onnxruntime"): ("sgd", 2, {"sgd", "convolution_backward", FLASH}),
-    # OpenVINO's CPU plugin fails the patch embedding's convolution (`Check 'newNode' failed`): split off
-    ("vit", "openvino"): ("adamw", 3, {"adamw", "convolution", "convolution_backward", FLASH}),
+    ("vit", "onnxruntime"): ("sgd", 1, {"sgd"}),
+    ("vit", "openvino"): ("adamw", 1, {"adamw"}),
     ("vit", "xla"): ("sgd", 1, set()),
-    ("roberta", "onnxruntime"): ("adamw", 2, {"adamw", FLASH}),
-    ("roberta", "openvino"): ("sgd", 2, {"sgd", FLASH}),
-    ("t5", "openvino"): ("adamw", 2, {"adamw", FLASH}),
+    ("roberta", "onnxruntime"): ("adamw", 1, {"adamw"}),
+    ("roberta", "openvino"): ("sgd", 1, {"sgd"}),
+    ("t5", "openvino"): ("adamw", 1, {"adamw"}),
     ("roberta", "xla"): ("adamw", 1, set()),
-    ("t5", "onnxruntime"): ("sgd", 2, {"sgd", FLASH}),
+    ("t5", "onnxruntime"): ("sgd", 1, {"sgd"}),
     ("t5", "xla"): ("sgd", 1, set()),
-    ("wav2vec2", "onnxruntime"): ("adamw", 7, {"adamw", "convolution_backward", "native_group_norm",
-                                               "native_group_norm_backward", "weight_norm_interface",
-                                               "weight_norm_interface_backward", FLASH}),
-    # the feature extractor's convolutions fail OpenVINO's CPU plugin as ViT's do; group norm and weight norm (and
-    # their backwards) have no form yet
-    ("wav2vec2", "openvino"): ("sgd", 8, {"sgd", "convolution", "convolution_backward", "native_group_norm",
-                                          "native_group_norm_backward", "weight_norm_interface",
-                                          "weight_norm_interface_backward", FLASH}),
+    ("wav2vec2", "onnxruntime"): ("adamw", 1, {"adamw"}),
+    ("wav2vec2", "openvino"): ("sgd", 1, {"sgd"}),
     ("wav2vec2", "xla"): ("adamw", 1, set()),
 }
 

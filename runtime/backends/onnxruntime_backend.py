@@ -86,6 +86,8 @@ def create(desc: Description, name: str) -> OnnxRuntimeBackend:
 
 
 _TAKES = Claim()
+# ops whose torch form covers bools only (a logical op); on integers they need ONNX's Bitwise* ops, opset 18
+BOOL_ONLY = {"aten::bitwise_and": "and"}
 
 
 def claim(node) -> bool | str:
@@ -100,6 +102,8 @@ def claim(node) -> bool | str:
         return f"{node.op}: an input has no elements, on which some ONNX Runtime kernels crash the process"
     name = node.target._schema.name
     exportable = _exportable()
+    if name in BOOL_ONLY and any(m is not None and m.dtype != "bool" for m in node.input_meta):
+        return f"{node.op} on integers: ONNX has no bitwise {BOOL_ONLY[name]} before opset 18 (this exports {OPSET})"
     if form(node.target) is not None:              # exported as its torch form (export_forms.py)
         return True
     if exportable is not None and not any(exportable(n, OPSET) for n in spellings(name)):

@@ -170,7 +170,11 @@ def compile_region(region: Region, desc: Description) -> OpenVinoProgram:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")        # the tracer's warnings about constants
-            model = ov.convert_model(to_torch(region), example_input=example_inputs(region))
+            inputs = example_inputs(region)
+            # NOTE: static shapes (a region runs at the shapes it was placed for): traced with dynamic ones, a
+            # convolution whose weight is a region input (a training step's, or a weight gradient's) fails the CPU
+            # plugin, `Doesn't support dynamic weights shape`
+            model = ov.convert_model(to_torch(region), example_input=inputs, input=[tuple(x.shape) for x in inputs])
         return OpenVinoProgram(region, model, desc)
     except Exception as e:       # the converter or the plugin may raise anything on a graph it cannot take
         raise StackFailed("openvino", region, e, f"{type(e).__name__}: {_why(e)}") from e
