@@ -82,7 +82,9 @@ _READ_ONLY = {**_SAFE, "enable_external_access": False}
 # what DuckDB says of a file that is damaged (a note then stops every writer), and of one it cannot read at all
 _DAMAGE = ("corrupt database file", "could not read enough bytes", "checksum")
 _UNREADABLE = _DAMAGE + ("not a valid duckdb database", "serialization", "storage version")
-_ready: set[str] = set()          # database files a writer of this process has prepared (once per process)
+# database files a writer of this process has prepared, by path and file identity: a store moved away or deleted
+# (what the damaged-store message tells a user to do) is a new file to prepare, even in a long-lived process
+_ready: set[tuple] = set()
 _ready_lock = threading.Lock()
 _open: dict[str, list[bool]] = {}  # file -> read_only flags of this process's open connections (nesting)
 # NOTE: threads of one process share one DuckDB instance per file; a connection opened while another
@@ -312,9 +314,8 @@ class RunStore:
     def _prepare(self) -> None:
         """A writer's first connection in this process: a private folder and file, current tables, and
         the runs of dead collectors marked failed (the write that readers leave to writers)."""
-        key = str(self.path.absolute())
         with _ready_lock:
-            if key in _ready:
+            if self._identity() in _ready:
                 return
             private_folder(self.path.parent)
             new = not self.path.exists()
@@ -333,7 +334,15 @@ class RunStore:
                     os.umask(old_mask)
             for f in (self.path, Path(f"{self.path}.wal")):
                 private_file(f)
-            _ready.add(key)
+            _ready.add(self._identity())
+
+    def _identity(self) -> tuple | None:
+        """(path, device, inode) of the store's file; None while there is none."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return str(self.path.absolute()), st.st_dev, st.st_ino
 
     def query(self, sql: str, params=()) -> list[tuple]:
         """Run one statement; a SELECT (or WITH/SHOW/DESCRIBE) reads, anything else writes."""

@@ -359,12 +359,14 @@ def _process_state_kept():
 
 @pytest.fixture
 def cli(request):
-    """`opscope ARGS` -> CompletedProcess: in this process (cli_in_process), or, for a test marked multiprocess
-    (browser, container), the real command in a subprocess (run_cli): exit by a signal, a terminal, start-up,
-    a command whose own children inherit its stdout. Slow tests keep the subprocess too (and are marked
-    multiprocess): their real models dwarf a process start, and a real process is the user's view."""
-    marked = any(request.node.get_closest_marker(m) for m in (*SPAWN_MARKS, "slow"))
-    return run_cli if marked else cli_in_process
+    """`opscope ARGS` -> CompletedProcess: through the CLI's main(argv) in this process (cli_in_process), or the
+    real command in a subprocess (run_cli) for a test marked `cli_process` (the command's own process is the
+    point: exit by a signal, a terminal, start-up, what its children print to the stdout they inherit), and for
+    browser and container tests. A test marked multiprocess only because the command starts processes of its own
+    (a profile's runner, ranks) runs the command in process: each `opscope` process start paid 0.5-2.5 s of CPU
+    (torch's import), 119 tests' worth of them about a sixth of the full suite's CPU."""
+    real = any(request.node.get_closest_marker(m) for m in ("cli_process", "browser", "container"))
+    return run_cli if real else cli_in_process
 
 
 def ctrl_c_able():

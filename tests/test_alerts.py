@@ -70,6 +70,8 @@ def test_bundled_rules_load():
     assert {"chip-hot", "chip-throttled", "power-over-tdp", "memory-high", "rank-slow", "events-dropped"} <= ids
 
 
+# cli_process: the --exec hook's output goes to the command's own stderr (a file descriptor)
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 def test_monitor_fires_on_a_sim_chips_temperature_and_hands_it_on(cli, tmp_path):
     chip = tmp_path / "warm.toml"

@@ -128,6 +128,8 @@ def test_an_apply_that_would_not_parse_is_rolled_back(tmp_path, monkeypatch):
     assert not (tmp_path / "t.py.orig").exists()
 
 
+# cli_process: the script's own lines go to the stdout it inherits from the command's process
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 def test_migrate_run_trains_an_unmodified_cuda_script_on_cpu(tmp_path, cli):
     script = tmp_path / "cuda_only.py"

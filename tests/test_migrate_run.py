@@ -88,6 +88,8 @@ print("memory", 0 < free <= total, p.total_memory == total, p.multi_processor_co
 '''
 
 
+# cli_process: the script's own lines go to the stdout it inherits from the command's process
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name, script, want", [
     ("scripted.py", SCRIPTED, [r"^scripted \[1\.0, 1\.0, 1\.0\]$", r"^eager cpu$"]),

@@ -42,7 +42,7 @@ def test_compare_of_5_and_2_steps_reads_1x_per_op_on_the_page_and_in_the_cli(fiv
     app = create_app(store=RunStore())
     _server_callbacks(app)
     key = next(k for k in app.callback_map if "compare-table.rowData" in k)
-    page = _call(app, key, [a, b])
+    page = _call(app, key, [a, b, None])      # None: the runs the page was opened with (its State) are not these
     rows = {r["op"]: r for r in page["compare-table"]["rowData"]}
     assert set(rows) == {o["op"] for o in doc["ops"]}
     for o in doc["ops"]:                                  # the page shows the CLI's numbers, op for op

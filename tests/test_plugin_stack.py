@@ -52,6 +52,9 @@ def _one_line_exit_2(r):
     return r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr
 
 
+# cli_process: the vendor package is installed while the test runs; a process that started before it
+# (this worker) has read the entry points already, as any Python process would
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_listed_with_its_options_and_broken_packages_are_not_available(installed, cli):
@@ -72,6 +75,9 @@ def test_listed_with_its_options_and_broken_packages_are_not_available(installed
     assert _one_line_exit_2(r) and "not available" in r.stderr, r.stderr
 
 
+# cli_process: the vendor package is installed while the test runs; a process that started before it
+# (this worker) has read the entry points already, as any Python process would
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_receives_its_options_and_a_rejected_one_is_one_line(installed, cli, tmp_path):
@@ -90,6 +96,9 @@ def test_receives_its_options_and_a_rejected_one_is_one_line(installed, cli, tmp
         assert _one_line_exit_2(r) and key in r.stderr and str(chip) in r.stderr, r.stderr
 
 
+# cli_process: the vendor package is installed while the test runs; a process that started before it
+# (this worker) has read the entry points already, as any Python process would
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_runs_profiles_and_plans_demo_gpt(installed, cli, tmp_path):
