@@ -315,7 +315,7 @@ class RunStore:
         """A writer's first connection in this process: a private folder and file, current tables, and
         the runs of dead collectors marked failed (the write that readers leave to writers)."""
         with _ready_lock:
-            if self._identity() in _ready:
+            if self._file_key() in _ready:
                 return
             private_folder(self.path.parent)
             new = not self.path.exists()
@@ -334,10 +334,11 @@ class RunStore:
                     os.umask(old_mask)
             for f in (self.path, Path(f"{self.path}.wal")):
                 private_file(f)
-            _ready.add(self._identity())
+            _ready.add(self._file_key())
 
-    def _identity(self) -> tuple | None:
-        """(path, device, inode) of the store's file; None while there is none."""
+    def _file_key(self) -> tuple | None:
+        """(path, device, inode) of the store's file, None while there is none: which file a writer prepared
+        (_identity also holds size and mtime, which every write changes)."""
         try:
             st = os.stat(self.path)
         except OSError:

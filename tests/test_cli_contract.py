@@ -175,6 +175,9 @@ def test_a_split_that_cannot_honour_the_shares_says_what_it_did(cli, tmp_path):
 
 # --- opscope ops -------------------------------------------------------------------------------------
 
+# cli_process: `ops` lists the registry as a fresh process holds it; this worker also holds the @operator ops
+# that other test modules define when they are collected
+@pytest.mark.cli_process
 @pytest.mark.multiprocess
 def test_ops_lists_every_op_and_who_runs_it(cli):
     doc = json.loads(cli("ops", "--json").stdout)
