@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from torchrun_jobs import run_job
 
 TUTORIAL = Path(__file__).with_name("migrate_corpus") / "ddp_tutorial"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -44,17 +45,14 @@ def test_ddp_tutorial_trains_on_cpu_after_apply_and_under_run(tmp_path, cli):
     assert r.returncode == 0, r.stderr
     text = (after / "multigpu_torchrun.py").read_text()
     assert "model.to(compat.device(self.gpu_id))" in text
-    _trained(subprocess.run([*TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=after, capture_output=True,
-                            text=True, timeout=240, env=_env()))
+    _trained(run_job([*TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=after, timeout=240, env=_env()))
     plain = tmp_path / "plain"
     shutil.copytree(TUTORIAL, plain)
-    _trained(subprocess.run([sys.executable, "-m", "opscope.app", "migrate", "run", "--device", "cpu", "--",
-                             *TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=plain, capture_output=True, text=True,
-                            timeout=240, env=_env()))
+    _trained(run_job([sys.executable, "-m", "opscope.app", "migrate", "run", "--device", "cpu", "--",
+                      *TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=plain, timeout=240, env=_env()))
     # the snapshot rank 0 saved is loaded with map_location=f"cuda:{gpu_id}" on the next start
-    r = subprocess.run([sys.executable, "-m", "opscope.app", "migrate", "run", "--device", "cpu", "--",
-                        *TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=plain, capture_output=True, text=True,
-                       timeout=240, env=_env())
+    r = run_job([sys.executable, "-m", "opscope.app", "migrate", "run", "--device", "cpu", "--",
+                 *TORCHRUN, "multigpu_torchrun.py", "1", "1"], cwd=plain, timeout=240, env=_env())
     assert r.returncode == 0 and "Resuming training from snapshot at Epoch 0" in r.stdout, r.stderr[-3000:]
 
 
