@@ -376,11 +376,16 @@ class Claim:
     ops: frozenset = field(default_factory=frozenset)    # empty: any op with an ATen target
     refused: frozenset = field(default_factory=frozenset)
     dtypes: frozenset = frozenset({"float32", "float16", "bfloat16", "int64", "int32", "bool"})
+    # the torch.library namespaces the stack's importer lowers; None: any (XLA lowers opscope's own sgd/adamw)
+    namespaces: frozenset | None = None
 
     def __call__(self, node: Node) -> bool | str:
         import torch
         if not isinstance(node.target, torch._ops.OpOverload):
             return f"{node.op} has no ATen target to lower"
+        if self.namespaces is not None and node.target.namespace not in self.namespaces:
+            return (f"{node.op} is not an op of {'/'.join(sorted(self.namespaces))} ({node.target.namespace}::"
+                    f"{node.op}): the stack's importer lowers those only")
         if node.op in self.refused or (self.ops and node.op not in self.ops):
             return f"{node.op} has no lowering on this stack"
         if node.op in READS_STORAGE:

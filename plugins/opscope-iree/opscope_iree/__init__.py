@@ -47,13 +47,8 @@ def create(description):
 
     from .program import compile_region, load_region, version
     opts = description.options
-    takes = Claim(refused=REFUSED)
-
-    def claim(node):
-        namespace = getattr(node.target, "namespace", "aten")
-        if namespace not in ("aten", "prims"):
-            return f"{node.op} is not an ATen op ({namespace}::{node.op}): IREE's importer lowers ATen ops only"
-        return takes(node)
+    # ops outside ATen (opscope::sgd, a user's @operator) stay a torch.operator that IREE marks illegal
+    claim = Claim(refused=REFUSED, namespaces=frozenset({"aten", "prims"}))
     ops = StackRegistry(claim, lambda region: compile_region(region, opts),
                         load=lambda region, blob: load_region(region, blob, opts),
                         unsupported=description.unsupported, supported=description.supported,
